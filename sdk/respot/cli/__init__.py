@@ -1,0 +1,20 @@
+"""The `respot` command: launch, watch and account for spot training jobs from a shell."""
+
+from __future__ import annotations
+
+import typer
+
+from respot.cli import bench
+
+app = typer.Typer(
+    name="respot",
+    help="Train on spot GPUs without babysitting. Every command takes --help.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
