@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -98,6 +99,8 @@ class InstanceFleet:
         work_root: Path,
         timing: FleetTiming = FleetTiming(),
         agent_env: dict[str, str] | None = None,
+        duplicate_events: bool = False,
+        reorder_events: bool = False,
     ) -> None:
         self.deployment = deployment
         self.scale = scale
@@ -105,6 +108,9 @@ class InstanceFleet:
         self.work_root = work_root
         self.timing = timing
         self.agent_env = agent_env or {}
+        self.duplicate_events = duplicate_events
+        self.reorder_events = reorder_events
+        self.emitted = 0
         self.instances: dict[str, LocalInstance] = {}
         self.on_boot: list[Callable[[LocalInstance], None]] = []
         self._lock = threading.RLock()
@@ -306,7 +312,19 @@ class InstanceFleet:
         return sorted(found, key=lambda i: i.launched_at)
 
     def _emit(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
+        """Put an EC2 event on the bus (twice, or late, when the runtime asks for that chaos)."""
+        copies = 2 if self.duplicate_events else 1
+        for _ in range(copies):
+            if self.reorder_events:
+                delay = random.uniform(0.0, 0.6)  # noqa: S311 - chaos, not cryptography
+                self.timers.after(delay, lambda: self._put(detail_type, detail, inst))
+            else:
+                self._put(detail_type, detail, inst)
+
+    def _put(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
         arn = f"arn:aws:ec2:{self.deployment.region}:123456789012:instance/{inst.instance_id}"
+        with self._lock:
+            self.emitted += 1
         try:
             self._events.put_events(
                 Entries=[

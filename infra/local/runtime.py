@@ -60,6 +60,9 @@ class RuntimeOptions:
     boot_timeout_seconds: float = 1200.0
     launch_timeout_seconds: float = 180.0
     agent_env: dict[str, str] = field(default_factory=dict)
+    log_level: str = "WARNING"  # of the handlers' logs (Powertools JSON on stdout)
+    duplicate_events: bool = False  # put every EC2 event on the bus twice
+    reorder_events: bool = False  # delay EC2 events by a random fraction of a second
 
 
 class LocalRuntime:
@@ -84,6 +87,7 @@ class LocalRuntime:
         """Start the emulator, create the resources, start dispatching."""
         opts = self.options
         started = time.monotonic()
+        logging.getLogger("respot").setLevel(opts.log_level)
         endpoint = self.server.start()
         self.deployment = cloud.provision(
             endpoint,
@@ -104,6 +108,8 @@ class LocalRuntime:
             timers=self.timers,
             work_root=self._work_root / "instances",
             timing=opts.timing,
+            duplicate_events=opts.duplicate_events,
+            reorder_events=opts.reorder_events,
             agent_env={
                 "RESPOT_HEARTBEAT_SECONDS": f"{max(self.scale.real(HEARTBEAT_SECONDS), 0.5):.3f}",
                 "RESPOT_IMDS_POLL_SECONDS": f"{max(self.scale.real(IMDS_POLL_SECONDS), 0.2):.3f}",
