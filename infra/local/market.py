@@ -86,11 +86,18 @@ class ChaosSchedule:
     after_boot: dict[int, float] = field(default_factory=dict)
     every: float | None = None
     job_ids: set[str] | None = None
+    per_job: dict[str, dict[int, float]] = field(default_factory=dict)
+
+    def add(self, job_id: str, attempt: int, after_boot: float) -> None:
+        """Interrupt one job's attempt `after_boot` simulated seconds after its instance boots."""
+        self.per_job.setdefault(job_id, {})[attempt] = after_boot
 
     def delay_for(self, inst: LocalInstance) -> float | None:
         """Simulated seconds after boot at which to interrupt `inst`, or None."""
         if inst.market != "spot":
             return None
+        if inst.job_id in self.per_job:
+            return self.per_job[inst.job_id].get(inst.attempt or 0)
         if self.job_ids is not None and inst.job_id not in self.job_ids:
             return None
         if inst.attempt is not None and inst.attempt in self.after_boot:

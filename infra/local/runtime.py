@@ -13,6 +13,7 @@ reconcile schedule, heartbeats) are multiplied by `time_scale` to get real ones.
 from __future__ import annotations
 
 import logging
+import secrets
 import shutil
 import tempfile
 import time
@@ -60,6 +61,9 @@ class RuntimeOptions:
     boot_timeout_seconds: float = 1200.0
     launch_timeout_seconds: float = 180.0
     agent_env: dict[str, str] = field(default_factory=dict)
+    # Resource name prefix. moto keeps one state per process, so two runtimes in one process
+    # (as in the tests) need different prefixes; None picks a fresh one.
+    prefix: str | None = None
     log_level: str = "WARNING"  # of the handlers' logs (Powertools JSON on stdout)
     duplicate_events: bool = False  # put every EC2 event on the bus twice
     reorder_events: bool = False  # delay EC2 events by a random fraction of a second
@@ -91,6 +95,7 @@ class LocalRuntime:
         endpoint = self.server.start()
         self.deployment = cloud.provision(
             endpoint,
+            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
             instance_types=opts.instance_types,
             availability_zones=opts.availability_zones,
             visibility_timeout_seconds=max(int(self.scale.real(30)), 2),

@@ -66,7 +66,7 @@ class Stage:
 
 
 @pytest.fixture
-def stage(  # noqa: PLR0917 - pytest passes fixtures by name
+def stage(
     s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_path: Path
 ) -> Stage:
     return Stage(s3, bucket, agent_queue, Mailbox(sqs, agent_queue), moto_url, tmp_path)
