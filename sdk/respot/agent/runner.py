@@ -78,6 +78,8 @@ END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
 COMPLETED_UPLOAD_WAIT_SECONDS = 1800.0
 FAILED_UPLOAD_WAIT_SECONDS = 60.0
 FINAL_FLUSH_SECONDS = 120.0
+# train() has returned but the process lingers (a non-daemon thread left running): stop it.
+EXIT_GRACE_SECONDS = 30.0
 MAX_METRICS = 50
 LOG_TAIL_LINES = 50
 
@@ -230,21 +232,36 @@ class Agent:
         imds: ImdsClient | None = None,
     ) -> None:
         self.config = config
-        if s3 is None or sqs is None:
-            import boto3
-            from botocore.config import Config
-
-            retry = Config(retries={"mode": "standard", "max_attempts": 5})
-            session = boto3.session.Session(region_name=config.region)
-            s3 = s3 or session.client("s3", endpoint_url=config.endpoint_url, config=retry)
-            sqs = sqs or session.client("sqs", endpoint_url=config.endpoint_url, config=retry)
-        self.s3 = s3
-        self.sqs = sqs
+        self._s3 = s3
+        self._sqs = sqs
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: _InterruptionNotice | None = None
         self._signalled = False
         self._log_tail = _LogTail()
+
+    @property
+    def s3(self) -> S3Client:
+        assert self._s3 is not None, "clients are made once the region is known"
+        return self._s3
+
+    @property
+    def sqs(self) -> SQSClient:
+        assert self._sqs is not None, "clients are made once the region is known"
+        return self._sqs
+
+    def _make_clients(self, region: str) -> None:
+        """S3 and SQS clients in the configured region, else the instance's own."""
+        if self._s3 is not None and self._sqs is not None:
+            return
+        import boto3
+        from botocore.config import Config
+
+        retry = Config(retries={"mode": "standard", "max_attempts": 5})
+        session = boto3.session.Session(region_name=self.config.region or region)
+        url = self.config.endpoint_url
+        self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
+        self._sqs = self._sqs or session.client("sqs", endpoint_url=url, config=retry)
 
     def request_stop(self) -> None:
         """A "stop" notice from outside (SIGTERM, Ctrl-C); safe to call from a signal handler."""
@@ -269,6 +286,7 @@ class Agent:
                 "(launch it from respot's launch template with instance metadata tags on)"
             )
         job_id, attempt = identity.job_id, identity.attempt
+        self._make_clients(identity.region)
         logger.info(
             "job %s attempt %d on %s (%s, %s)",
             job_id,
@@ -464,6 +482,7 @@ class _AttemptRun:
         end_by: float | None = None
         killed = False
         told = False
+        returned_at: float | None = None
         try:
             while exit_code is None:
                 self.agent._check_signal()
@@ -476,10 +495,12 @@ class _AttemptRun:
                         heartbeat.nudge()
                 elif isinstance(event, CheckpointLine):
                     uploader.submit(Path(event.path), event.step, event.reason)
-                elif isinstance(event, DoneLine):
-                    done = event
-                elif isinstance(event, FailedLine):
-                    failed = event
+                elif isinstance(event, DoneLine | FailedLine):
+                    returned_at = time.monotonic()
+                    if isinstance(event, DoneLine):
+                        done = event
+                    else:
+                        failed = event
                 elif isinstance(event, SessionExited):
                     exit_code = event.exit_code
                 elif isinstance(event, _RebalanceNotice):
@@ -490,9 +511,18 @@ class _AttemptRun:
                     process.interrupt(notice.notice)
                     kill_at, end_by = _deadlines(notice.at)
                     logger.warning("told the session: %s", notice.notice)
-                if kill_at is not None and not killed and time.monotonic() >= kill_at:
+                now = time.monotonic()
+                if kill_at is not None and not killed and now >= kill_at:
                     killed = True
                     logger.error("the session ignored the notice; stopping it")
+                    process.terminate(grace_seconds=5.0)
+                if (
+                    returned_at is not None
+                    and not killed
+                    and now - returned_at > EXIT_GRACE_SECONDS
+                ):
+                    killed = True
+                    logger.error("train() returned but the process does not exit; stopping it")
                     process.terminate(grace_seconds=5.0)
         finally:
             heartbeat.stop()
