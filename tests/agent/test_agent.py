@@ -223,7 +223,8 @@ def test_a_session_that_raises_fails_the_attempt_with_its_traceback(stage: Stage
 
 def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
     mailbox = stage.mailbox
-    agent = stage.boot("no-such-job", 1)
+    # No region in the environment either: the agent takes the instance's from IMDS.
+    agent = stage.boot("no-such-job", 1, without=("AWS_REGION", "AWS_DEFAULT_REGION"))
     try:
         code = agent.wait(60)
     finally:

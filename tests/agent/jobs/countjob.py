@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 from respot.session import TrainingSession
@@ -63,3 +64,11 @@ class CountingSession(TrainingSession):
         (self.output_dir / "env.json").write_text(json.dumps(echoed))
         (self.output_dir / "nested").mkdir(exist_ok=True)
         (self.output_dir / "nested" / "note.txt").write_text("done\n")
+
+
+class LingeringSession(TrainingSession):
+    """Returns from train() but leaves a non-daemon thread running, so the process lingers."""
+
+    def train(self) -> None:
+        threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
+        (self.output_dir / "result.json").write_text(json.dumps({"step": 1}))
