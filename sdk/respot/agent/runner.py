@@ -317,6 +317,13 @@ class Agent:
         )
         try:
             return run.execute()
+        except Exception as exc:
+            # A bug of the agent itself: still tell the control plane, with what we know.
+            logger.exception("the agent failed")
+            reason = f"agent error: {type(exc).__name__}: {exc}"
+            tail = [*self._log_tail.lines, *traceback.format_exc().splitlines()]
+            messenger.send(AgentFailed(reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:]))
+            return AgentResult("failed", job_id, attempt, reason=reason)
         finally:
             poller.stop()
             messenger.close(timeout=FINAL_FLUSH_SECONDS)
@@ -526,6 +533,8 @@ class _AttemptRun:
                     process.terminate(grace_seconds=5.0)
         finally:
             heartbeat.stop()
+            if exit_code is None:  # the loop itself failed: do not leave the session running
+                process.terminate(grace_seconds=5.0)
         train_seconds = time.monotonic() - train_started
         logger.info("session ended: %s", describe_exit(exit_code))
         step = _max(done.step if done else None, self.progress.step)
