@@ -214,7 +214,7 @@ def test_poller_reports_each_notice_once(imds: ImdsServer, action: str, notice: 
     poller.poll_once()
     poller.poll_once()
     assert seen == [
-        _InterruptionNotice(notice, reclaim),
+        _InterruptionNotice(notice, reclaim),  # type: ignore[arg-type]
         _RebalanceNotice("2020-10-27T08:22:00Z"),
     ]
     imds.recommend_rebalance(datetime(2020, 10, 27, 8, 23, tzinfo=UTC))  # a new one
