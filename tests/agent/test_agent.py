@@ -4,7 +4,9 @@ local IMDS server and real session child processes running `jobs/countjob.py`.""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +177,41 @@ def test_an_interrupted_attempt_hands_off_and_the_next_resumes_from_its_step(sta
     result = get_json(s3, bucket, done.outputs_prefix + "result.json")
     assert result["resumed_from"] == preempted.checkpoint_step and result["attempt"] == 2
     assert result["total"] == sum(range(1, 251))
+
+
+def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
+    stage: Stage,
+) -> None:
+    sub = submit_job(
+        stage.s3,
+        stage.bucket,
+        hyperparameters={
+            "steps": 100_000,
+            "sleep": 0.01,
+            "checkpoint_every": 20,
+            "ignore_notice": True,
+        },
+    )
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=30)
+        # A notice with two seconds to go: the agent stops the session after 1.5 s.
+        t0 = time.monotonic()
+        agent.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=2))
+        code = agent.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    assert code == 0, agent.log()
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    # Only periodic checkpoints exist; whatever came after the last one is reported as lost.
+    assert preempted.checkpoint_step is not None and preempted.checkpoint_step % 20 == 0
+    assert preempted.step is not None and preempted.step >= preempted.checkpoint_step
+    assert exists(stage.s3, stage.bucket, layout.handoff_key(sub.job_id, 1))
+    assert took < 12  # 1.5 s, then SIGTERM (ignored by this session) and SIGKILL 5 s later
+    assert "the session ignored the notice; stopping it" in agent.log()
 
 
 def test_a_rebalance_recommendation_checkpoints_without_stopping(stage: Stage) -> None:

@@ -231,8 +231,11 @@ def test_notice_deadlines_leave_time_to_upload() -> None:
     # A scaled-down local notice (12 s): stop the session 3 s before, finish 1.2 s before.
     kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=12))
     assert 8.5 < kill_at - t0 <= 9.5 and 10.3 < end_by - t0 <= 11.3
-    # A time already past still leaves a few seconds; no time at all means EC2's two minutes.
+    # The demo's notice (two minutes scaled to 4 s): stop the session after 3 s.
+    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=4))
+    assert 2.5 < kill_at - t0 <= 3.5 and 3.1 < end_by - t0 <= 4.1
+    # A time already past still leaves 2 s; no time at all means EC2's two minutes.
     kill_at, _ = _deadlines(datetime.now(UTC) - timedelta(seconds=30))
-    assert 7 < kill_at - t0 <= 8
+    assert 1.2 < kill_at - t0 <= 1.6
     kill_at, _ = _deadlines(None)
     assert 88 < kill_at - t0 <= 90.5

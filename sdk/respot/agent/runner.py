@@ -73,6 +73,7 @@ logger = logging.getLogger("respot.agent")
 
 DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
 STOP_NOTICE_SECONDS = 60.0  # SIGTERM: systemd waits 90 s before SIGKILL
+MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
 KILL_MARGIN_SECONDS = 30.0  # stop a session that ignores the notice this long before the end
 END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
 COMPLETED_UPLOAD_WAIT_SECONDS = 1800.0
@@ -672,7 +673,8 @@ class _AttemptRun:
 def _deadlines(at: datetime | None) -> tuple[float, float]:
     """(stop the session by, finish uploads by) on the monotonic clock, for a notice."""
     left = DEFAULT_NOTICE_SECONDS if at is None else (at - datetime.now(UTC)).total_seconds()
-    remaining = max(left, 10.0)
+    # The local runtime scales the two minutes down to a few seconds: trust the time given.
+    remaining = max(left, MIN_NOTICE_SECONDS)
     now = time.monotonic()
     kill_at = now + remaining - min(KILL_MARGIN_SECONDS, remaining * 0.25)
     end_by = now + remaining - min(END_MARGIN_SECONDS, remaining * 0.1)
