@@ -140,6 +140,7 @@ def start_agent(
     attempt: int,
     work_dir: Path,
     await_handoff: int | None = None,
+    without: tuple[str, ...] = (),
     **env: str,
 ) -> AgentProcess:
     tags = {"respot:job-id": job_id, "respot:attempt": str(attempt)}
@@ -168,7 +169,7 @@ def start_agent(
     with log_path.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "respot.agent"],
-            env=child_env(**settings),
+            env={k: v for k, v in child_env(**settings).items() if k not in without},
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

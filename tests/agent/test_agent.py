@@ -4,7 +4,9 @@ local IMDS server and real session child processes running `jobs/countjob.py`.""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from respot.messages import (
 
 from .agent_harness import AgentProcess, Mailbox, start_agent, submit_job
 
+LINGERING = "countjob:LingeringSession"
 SHELLISH = {
     "SEMI": "x; rm -rf /",
     "SUBST": "$(curl evil)",
@@ -177,6 +180,41 @@ def test_an_interrupted_attempt_hands_off_and_the_next_resumes_from_its_step(sta
     assert result["total"] == sum(range(1, 251))
 
 
+def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
+    stage: Stage,
+) -> None:
+    sub = submit_job(
+        stage.s3,
+        stage.bucket,
+        hyperparameters={
+            "steps": 100_000,
+            "sleep": 0.01,
+            "checkpoint_every": 20,
+            "ignore_notice": True,
+        },
+    )
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=30)
+        # A notice with two seconds to go: the agent stops the session after 1.5 s.
+        t0 = time.monotonic()
+        agent.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=2))
+        code = agent.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    assert code == 0, agent.log()
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    # Only periodic checkpoints exist; whatever came after the last one is reported as lost.
+    assert preempted.checkpoint_step is not None and preempted.checkpoint_step % 20 == 0
+    assert preempted.step is not None and preempted.step >= preempted.checkpoint_step
+    assert exists(stage.s3, stage.bucket, layout.handoff_key(sub.job_id, 1))
+    assert took < 12  # 1.5 s, then SIGTERM (ignored by this session) and SIGKILL 5 s later
+    assert "the session ignored the notice; stopping it" in agent.log()
+
+
 def test_a_rebalance_recommendation_checkpoints_without_stopping(stage: Stage) -> None:
     s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
     sub = submit_job(
@@ -223,7 +261,8 @@ def test_a_session_that_raises_fails_the_attempt_with_its_traceback(stage: Stage
 
 def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
     mailbox = stage.mailbox
-    agent = stage.boot("no-such-job", 1)
+    # No region in the environment either: the agent takes the instance's from IMDS.
+    agent = stage.boot("no-such-job", 1, without=("AWS_REGION", "AWS_DEFAULT_REGION"))
     try:
         code = agent.wait(60)
     finally:
@@ -233,3 +272,43 @@ def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
     [failed] = [m.body for m in mailbox.of(1)]
     assert isinstance(failed, AgentFailed)
     assert failed.reason.startswith("setup failed: cannot read the submission")
+
+
+def test_a_session_process_that_lingers_after_train_returns_still_completes(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The agent in this process (to shorten its 30 s grace), with a real child and IMDS.
+    from respot.agent import runner
+    from respot.agent.config import AgentConfig
+    from respot.agent.imds import ImdsClient
+
+    from infra.local.imds import ImdsServer
+
+    monkeypatch.setattr(runner, "EXIT_GRACE_SECONDS", 0.5)
+    sub = submit_job(stage.s3, stage.bucket, hyperparameters={}, entry_point=LINGERING)
+    imds = ImdsServer(
+        instance_id="i-0lingering0000000",
+        instance_type="g5.xlarge",
+        availability_zone="us-east-1a",
+        tags={"respot:job-id": sub.job_id, "respot:attempt": "1"},
+    ).start()
+    config = AgentConfig(
+        bucket=stage.bucket,
+        agent_queue_url=stage.queue_url,
+        region="us-east-1",
+        imds_endpoint=imds.url,
+        work_dir=stage.work / "inproc",
+        heartbeat_seconds=0.5,
+        imds_poll_seconds=0.1,
+    )
+    sqs = stage.mailbox.sqs
+    try:
+        t0 = time.monotonic()
+        result = runner.Agent(config, s3=stage.s3, sqs=sqs, imds=ImdsClient(imds.url)).run()
+        took = time.monotonic() - t0
+    finally:
+        imds.stop()
+    stage.mailbox.poll()
+    assert result.outcome == "completed", result
+    assert isinstance(stage.mailbox.of(1)[-1].body, AgentCompleted)
+    assert took < 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,6 +35,60 @@ def test_the_job_file_is_a_valid_spec() -> None:
     assert [(d.s3_uri, d.local_path) for d in spec.data] == [
         ("s3://respot-demo-data/digits/", "digits")
     ]
+
+
+class ExactInterrupter:
+    """A SessionHost that delivers an interruption notice at exact steps (in-process)."""
+
+    def __init__(self, steps: set[int]) -> None:
+        self.steps = steps
+        self.session: Any = None
+
+    def report(self, step: int, total_steps: int | None, metrics: dict[str, float]) -> None:
+        if step in self.steps:
+            self.steps.discard(step)
+            self.session.request_interruption("spot-interruption")
+
+    def checkpoint(self, step: int, reason: str) -> None:
+        pass
+
+
+def test_resuming_at_an_epoch_boundary_and_mid_epoch_is_exact(
+    digits_data: Path, tmp_path: Path
+) -> None:
+    # 1437 training images / 32 = 45 steps per epoch: step 45 ends epoch 1, 70 is mid-epoch.
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from digits.train import DigitsSession
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    hparams = {"epochs": 3, "hidden": 32, "checkpoint_every": 1000}
+
+    def run(name: str, stops: set[int]) -> tuple[str, list[int | None]]:
+        host = ExactInterrupter(stops)
+        resumed: list[int | None] = []
+        resume_step = None
+        while True:
+            session = DigitsSession(
+                checkpoint_dir=tmp_path / name / "ckpt",
+                data_dir=digits_data,
+                output_dir=tmp_path / name / "out",
+                hparams=hparams,
+                seed=3,
+                resume_step=resume_step,
+                host=host,
+            )
+            host.session = session
+            resumed.append(resume_step)
+            session.train()
+            if not session.interruption_requested:
+                return (tmp_path / name / "out" / "weights.sha256").read_text(), resumed
+            resume_step = session.last_checkpoint_step
+
+    plain, _ = run("plain", set())
+    cut, resumed = run("cut", {45, 70})
+    assert resumed == [None, 45, 70]
+    assert cut == plain
 
 
 @pytest.mark.slow

@@ -9,12 +9,14 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 from respot.agent.exceptions import ImdsError
 from respot.agent.imds import ImdsClient
+from respot.agent.protocol import Notice
 
-from infra.local.imds import ImdsServer
+from infra.local.imds import ImdsServer, SpotAction
 
 AWS_EVENTS = Path(__file__).resolve().parents[3] / "shared" / "aws-events"
 TAGS = {"respot:job-id": "job-1", "respot:attempt": "3", "team": "vision"}
@@ -192,3 +194,50 @@ def test_client_gives_up_with_an_error_when_nothing_answers() -> None:
     client = ImdsClient(url, attempts=3, backoff_seconds=0.01, timeout_seconds=0.5)
     with pytest.raises(ImdsError, match="after 3 attempts"):
         client.get("instance-id")
+
+
+# ---- the agent's notice poller ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("action", "notice"),
+    [("terminate", "spot-interruption"), ("stop", "stop"), ("hibernate", "stop")],
+)
+def test_poller_reports_each_notice_once(imds: ImdsServer, action: str, notice: str) -> None:
+    from respot.agent.runner import NoticePoller, _InterruptionNotice, _RebalanceNotice
+
+    seen: list[object] = []
+    poller = NoticePoller(ImdsClient(imds.url), every_seconds=60, emit=seen.append)
+    poller.poll_once()
+    assert seen == []
+    reclaim = datetime(2030, 1, 1, tzinfo=UTC)
+    imds.schedule_interruption(cast(SpotAction, action), reclaim)
+    imds.recommend_rebalance(datetime(2020, 10, 27, 8, 22, tzinfo=UTC))
+    poller.poll_once()
+    poller.poll_once()
+    assert seen == [
+        _InterruptionNotice(cast(Notice, notice), reclaim),
+        _RebalanceNotice("2020-10-27T08:22:00Z"),
+    ]
+    imds.recommend_rebalance(datetime(2020, 10, 27, 8, 23, tzinfo=UTC))  # a new one
+    poller.poll_once()
+    assert seen[-1] == _RebalanceNotice("2020-10-27T08:23:00Z") and len(seen) == 3
+
+
+def test_notice_deadlines_leave_time_to_upload() -> None:
+    from respot.agent.runner import _deadlines
+
+    t0 = time.monotonic()
+    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=120))
+    assert 88 < kill_at - t0 <= 90.5 and 108 < end_by - t0 <= 110.5
+    # A scaled-down local notice (12 s): stop the session 3 s before, finish 1.2 s before.
+    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=12))
+    assert 8.5 < kill_at - t0 <= 9.5 and 10.3 < end_by - t0 <= 11.3
+    # The demo's notice (two minutes scaled to 4 s): stop the session after 3 s.
+    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=4))
+    assert 2.5 < kill_at - t0 <= 3.5 and 3.1 < end_by - t0 <= 4.1
+    # A time already past still leaves 2 s; no time at all means EC2's two minutes.
+    kill_at, _ = _deadlines(datetime.now(UTC) - timedelta(seconds=30))
+    assert 1.2 < kill_at - t0 <= 1.6
+    kill_at, _ = _deadlines(None)
+    assert 88 < kill_at - t0 <= 90.5

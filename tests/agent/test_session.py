@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
+from respot.agent import standalone
 from respot.agent.exceptions import SessionFailedError
 from respot.agent.snapshots import CheckpointSnapshots
 from respot.agent.standalone import run_standalone
@@ -153,6 +155,17 @@ def test_standalone_raises_with_the_log_tail_when_the_session_fails(tmp_path: Pa
     assert info.value.exit_code == 1
     assert info.value.reason == "the session raised ValueError: boom at step 4"
     assert info.value.log_tail[-1] == "ValueError: boom at step 4"
+
+
+def test_a_process_that_lingers_after_train_returns_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(standalone, "EXIT_GRACE_SECONDS", 0.5)
+    spec = TrainingEnvVar(name="x", entry_point="countjob:LingeringSession")
+    t0 = time.monotonic()
+    out = run_standalone(spec, code_dir=JOBS_DIR, data_dir=tmp_path, work_dir=tmp_path / "w")
+    assert json.loads((out / "result.json").read_text()) == {"step": 1}
+    assert time.monotonic() - t0 < 20
 
 
 def test_a_wrong_entry_point_fails_clearly(tmp_path: Path) -> None:

@@ -85,6 +85,7 @@ class DigitsSession(TrainingSession):
         data_order = torch.Generator().manual_seed(self.seed + 1)
         epoch, batch_index, step = 0, 0, 0
         perm: torch.Tensor | None = None
+        last_loss = float("nan")  # none yet in this attempt (e.g. resumed at an epoch's end)
 
         if self.resume_step is not None:
             state = torch.load(self.checkpoint_dir / STATE_FILE, weights_only=True)
@@ -128,7 +129,8 @@ class DigitsSession(TrainingSession):
                 optimizer.step()
                 batch_index += 1
                 step += 1
-                self.report(step, loss=loss.item(), epoch=float(epoch))
+                last_loss = loss.item()
+                self.report(step, loss=last_loss, epoch=float(epoch))
                 if (
                     step % checkpoint_every == 0
                     or self.interruption_requested
@@ -140,9 +142,9 @@ class DigitsSession(TrainingSession):
                         return
             epoch, batch_index, perm = epoch + 1, 0, None
             accuracy = _accuracy(model, x_test, y_test)
-            self.report(step, loss=loss.item(), accuracy=accuracy, epoch=float(epoch))
+            self.report(step, loss=last_loss, accuracy=accuracy, epoch=float(epoch))
             if epoch % 10 == 0 or epoch == epochs:
-                print(f"epoch {epoch} step {step} loss {loss.item():.4f} acc {accuracy:.4f}")
+                print(f"epoch {epoch} step {step} loss {last_loss:.4f} acc {accuracy:.4f}")
 
         final = model.state_dict()
         torch.save(final, self.output_dir / "model.pt")

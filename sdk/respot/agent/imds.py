@@ -30,6 +30,7 @@ class InstanceIdentity:
 
     instance_id: str
     availability_zone: str
+    region: str
     instance_type: str
     job_id: str | None
     attempt: int | None
@@ -110,9 +111,12 @@ class ImdsClient:
                 raise ImdsError(f"instance tag {tag}={raw!r} is not a number") from None
 
         job = self.get(f"tags/instance/{JOB_TAG}")
+        zone = need("placement/availability-zone")
+        region = (self.get("placement/region") or "").strip() or zone[:-1]
         return InstanceIdentity(
             instance_id=need("instance-id"),
-            availability_zone=need("placement/availability-zone"),
+            availability_zone=zone,
+            region=region,
             instance_type=need("instance-type"),
             job_id=job.strip() if job and job.strip() else None,
             attempt=number(ATTEMPT_TAG),

@@ -285,9 +285,8 @@ class AttemptDirs:
         return self.root / "session.json"
 
     def create(self) -> None:
-        """Make every directory (empty ones for checkpoint, output and staging)."""
-        for d in (self.checkpoint, self.output, self.staging):
+        """Make every directory, empty (nothing of an earlier run in the same place survives)."""
+        for d in (self.code, self.data, self.checkpoint, self.output, self.staging):
             if d.exists():
                 shutil.rmtree(d)
-        for d in (self.code, self.data, self.checkpoint, self.output, self.staging):
-            d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True)

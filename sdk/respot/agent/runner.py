@@ -73,11 +73,14 @@ logger = logging.getLogger("respot.agent")
 
 DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
 STOP_NOTICE_SECONDS = 60.0  # SIGTERM: systemd waits 90 s before SIGKILL
+MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
 KILL_MARGIN_SECONDS = 30.0  # stop a session that ignores the notice this long before the end
 END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
 COMPLETED_UPLOAD_WAIT_SECONDS = 1800.0
 FAILED_UPLOAD_WAIT_SECONDS = 60.0
 FINAL_FLUSH_SECONDS = 120.0
+# train() has returned but the process lingers (a non-daemon thread left running): stop it.
+EXIT_GRACE_SECONDS = 30.0
 MAX_METRICS = 50
 LOG_TAIL_LINES = 50
 
@@ -230,21 +233,36 @@ class Agent:
         imds: ImdsClient | None = None,
     ) -> None:
         self.config = config
-        if s3 is None or sqs is None:
-            import boto3
-            from botocore.config import Config
-
-            retry = Config(retries={"mode": "standard", "max_attempts": 5})
-            session = boto3.session.Session(region_name=config.region)
-            s3 = s3 or session.client("s3", endpoint_url=config.endpoint_url, config=retry)
-            sqs = sqs or session.client("sqs", endpoint_url=config.endpoint_url, config=retry)
-        self.s3 = s3
-        self.sqs = sqs
+        self._s3 = s3
+        self._sqs = sqs
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: _InterruptionNotice | None = None
         self._signalled = False
         self._log_tail = _LogTail()
+
+    @property
+    def s3(self) -> S3Client:
+        assert self._s3 is not None, "clients are made once the region is known"
+        return self._s3
+
+    @property
+    def sqs(self) -> SQSClient:
+        assert self._sqs is not None, "clients are made once the region is known"
+        return self._sqs
+
+    def _make_clients(self, region: str) -> None:
+        """S3 and SQS clients in the configured region, else the instance's own."""
+        if self._s3 is not None and self._sqs is not None:
+            return
+        import boto3
+        from botocore.config import Config
+
+        retry = Config(retries={"mode": "standard", "max_attempts": 5})
+        session = boto3.session.Session(region_name=self.config.region or region)
+        url = self.config.endpoint_url
+        self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
+        self._sqs = self._sqs or session.client("sqs", endpoint_url=url, config=retry)
 
     def request_stop(self) -> None:
         """A "stop" notice from outside (SIGTERM, Ctrl-C); safe to call from a signal handler."""
@@ -269,6 +287,7 @@ class Agent:
                 "(launch it from respot's launch template with instance metadata tags on)"
             )
         job_id, attempt = identity.job_id, identity.attempt
+        self._make_clients(identity.region)
         logger.info(
             "job %s attempt %d on %s (%s, %s)",
             job_id,
@@ -299,6 +318,13 @@ class Agent:
         )
         try:
             return run.execute()
+        except Exception as exc:
+            # A bug of the agent itself: still tell the control plane, with what we know.
+            logger.exception("the agent failed")
+            reason = f"agent error: {type(exc).__name__}: {exc}"
+            tail = [*self._log_tail.lines, *traceback.format_exc().splitlines()]
+            messenger.send(AgentFailed(reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:]))
+            return AgentResult("failed", job_id, attempt, reason=reason)
         finally:
             poller.stop()
             messenger.close(timeout=FINAL_FLUSH_SECONDS)
@@ -464,6 +490,7 @@ class _AttemptRun:
         end_by: float | None = None
         killed = False
         told = False
+        returned_at: float | None = None
         try:
             while exit_code is None:
                 self.agent._check_signal()
@@ -476,10 +503,12 @@ class _AttemptRun:
                         heartbeat.nudge()
                 elif isinstance(event, CheckpointLine):
                     uploader.submit(Path(event.path), event.step, event.reason)
-                elif isinstance(event, DoneLine):
-                    done = event
-                elif isinstance(event, FailedLine):
-                    failed = event
+                elif isinstance(event, DoneLine | FailedLine):
+                    returned_at = time.monotonic()
+                    if isinstance(event, DoneLine):
+                        done = event
+                    else:
+                        failed = event
                 elif isinstance(event, SessionExited):
                     exit_code = event.exit_code
                 elif isinstance(event, _RebalanceNotice):
@@ -490,18 +519,31 @@ class _AttemptRun:
                     process.interrupt(notice.notice)
                     kill_at, end_by = _deadlines(notice.at)
                     logger.warning("told the session: %s", notice.notice)
-                if kill_at is not None and not killed and time.monotonic() >= kill_at:
+                now = time.monotonic()
+                if kill_at is not None and not killed and now >= kill_at:
                     killed = True
                     logger.error("the session ignored the notice; stopping it")
                     process.terminate(grace_seconds=5.0)
+                if (
+                    returned_at is not None
+                    and not killed
+                    and now - returned_at > EXIT_GRACE_SECONDS
+                ):
+                    killed = True
+                    logger.error("train() returned but the process does not exit; stopping it")
+                    process.terminate(grace_seconds=5.0)
         finally:
             heartbeat.stop()
+            if exit_code is None:  # the loop itself failed: do not leave the session running
+                process.terminate(grace_seconds=5.0)
         train_seconds = time.monotonic() - train_started
         logger.info("session ended: %s", describe_exit(exit_code))
         step = _max(done.step if done else None, self.progress.step)
-        if exit_code == 0 and done is not None and not done.interrupted:
+        # train() returned: the process exited cleanly, or we stopped it after it had returned.
+        returned = done is not None and (exit_code == 0 or killed)
+        if returned and done is not None and not done.interrupted:
             return self._completed(uploader, step, train_seconds)
-        if self.agent._notice is not None and ((exit_code == 0 and done is not None) or killed):
+        if self.agent._notice is not None and failed is None and (returned or killed):
             return self._preempted(uploader, step, end_by)
         if failed is not None:
             reason = f"the session raised {failed.error}"
@@ -633,7 +675,8 @@ class _AttemptRun:
 def _deadlines(at: datetime | None) -> tuple[float, float]:
     """(stop the session by, finish uploads by) on the monotonic clock, for a notice."""
     left = DEFAULT_NOTICE_SECONDS if at is None else (at - datetime.now(UTC)).total_seconds()
-    remaining = max(left, 10.0)
+    # The local runtime scales the two minutes down to a few seconds: trust the time given.
+    remaining = max(left, MIN_NOTICE_SECONDS)
     now = time.monotonic()
     kill_at = now + remaining - min(KILL_MARGIN_SECONDS, remaining * 0.25)
     end_by = now + remaining - min(END_MARGIN_SECONDS, remaining * 0.1)

@@ -31,6 +31,8 @@ from respot.spec import TrainingEnvVar
 
 logger = logging.getLogger(__name__)
 
+EXIT_GRACE_SECONDS = 30.0
+
 
 def run_standalone(
     spec: TrainingEnvVar,
@@ -102,10 +104,16 @@ def _run_attempt(
     process.start()
     done: DoneLine | None = None
     failed: FailedLine | None = None
+    returned_at: float | None = None
+    stopped = False
     while True:
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
             process.terminate(grace_seconds=2.0)
             deadline = None
+        if returned_at is not None and not stopped and now - returned_at > EXIT_GRACE_SECONDS:
+            stopped = True  # train() returned; a leftover thread keeps the process alive
+            process.terminate(grace_seconds=2.0)
         try:
             event = events.get(timeout=0.5)
         except queue.Empty:
@@ -116,13 +124,13 @@ def _run_attempt(
         if isinstance(event, CheckpointLine):
             _keep_local(store, Path(event.path), event.step, launch.attempt, spec.checkpoint_keep)
         elif isinstance(event, DoneLine):
-            done = event
+            done, returned_at = event, time.monotonic()
         elif isinstance(event, FailedLine):
-            failed = event
+            failed, returned_at = event, time.monotonic()
         elif isinstance(event, SessionExited):
             code = event.exit_code
             break
-    if code != 0 or done is None:
+    if done is None or (code != 0 and not stopped):
         reason = (
             f"the session raised {failed.error}"
             if failed

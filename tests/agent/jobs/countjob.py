@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 from respot.session import TrainingSession
@@ -21,6 +22,7 @@ class CountingSession(TrainingSession):
         sleep = float(self.hparams.get("sleep", 0.0))
         every = int(self.hparams.get("checkpoint_every", 5))
         fail_at = self.hparams.get("fail_at")
+        ignore_notice = bool(self.hparams.get("ignore_notice", False))
         self.total_steps = steps
         state_file = self.checkpoint_dir / "state.json"
         # A large file that never changes: the second checkpoint must not send it again.
@@ -40,12 +42,13 @@ class CountingSession(TrainingSession):
                 raise ValueError(f"boom at step {step}")
             time.sleep(sleep)
             self.report(step, total=float(total))
-            if step % every == 0 or self.interruption_requested or self.checkpoint_requested:
+            noticed = self.interruption_requested and not ignore_notice
+            if step % every == 0 or noticed or self.checkpoint_requested:
                 tmp = state_file.with_suffix(".tmp")
                 tmp.write_text(json.dumps({"step": step, "total": total}))
                 os.replace(tmp, state_file)
                 self.save_checkpoint(step)
-                if self.interruption_requested:
+                if noticed:
                     print(f"interrupted ({self.interruption_notice}) at step {step}", flush=True)
                     return
         result = {
@@ -63,3 +66,12 @@ class CountingSession(TrainingSession):
         (self.output_dir / "env.json").write_text(json.dumps(echoed))
         (self.output_dir / "nested").mkdir(exist_ok=True)
         (self.output_dir / "nested" / "note.txt").write_text("done\n")
+
+
+class LingeringSession(TrainingSession):
+    """Returns from train() but leaves a non-daemon thread running, so the process lingers."""
+
+    def train(self) -> None:
+        threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
+        self.report(1)
+        (self.output_dir / "result.json").write_text(json.dumps({"step": 1}))
