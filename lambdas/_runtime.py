@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.batch import (
     process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
 from respot.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.exceptions import RespotError

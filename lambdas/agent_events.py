@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
-from respot.core.events import AgentReport
-from respot.messages import AgentMessage
 
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from respot.core.events import AgentReport
+from respot.messages import AgentMessage
 
 
 def _report(body: str) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
+
+from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.ec2events import unwrap_sns
 from respot.messages import COMMAND_ADAPTER, JobSubmission
 from respot.spec import describe_validation_error
-
-from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 
 
 def _submit(body: str) -> None:

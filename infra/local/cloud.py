@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+
+from infra.wiring import WIRING, Wiring
 from respot import config as cfg
 from respot.core.placement import SubnetRef
 from respot.deployment import DEFAULT_PARAMETER, Deployment
-
-from infra.wiring import WIRING, Wiring
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}

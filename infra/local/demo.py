@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from respot import layout
-from respot.core.job import JobRecord, TimelineEntry
-from respot.spec import DataSourceEnvVar, TrainingEnvVar
-
 from infra.local.fleet import FleetTiming
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot import layout
+from respot.core.job import JobRecord, TimelineEntry
+from respot.spec import DataSourceEnvVar, TrainingEnvVar
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "digits"
@@ -81,7 +80,7 @@ def demo_spec(seed: int = 7, hyperparameters: dict[str, Any] | None = None) -> T
 def _prepare_data(rt: LocalRuntime, scratch: Path) -> Path:
     sys.path.insert(0, str(EXAMPLE))
     try:
-        from prepare_data import write_digits_npz  # type: ignore[import-not-found]
+        from prepare_data import write_digits_npz
     finally:
         sys.path.remove(str(EXAMPLE))
     data_dir = scratch / "data" / "digits"

@@ -27,11 +27,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from respot.ec2events import REBALANCE, SPOT_FULFILLMENT, SPOT_INTERRUPTION, STATE_CHANGE
-
 from infra.local.clock import Timers, TimeScale
 from infra.local.cloud import CREDENTIALS, LocalDeployment
 from infra.local.imds import ImdsServer
+from respot.ec2events import REBALANCE, SPOT_FULFILLMENT, SPOT_INTERRUPTION, STATE_CHANGE
 
 log = logging.getLogger("respot.local.fleet")
 

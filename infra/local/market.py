@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from respot.core.cost import on_demand_price
-
 from infra.local.clock import Timers, TimeScale
 from infra.local.fleet import InstanceFleet, LocalInstance
+from respot.core.cost import on_demand_price
 
 log = logging.getLogger("respot.local.market")
 

@@ -21,13 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from respot import config as cfg
-from respot.client import JobHandle, run
-from respot.config import ControlPlaneConfig
-from respot.control.service import ControlPlane
-from respot.deployment import Deployment
-from respot.spec import TrainingEnvVar
-
 import lambdas._runtime as lambda_runtime
 from infra.local import cloud
 from infra.local.clock import Timers, TimeScale
@@ -35,6 +28,12 @@ from infra.local.dispatcher import Dispatcher
 from infra.local.fleet import FleetTiming, InstanceFleet
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.wiring import WIRING
+from respot import config as cfg
+from respot.client import JobHandle, run
+from respot.config import ControlPlaneConfig
+from respot.control.service import ControlPlane
+from respot.deployment import Deployment
+from respot.spec import TrainingEnvVar
 
 log = logging.getLogger("respot.local")
 

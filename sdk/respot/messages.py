@@ -126,8 +126,8 @@ class AgentPreempted(_Message):
     """The session stopped on an interruption notice after saving; the instance may now go."""
 
     kind: Literal["preempted"] = "preempted"
-    step: int | None
-    checkpoint_step: int | None
+    step: int | None = None
+    checkpoint_step: int | None = None
     notice: Literal["spot-interruption", "rebalance", "stop"]
 
 
@@ -135,7 +135,7 @@ class AgentCompleted(_Message):
     """The session returned normally; outputs are uploaded."""
 
     kind: Literal["completed"] = "completed"
-    step: int | None
+    step: int | None = None
     outputs_prefix: str
     train_seconds: float
 

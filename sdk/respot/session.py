@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import math
 import sys
 import threading
@@ -22,7 +23,7 @@ class SessionHost(Protocol):
         """Snapshot the checkpoint directory now as the checkpoint of `step`; upload later."""
 
 
-class TrainingSession:
+class TrainingSession(abc.ABC):
     """Base class of a training job: subclass it and override `train()`.
 
     The agent builds the session in a child process on the instance and calls `train()` once
@@ -110,9 +111,9 @@ class TrainingSession:
 
     # ---- what the researcher overrides -------------------------------------------------------
 
+    @abc.abstractmethod
     def train(self) -> None:
         """Run (or resume) training; see the class docstring for the contract."""
-        raise NotImplementedError(f"{type(self).__name__} must override train()")
 
     def on_interruption(self, notice: str) -> None:
         """Called once, from a background thread, when an interruption notice arrives.

@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infra.local.imds import ImdsServer
 from respot import layout
 from respot.messages import AgentMessage, CodeArtifact, JobSubmission, utcnow
 from respot.spec import TrainingEnvVar
-
-from infra.local.imds import ImdsServer
 
 from .conftest import JOBS_DIR, child_env
 

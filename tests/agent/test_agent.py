@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from respot import layout
 from respot.messages import (
     AgentCheckpoint,
@@ -69,9 +70,7 @@ class Stage:
 
 
 @pytest.fixture
-def stage(
-    s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_path: Path
-) -> Stage:
+def stage(s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_path: Path) -> Stage:
     return Stage(s3, bucket, agent_queue, Mailbox(sqs, agent_queue), moto_url, tmp_path)
 
 
@@ -278,11 +277,10 @@ def test_a_session_process_that_lingers_after_train_returns_still_completes(
     stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The agent in this process (to shorten its 30 s grace), with a real child and IMDS.
+    from infra.local.imds import ImdsServer
     from respot.agent import runner
     from respot.agent.config import AgentConfig
     from respot.agent.imds import ImdsClient
-
-    from infra.local.imds import ImdsServer
 
     monkeypatch.setattr(runner, "EXIT_GRACE_SECONDS", 0.5)
     sub = submit_job(stage.s3, stage.bucket, hyperparameters={}, entry_point=LINGERING)

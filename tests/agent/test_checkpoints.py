@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from boto3.s3.transfer import TransferConfig
+
 from respot import layout
 from respot.checkpoints import CheckpointStore
 from respot.exceptions import CheckpointError

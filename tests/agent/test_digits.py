@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from respot.agent.standalone import run_standalone
 from respot.spec import validate_spec
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+
+from infra.local.imds import ImdsServer, SpotAction
 from respot.agent.exceptions import ImdsError
 from respot.agent.imds import ImdsClient
 from respot.agent.protocol import Notice
-
-from infra.local.imds import ImdsServer, SpotAction
 
 AWS_EVENTS = Path(__file__).resolve().parents[3] / "shared" / "aws-events"
 TAGS = {"respot:job-id": "job-1", "respot:attempt": "3", "team": "vision"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from respot.messages import (
     AgentCompleted,
     AgentMessage,
@@ -27,12 +28,6 @@ def test_messages_with_values_round_trip() -> None:
     assert roundtrip(AgentProgress()).body.kind == "progress"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="messages.py: encode() drops None fields (exclude_none) but AgentCompleted.step and "
-    "AgentPreempted.step/checkpoint_step have no default, so the decoder rejects them; "
-    "fix: give those fields `= None` (see the agent report)",
-)
 @pytest.mark.parametrize(
     "body",
     [
@@ -41,5 +36,5 @@ def test_messages_with_values_round_trip() -> None:
     ],
     ids=["completed-without-step", "preempted-without-checkpoint"],
 )
-def test_messages_with_none_fields_round_trip(body: object) -> None:
-    roundtrip(body)
+def test_messages_with_none_fields_round_trip(body: AgentCompleted | AgentPreempted) -> None:
+    assert roundtrip(body).body == body

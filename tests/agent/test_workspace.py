@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from respot.agent.exceptions import SetupError
 from respot.agent.workspace import fetch_code, fetch_data, safe_extract, wait_for_object
 from respot.messages import CodeArtifact

@@ -30,7 +30,6 @@ from respot.messages import (
     AgentStarted,
     CancelCommand,
 )
-
 from tests.core.factories import SETTINGS, T0, agent, at, submission
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from respot.core.states import TERMINAL_STATES, TRANSITIONS, JobState, Transition, can, next_state
 from respot.exceptions import IllegalTransitionError
 

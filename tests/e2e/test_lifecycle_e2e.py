@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from infra.local.market import ChaosSchedule
+from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot import layout
 from respot.core.job import AttemptEnd, JobRecord, Market
 from respot.messages import new_job_id
 from respot.spec import TrainingEnvVar
-
-from infra.local.market import ChaosSchedule
-from infra.local.runtime import LocalRuntime, RuntimeOptions
 
 pytestmark = pytest.mark.e2e
 

@@ -10,17 +10,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from respot.config import ENV_DLQ_URL, ControlPlaneConfig
-from respot.control.service import ControlPlane
-from respot.core.states import JobState
-from respot.messages import (
-    AgentMessage,
-    AgentProgress,
-    AgentStarted,
-    CancelCommand,
-    JobSubmission,
-)
-from respot.spec import TrainingEnvVar
 
 import lambdas._runtime as runtime
 from infra.local import cloud
@@ -34,6 +23,17 @@ from lambdas import (
     spot_interruption,
     submit,
 )
+from respot.config import ENV_DLQ_URL, ControlPlaneConfig
+from respot.control.service import ControlPlane
+from respot.core.states import JobState
+from respot.messages import (
+    AgentMessage,
+    AgentProgress,
+    AgentStarted,
+    CancelCommand,
+    JobSubmission,
+)
+from respot.spec import TrainingEnvVar
 from tests.conftest import aws_event
 
 CONTEXT = LambdaContext("test", 256, 60)

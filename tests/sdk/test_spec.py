@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+
 from respot.exceptions import MessageTooLargeError, SpecError
 from respot.messages import JobSubmission, encode
 from respot.spec import TrainingEnvVar, parse_duration, validate_spec

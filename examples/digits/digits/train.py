@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from respot.session import TrainingSession
 from torch import nn
+
+from respot.session import TrainingSession
 
 DEFAULTS: dict[str, Any] = {
     # About 35 s on one CPU thread (3,150 steps of ~11 ms); see docs/agent.md.
