@@ -115,7 +115,7 @@ class TrainingSession(abc.ABC):
     def train(self) -> None:
         """Run (or resume) training; see the class docstring for the contract."""
 
-    def on_interruption(self, notice: str) -> None:
+    def on_interruption(self, notice: str) -> None:  # noqa: B027 - an optional hook
         """Called once, from a background thread, when an interruption notice arrives.
 
         `notice` is "spot-interruption" or "stop". The default does nothing; the loop's check
