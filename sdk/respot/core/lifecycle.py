@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from respot.core.effects import Effect, LaunchInstance, ReleaseHandoff, TerminateInstances
 from respot.core.events import (
@@ -140,7 +140,7 @@ def decide(
         case InstanceDown():
             return _instance_down(d, event)
         case AgentReport():
-            return _agent(d, event)
+            return _agent(d, event, settings)
         case CancelRequested():
             return _cancel(d, event)
         case ReconcileTick():
@@ -481,7 +481,7 @@ def _end_for(state: JobState) -> AttemptEnd:
 # ---- agent reports ---------------------------------------------------------------------------
 
 
-def _agent(d: _Draft, event: AgentReport) -> Decision:
+def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision:
     job = d.job
     msg = event.message
     att = job.attempt(msg.attempt)
@@ -536,6 +536,8 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
             if current and job.state in (JobState.REQUESTED, JobState.STARTING):
                 att.bound_at = att.bound_at or d.now
                 d.go(Transition.START)
+            if current and job.state is JobState.RUNNING:
+                _progress_note(d, settings)
         case AgentCheckpoint():
             att.checkpoint_step = max(att.checkpoint_step or 0, body.step)
             if job.checkpoint is None or body.step >= job.checkpoint.step:
@@ -595,6 +597,37 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
         case AgentFailed():
             _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
+
+
+def _progress_note(d: _Draft, settings: ControlSettings) -> None:
+    """Note the training's progress at most once per `progress_note_interval` (for Slack).
+
+    Throttled here, at the source, so that a heartbeat costs the notifier nothing: the note
+    carries the step and time of the previous one (or of the start of training), from which
+    a reader computes the rate and the ETA.
+    """
+    job = d.job
+    progress = job.progress
+    interval = settings.progress_note_interval
+    if interval <= timedelta(0) or progress.step is None:
+        return
+    started = next((a.started_at for a in job.attempts if a.started_at is not None), None)
+    since_at = progress.noted_at or started or d.now
+    since_step = progress.noted_step if progress.noted_at is not None else 0
+    if d.now - since_at < interval or progress.step <= (since_step or 0):
+        return
+    total = f"/{progress.total_steps}" if progress.total_steps else ""
+    d.note(
+        "progress",
+        f"step {progress.step}{total}",
+        step=progress.step,
+        total_steps=progress.total_steps,
+        metrics=dict(progress.metrics),
+        since_step=since_step,
+        since_at=since_at.isoformat(),
+    )
+    progress.noted_step = progress.step
+    progress.noted_at = d.now
 
 
 def _finish(
