@@ -1,8 +1,10 @@
 """`make demo`: the digits example through the local runtime, interrupted twice, to completion.
 
-It prints the job's timeline as it happens and ends with one line of JSON:
+It prints the job's timeline as it happens, then the job's Slack thread as the team sees it
+in the local Slack (the status card in its final state, then the replies), and ends with
+one line of JSON:
     {"job_id", "state", "interruptions", "resumed_from_steps", "lost_steps",
-     "weights_identical_to_uninterrupted", "wall_seconds", ...}
+     "weights_identical_to_uninterrupted", "wall_seconds", "slack_replies", ...}
 `weights_identical_to_uninterrupted` compares the job's final weights with those of the same
 job trained once more, uninterrupted, in a separate process at the same time.
 """
@@ -60,6 +62,8 @@ class DemoResult:
     weights_identical_to_uninterrupted: bool
     wall_seconds: float
     details: list[Interruption] = field(default_factory=list)
+    slack_thread: str = ""  # the job's thread in the local Slack, rendered as text
+    slack_replies: int = 0
 
 
 def demo_spec(seed: int = 7, hyperparameters: dict[str, Any] | None = None) -> TrainingEnvVar:
@@ -194,6 +198,15 @@ def run_demo(
         if "error" in baseline:
             say(f"the uninterrupted run failed: {baseline['error']}")
         details = interruptions_of(record, timing, time_scale)
+        # Slack hears of the end a moment after the job record does: let the queue drain.
+        if not rt.wait_notifications(timeout=30):
+            say("the notifications queue did not drain within 30 s")
+        slack_thread = rt.slack_thread(handle.job_id)
+        final = rt.job_record(handle.job_id)
+        slack_replies = 0
+        if rt.slack is not None and final is not None and final.notify.get("slack"):
+            where = final.notify["slack"]
+            slack_replies = len(rt.slack.thread(where["channel"], where["ts"]).replies)
         for d in details:
             say(
                 f"interruption of attempt {d.attempt}: stopped at step {d.step_at_stop}, resumed "
@@ -202,6 +215,9 @@ def run_demo(
                 f"{d.notice_to_resumed_s or float('nan'):.2f}s of which simulated EC2 "
                 f"{d.simulated_ec2_s:.2f}s"
             )
+        say(f"the job's Slack thread in {options.slack_channel}, as the team sees it:")
+        if echo:
+            print(slack_thread, flush=True)
     result = DemoResult(
         job_id=record.job_id,
         state=record.state.value,
@@ -213,6 +229,8 @@ def run_demo(
         weights_identical_to_uninterrupted=bool(weights) and weights == baseline.get("weights"),
         wall_seconds=round(time.monotonic() - t0, 1),
         details=details,
+        slack_thread=slack_thread,
+        slack_replies=slack_replies,
     )
     return result
 
@@ -228,6 +246,7 @@ def summary_json(result: DemoResult) -> str:
             "lost_steps": result.lost_steps,
             "weights_identical_to_uninterrupted": result.weights_identical_to_uninterrupted,
             "wall_seconds": result.wall_seconds,
+            "slack_replies": result.slack_replies,
             "changeovers": [
                 {
                     "attempt": d.attempt,

@@ -65,3 +65,19 @@ def test_the_interval_comes_from_the_environment() -> None:
     assert ControlPlaneConfig.from_env(env).settings().progress_note_interval == timedelta(
         seconds=20
     )
+
+
+def test_after_a_resume_the_rate_counts_from_the_restored_step_not_across_the_downtime() -> None:
+    # GIVEN a note at step 100, then an interruption, 10 minutes down, a resume from step 90
+    story = Story(settings=every_second(60)).submit(0).place("i-1", 5).start("i-1", 1, 10)
+    story.progress("i-1", 1, 100, 100, total=1000)
+    story.notice("i-1", 1, 110).preempted("i-1", 1, 105, 112)
+    story.place("i-2", 700).start("i-2", 2, 720, restored=90)
+    # WHEN the new instance reports progress
+    story.progress("i-2", 2, 150, 800, total=1000)
+    # THEN the note after the resume measures from step 90 at the new start
+    notes = progress_notes(story)
+    assert [(n["step"], n["since_step"], n["since_at"]) for n in notes] == [
+        (100, 0, at(10).isoformat()),
+        (150, 90, at(720).isoformat()),
+    ]

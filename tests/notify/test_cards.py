@@ -199,3 +199,15 @@ def test_text_helpers() -> None:
     assert [usd(2.5), usd(0.25), usd(0.0012)] == ["$2.50", "$0.250", "$0.0012"]
     assert [duration(s) for s in (3.25, 125, 7380, 90000)] == ["3.2s", "2m 05s", "2h 03m", "1d 1h"]
     assert duration(timedelta(minutes=1).total_seconds()) == "1m 00s"
+
+
+def test_an_interruption_before_any_step_or_checkpoint_says_so() -> None:
+    story = Story().submit(0).place("i-1", 5).start("i-1", 1, 10).notice("i-1", 1, 12)
+    entry = next(e for e in story.record.timeline if e.kind == "interrupted")
+    reply = reply_for(entry, story.record)
+    assert reply is not None
+    assert "for i-1 before step 1 (interruption 1)" in reply.text
+    assert (
+        "newest checkpoint before the notice: no checkpoint yet"
+        in section_texts(reply.payload())[1]
+    )

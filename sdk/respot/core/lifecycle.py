@@ -536,8 +536,8 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             if current and job.state in (JobState.REQUESTED, JobState.STARTING):
                 att.bound_at = att.bound_at or d.now
                 d.go(Transition.START)
-            if current and job.state is JobState.RUNNING:
-                _progress_note(d, settings)
+            if current and job.state is JobState.RUNNING and body.step is not None:
+                _progress_note(d, att, settings)
         case AgentCheckpoint():
             att.checkpoint_step = max(att.checkpoint_step or 0, body.step)
             if job.checkpoint is None or body.step >= job.checkpoint.step:
@@ -599,22 +599,26 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
     return d.decision()
 
 
-def _progress_note(d: _Draft, settings: ControlSettings) -> None:
+def _progress_note(d: _Draft, att: Attempt, settings: ControlSettings) -> None:
     """Note the training's progress at most once per `progress_note_interval` (for Slack).
 
-    Throttled here, at the source, so that a heartbeat costs the notifier nothing: the note
-    carries the step and time of the previous one (or of the start of training), from which
-    a reader computes the rate and the ETA.
+    Throttled here, at the source, so that a heartbeat costs the notifier nothing. The note
+    carries where the rate is measured from: the previous note, or the start of this attempt
+    if it began after that note (so that downtime does not skew the ETA).
     """
     job = d.job
     progress = job.progress
     interval = settings.progress_note_interval
-    if interval <= timedelta(0) or progress.step is None:
+    if interval <= timedelta(0) or progress.step is None or att.started_at is None:
         return
-    started = next((a.started_at for a in job.attempts if a.started_at is not None), None)
-    since_at = progress.noted_at or started or d.now
-    since_step = progress.noted_step if progress.noted_at is not None else 0
-    if d.now - since_at < interval or progress.step <= (since_step or 0):
+    first = next((a.started_at for a in job.attempts if a.started_at is not None), att.started_at)
+    if d.now - (progress.noted_at or first) < interval:
+        return
+    if progress.noted_at is not None and progress.noted_at >= att.started_at:
+        since_at, since_step = progress.noted_at, progress.noted_step or 0
+    else:
+        since_at, since_step = att.started_at, att.restored_step or 0
+    if progress.step <= since_step:
         return
     total = f"/{progress.total_steps}" if progress.total_steps else ""
     d.note(

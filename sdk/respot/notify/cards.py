@@ -381,18 +381,21 @@ def _interrupted(
     number = d.get("interruptions")
     # The step the control plane last heard of can lag the newest checkpoint (heartbeats are
     # less frequent than checkpoints): say the larger.
-    step = max(int(step or 0), int(saved or 0)) if step is not None or saved is not None else None
+    known = max(int(step or 0), int(saved or 0))
+    at_step = f"at step {known}" if step is not None or saved is not None else "before step 1"
+    checkpoint = f"checkpoint step {saved}" if saved is not None else "no checkpoint yet"
+    iid = d.get("instance_id")
     if d.get("noticed"):
         main = (
-            f":warning: *Spot interruption notice* for `{d.get('instance_id')}` at step {step} "
+            f":warning: *Spot interruption notice* for `{iid}` {at_step} "
             f"(interruption {number}): checkpointing now; a replacement is requested"
         )
-        detail = f"newest checkpoint before the notice: step {saved}"
+        detail = f"newest checkpoint before the notice: {checkpoint}"
     else:
-        lost = max(int(step or 0) - int(saved or 0), 0)
+        lost = max(known - int(saved or 0), 0)
         main = (
-            f":warning: *Instance lost* without notice: `{d.get('instance_id')}` at step {step} "
-            f"(interruption {number}); resuming from checkpoint step {saved}"
+            f":warning: *Instance lost* without notice: `{iid}` {at_step} "
+            f"(interruption {number}); resuming from {checkpoint}"
         )
         detail = f"{lost} step(s) to redo"
     return _reply(main, detail, _at(entry))
