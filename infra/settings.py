@@ -39,6 +39,18 @@ CONTEXT_KEYS = (
     "alarm_topic_arn",
 )
 
+_TEXT_KEYS = {
+    "stage",
+    "vpc_id",
+    "ami_id",
+    "ami_parameter",
+    "root_device_name",
+    "slack_channel",
+    "deployment_parameter",
+    "alarm_topic_arn",
+}
+_LIST_KEYS = {"instance_types", "allowed_publisher_role_arns", "data_bucket_arns"}
+
 _STAGE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,24}$")
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
 _VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
@@ -145,29 +157,22 @@ class DeploySettings:
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> DeploySettings:
         """Read every context key through `get` (e.g. `app.node.try_get_context`)."""
-        raw = {key: get(key) for key in CONTEXT_KEYS}
+        raw = {key: value for key in CONTEXT_KEYS if (value := get(key)) not in (None, "")}
         values: dict[str, Any] = {}
-        for key in ("stage", "vpc_id", "ami_id", "slack_channel", "alarm_topic_arn"):
-            if raw[key] not in (None, ""):
-                values[key] = str(raw[key])
-        for key in ("ami_parameter", "root_device_name", "deployment_parameter"):
-            if raw[key] not in (None, ""):
-                values[key] = str(raw[key])
-        if raw["subnet_ids"] not in (None, ""):
+        for key in _TEXT_KEYS & raw.keys():
+            values[key] = str(raw[key])
+        for key in _LIST_KEYS & raw.keys():
+            values[key] = _strings(raw[key], key)
+        if "subnet_ids" in raw:
             values["subnets"] = _subnets(raw["subnet_ids"])
-        if raw["instance_types"] not in (None, ""):
-            values["instance_types"] = _strings(raw["instance_types"], "instance_types")
-        for key in ("allowed_publisher_role_arns", "data_bucket_arns"):
-            if raw[key] not in (None, ""):
-                values[key] = _strings(raw[key], key)
-        if raw["root_volume_gb"] not in (None, ""):
+        if "root_volume_gb" in raw:
             try:
                 values["root_volume_gb"] = int(raw["root_volume_gb"])
             except (TypeError, ValueError) as exc:
                 raise DeploySettingsError(
                     f"root_volume_gb {raw['root_volume_gb']!r} is not a number"
                 ) from exc
-        if raw["on_demand_prices"] not in (None, ""):
+        if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")
             try:
                 values["on_demand_prices"] = {str(k): float(v) for k, v in prices.items()}

@@ -20,7 +20,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from respot import layout
+from respot import config, layout
 from respot.core.lifecycle import MANAGED_TAG
 
 from infra.bundling import LocalAsset, agent_package_asset
@@ -187,8 +187,8 @@ class Fleet(Construct):
 
         # ---- the bootstrap: deployment values in a file, then a fixed script
         self.agent_environment: dict[str, str] = {
-            "RESPOT_BUCKET": bucket.bucket_name,
-            "RESPOT_AGENT_QUEUE_URL": agent_queue.queue_url,
+            config.ENV_BUCKET: bucket.bucket_name,
+            config.ENV_AGENT_QUEUE_URL: agent_queue.queue_url,
             "AWS_REGION": Aws.REGION,
             "AWS_DEFAULT_REGION": Aws.REGION,
             "RESPOT_SHUTDOWN": "poweroff",
