@@ -118,19 +118,27 @@ def _table(t: GrantTargets, function: str) -> GrantPolicy:
     )
 
 
+def job_objects(bucket: s3.IBucket, sid: str, *actions: str) -> iam.PolicyStatement:
+    """`actions` on the objects under jobs/ (every job's; see docs/security.md)."""
+    return iam.PolicyStatement(
+        sid=sid, actions=list(actions), resources=[bucket.arn_for_objects(f"{layout.JOBS_PREFIX}*")]
+    )
+
+
+def list_job_objects(bucket: s3.IBucket) -> iam.PolicyStatement:
+    """s3:ListBucket on the bucket, only for prefixes under jobs/."""
+    return iam.PolicyStatement(
+        sid="ListJobObjects",
+        actions=["s3:ListBucket"],
+        resources=[bucket.bucket_arn],
+        conditions={"StringLike": {"s3:prefix": [f"{layout.JOBS_PREFIX}*"]}},
+    )
+
+
 def _bucket(t: GrantTargets, function: str) -> GrantPolicy:
     statements = [
-        iam.PolicyStatement(
-            sid="JobObjectsReadWrite",
-            actions=list(BUCKET_OBJECT_ACTIONS),
-            resources=[t.bucket.arn_for_objects(f"{layout.JOBS_PREFIX}*")],
-        ),
-        iam.PolicyStatement(
-            sid="JobObjectsList",
-            actions=["s3:ListBucket"],
-            resources=[t.bucket.bucket_arn],
-            conditions={"StringLike": {"s3:prefix": [f"{layout.JOBS_PREFIX}*"]}},
-        ),
+        job_objects(t.bucket, "ReadWriteJobObjects", *BUCKET_OBJECT_ACTIONS),
+        list_job_objects(t.bucket),
     ]
     return GrantPolicy(statements, (_JOB_OBJECTS,))
 

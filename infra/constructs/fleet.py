@@ -24,6 +24,7 @@ from respot import config, layout
 from respot.core.lifecycle import MANAGED_TAG
 
 from infra.bundling import LocalAsset, agent_package_asset
+from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
 
 BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[1] / "bootstrap" / "agent-bootstrap.sh"
@@ -103,22 +104,13 @@ class Fleet(Construct):
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
         policy = iam.Policy(self, "InstancePolicy", roles=[self.role])
         policy.add_statements(
-            iam.PolicyStatement(
-                sid="ReadJobObjects",
-                actions=["s3:GetObject"],
-                resources=[bucket.arn_for_objects(f"{jobs}*")],
-            ),
+            job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
             iam.PolicyStatement(
                 sid="WriteJobResults",
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
                 resources=[bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES],
             ),
-            iam.PolicyStatement(
-                sid="ListJobObjects",
-                actions=["s3:ListBucket"],
-                resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{jobs}*"]}},
-            ),
+            list_job_objects(bucket),
             iam.PolicyStatement(
                 sid="ReadAgentPackage",
                 actions=["s3:GetObject"],

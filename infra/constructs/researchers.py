@@ -20,6 +20,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 from respot import layout
 
+from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
 
 RESEARCHER_POLICY_NAME = "RespotResearcherPolicy"
@@ -90,17 +91,8 @@ class ResearcherAccess(Construct):
                     actions=["s3:PutObject"],
                     resources=[bucket.arn_for_objects(f"{jobs}*/code/*")],
                 ),
-                iam.PolicyStatement(
-                    sid="ReadJobObjects",
-                    actions=["s3:GetObject"],
-                    resources=[bucket.arn_for_objects(f"{jobs}*")],
-                ),
-                iam.PolicyStatement(
-                    sid="ListJobObjects",
-                    actions=["s3:ListBucket"],
-                    resources=[bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [f"{jobs}*"]}},
-                ),
+                job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
+                list_job_objects(bucket),
             ],
         )
         suppress(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
@@ -16,6 +18,21 @@ NONCURRENT_VERSION_DAYS = 30
 ACCESS_LOG_DAYS = 365
 INCOMPLETE_UPLOAD_DAYS = 7
 SERVER_ACCESS_LOGS_USE_BUCKET_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
+
+
+def _private_bucket(scope: Construct, construct_id: str, **props: Any) -> s3.Bucket:
+    """SSE-S3, no public access, no ACLs, TLS 1.2+ only, kept when the stack goes."""
+    return s3.Bucket(
+        scope,
+        construct_id,
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        enforce_ssl=True,
+        minimum_tls_version=1.2,
+        removal_policy=RemovalPolicy.RETAIN,
+        **props,
+    )
 
 
 class JobStore(Construct):
@@ -60,14 +77,9 @@ class JobStore(Construct):
         self.index_names = tuple(wiring.table_indexes)
 
         # Server access logs of the jobs bucket, and VPC flow logs when the stack makes the VPC.
-        self.log_bucket = s3.Bucket(
+        self.log_bucket = _private_bucket(
             self,
             "LogBucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            enforce_ssl=True,
-            minimum_tls_version=1.2,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="expire-logs",
@@ -75,18 +87,12 @@ class JobStore(Construct):
                     abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
                 )
             ],
-            removal_policy=RemovalPolicy.RETAIN,
         )
 
-        self.bucket = s3.Bucket(
+        self.bucket = _private_bucket(
             self,
             "Bucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
             versioned=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            enforce_ssl=True,
-            minimum_tls_version=1.2,
             server_access_logs_bucket=self.log_bucket,
             server_access_logs_prefix="s3-access/jobs-bucket/",
             lifecycle_rules=[
@@ -96,5 +102,4 @@ class JobStore(Construct):
                     abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
                 )
             ],
-            removal_policy=RemovalPolicy.RETAIN,
         )
