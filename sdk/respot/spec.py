@@ -395,6 +395,12 @@ def describe_validation_error(exc: ValidationError) -> list[str]:
         kind = err.get("type", "")
         msg = str(err.get("msg", ""))
         msg = msg.removeprefix("Value error, ")
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, SpecError):
+            # Raised by TrainingEnvVar.__init__ inside a larger model: keep its own lines.
+            prefix = f"{loc}." if loc else ""
+            problems.extend(f"{prefix}{p}" for p in inner.problems)
+            continue
         if kind == "extra_forbidden":
             field = str(err["loc"][-1])
             guess = difflib.get_close_matches(field, _FIELD_NAMES, n=1)

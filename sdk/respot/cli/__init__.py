@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench
+from respot.cli import bench, local
 
 app = typer.Typer(
     name="respot",
@@ -13,6 +13,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
+app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")
 
 
 def main() -> None:

@@ -561,6 +561,8 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
         case AgentPreempted():
             if att.end is not None:
                 return _unchanged("duplicate")
+            att.last_step = max(att.last_step or 0, body.step or 0)
+            att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
             lost = (att.last_step or 0) - (body.checkpoint_step or 0)
             lost = max(lost, (body.step or 0) - (body.checkpoint_step or 0), 0)
             d.note(

@@ -1,0 +1,258 @@
+"""`make demo`: the digits example through the local runtime, interrupted twice, to completion.
+
+It prints the job's timeline as it happens and ends with one line of JSON:
+    {"job_id", "state", "interruptions", "resumed_from_steps", "lost_steps",
+     "weights_identical_to_uninterrupted", "wall_seconds", ...}
+`weights_identical_to_uninterrupted` compares the job's final weights with those of the same
+job trained once more, uninterrupted, in a separate process at the same time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.local.fleet import FleetTiming
+from infra.local.market import ChaosSchedule
+from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot import layout
+from respot.core.job import JobRecord, TimelineEntry
+from respot.spec import DataSourceEnvVar, TrainingEnvVar
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "digits"
+DATA_BUCKET = "respot-demo-data"
+TIME_SCALE = 1.0 / 30.0  # the two-minute notice lasts 4 s, a one-minute tick 2 s
+INTERRUPT_AFTER_BOOT = 750.0  # simulated seconds after an instance boots (25 s real)
+HYPERPARAMETERS: dict[str, Any] = {}  # the example's defaults
+
+
+@dataclass
+class Interruption:
+    """What one interruption cost, from the job record."""
+
+    attempt: int
+    step_at_stop: int | None
+    resumed_from: int | None
+    lost_steps: int | None
+    notice_to_replacement_requested_s: float | None
+    notice_to_resumed_s: float | None
+    simulated_ec2_s: float
+    respot_share_s: float | None
+
+
+@dataclass
+class DemoResult:
+    """The demo's outcome."""
+
+    job_id: str
+    state: str
+    interruptions: int
+    resumed_from_steps: list[int]
+    lost_steps: int
+    weights_identical_to_uninterrupted: bool
+    wall_seconds: float
+    details: list[Interruption] = field(default_factory=list)
+
+
+def demo_spec(seed: int = 7) -> TrainingEnvVar:
+    """The job the demo runs."""
+    return TrainingEnvVar(
+        name="digits-demo",
+        entry_point="digits.train:DigitsSession",
+        source_dir=str(EXAMPLE),
+        hyperparameters=HYPERPARAMETERS,
+        data=[DataSourceEnvVar(s3_uri=f"s3://{DATA_BUCKET}/digits/", local_path="digits")],
+        instance_types=["g5.xlarge"],
+        seed=seed,
+        max_spot_wait="30m",
+        tags={"project": "demo"},
+    )
+
+
+def _prepare_data(rt: LocalRuntime, scratch: Path) -> Path:
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from prepare_data import write_digits_npz  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    data_dir = scratch / "data" / "digits"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    npz = write_digits_npz(data_dir)
+    s3 = rt.client("s3")
+    s3.create_bucket(Bucket=DATA_BUCKET)
+    s3.upload_file(str(npz), DATA_BUCKET, "digits/digits.npz")
+    return scratch / "data"
+
+
+def _baseline(spec: TrainingEnvVar, data_dir: Path, scratch: Path, out: dict[str, Any]) -> None:
+    from respot.agent.standalone import run_standalone
+
+    try:
+        output_dir = run_standalone(
+            spec, code_dir=EXAMPLE, data_dir=data_dir, work_dir=scratch / "baseline"
+        )
+        out["weights"] = (Path(output_dir) / "weights.sha256").read_text().strip()
+    except Exception as exc:  # reported in the result, never swallowed silently
+        out["error"] = repr(exc)
+
+
+def _stamp(t0: float) -> str:
+    return f"[{time.monotonic() - t0:6.1f}s]"
+
+
+def interruptions_of(record: JobRecord, timing: FleetTiming, time_scale: float
+                     ) -> list[Interruption]:
+    """Per interrupted attempt: steps lost and how long the changeover took."""
+    found = []
+    simulated_ec2 = (timing.fulfil_seconds + timing.boot_seconds) * time_scale
+    for old, new in zip(record.attempts, record.attempts[1:], strict=False):
+        if old.notice_at is None and old.end is None:
+            continue
+        lost = None
+        if new.restored_step is not None or old.last_step is not None:
+            lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
+        gone = old.notice_at or old.ended_at
+        to_request = (new.requested_at - gone).total_seconds() if gone else None
+        to_resume = (new.started_at - gone).total_seconds() if gone and new.started_at else None
+        found.append(
+            Interruption(
+                attempt=old.number,
+                step_at_stop=old.last_step,
+                resumed_from=new.restored_step,
+                lost_steps=lost,
+                notice_to_replacement_requested_s=to_request,
+                notice_to_resumed_s=to_resume,
+                simulated_ec2_s=simulated_ec2,
+                respot_share_s=None if to_resume is None else max(to_resume - simulated_ec2, 0.0),
+            )
+        )
+    return found
+
+
+def run_demo(
+    *,
+    time_scale: float = TIME_SCALE,
+    interrupt_after_boot: float = INTERRUPT_AFTER_BOOT,
+    interruptions: int = 2,
+    timeout_seconds: float = 170.0,
+    echo: bool = True,
+) -> DemoResult:
+    """Run the demo and return its result."""
+    t0 = time.monotonic()
+    timing = FleetTiming()
+    chaos = ChaosSchedule(after_boot={n: interrupt_after_boot for n in range(1, interruptions + 1)})
+    scratch = Path(tempfile.mkdtemp(prefix="respot-demo-"))
+    options = RuntimeOptions(time_scale=time_scale, timing=timing, chaos=chaos,
+                             work_root=scratch / "runtime")
+
+    def say(text: str) -> None:
+        if echo:
+            print(f"{_stamp(t0)} {text}", flush=True)
+
+    with LocalRuntime(options) as rt:
+        say(f"local runtime up: moto at {rt.sdk_deployment().endpoint_url}, "
+            f"time x{1 / time_scale:.0f} (a two-minute spot notice lasts "
+            f"{120 * time_scale:.0f}s)")
+        data_dir = _prepare_data(rt, scratch)
+        spec = demo_spec()
+        baseline: dict[str, Any] = {}
+        worker = threading.Thread(target=_baseline, args=(spec, data_dir, scratch, baseline),
+                                  daemon=True)
+        worker.start()
+        say("training the same job uninterrupted in a separate process, for comparison")
+        handle = rt.run(spec)
+        say(f"submitted {handle.job_id}")
+
+        def on_event(entry: TimelineEntry) -> None:
+            if entry.kind == "progress":
+                return
+            say(f"{entry.kind:<12} {entry.text}")
+
+        status = handle.wait(timeout=timeout_seconds, poll_seconds=0.2, on_event=on_event)
+        record = status.record
+        assert record is not None
+        weights = ""
+        if status.state == "COMPLETED":
+            key = f"{layout.outputs_prefix(handle.job_id)}weights.sha256"
+            body = rt.client("s3").get_object(Bucket=rt.sdk_deployment().bucket, Key=key)["Body"]
+            weights = body.read().decode().strip()
+        worker.join(timeout=timeout_seconds)
+        if "error" in baseline:
+            say(f"the uninterrupted run failed: {baseline['error']}")
+        details = interruptions_of(record, timing, time_scale)
+        for d in details:
+            say(
+                f"interruption of attempt {d.attempt}: stopped at step {d.step_at_stop}, resumed "
+                f"from {d.resumed_from} ({d.lost_steps} lost); notice -> replacement requested "
+                f"{d.notice_to_replacement_requested_s:.2f}s, notice -> training resumed "
+                f"{d.notice_to_resumed_s or float('nan'):.2f}s of which simulated EC2 "
+                f"{d.simulated_ec2_s:.2f}s"
+            )
+    result = DemoResult(
+        job_id=record.job_id,
+        state=record.state.value,
+        interruptions=record.interruptions,
+        resumed_from_steps=[
+            a.restored_step for a in record.attempts if a.restored_step is not None
+        ],
+        lost_steps=sum(d.lost_steps or 0 for d in details),
+        weights_identical_to_uninterrupted=bool(weights) and weights == baseline.get("weights"),
+        wall_seconds=round(time.monotonic() - t0, 1),
+        details=details,
+    )
+    return result
+
+
+def summary_json(result: DemoResult) -> str:
+    """The one line of JSON the demo ends with."""
+    return json.dumps(
+        {
+            "job_id": result.job_id,
+            "state": result.state,
+            "interruptions": result.interruptions,
+            "resumed_from_steps": result.resumed_from_steps,
+            "lost_steps": result.lost_steps,
+            "weights_identical_to_uninterrupted": result.weights_identical_to_uninterrupted,
+            "wall_seconds": result.wall_seconds,
+            "changeovers": [
+                {
+                    "attempt": d.attempt,
+                    "notice_to_replacement_requested_s": _round(
+                        d.notice_to_replacement_requested_s
+                    ),
+                    "notice_to_resumed_s": _round(d.notice_to_resumed_s),
+                    "simulated_ec2_s": _round(d.simulated_ec2_s),
+                    "respot_share_s": _round(d.respot_share_s),
+                }
+                for d in result.details
+            ],
+        }
+    )
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (`respot local demo`)."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--interruptions", type=int, default=2)
+    parser.add_argument("--time-scale", type=float, default=TIME_SCALE)
+    args = parser.parse_args(argv)
+    result = run_demo(time_scale=args.time_scale, interruptions=args.interruptions)
+    print(summary_json(result), flush=True)
+    return 0 if result.state == "COMPLETED" and result.weights_identical_to_uninterrupted else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
