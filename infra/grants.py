@@ -84,7 +84,7 @@ class GrantPolicy:
 _JOB_OBJECTS = (
     r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
     "The control plane handles every job, so it reads and writes objects under jobs/ "
-    "(submissions, handoff markers, manifests) and lists with the prefix jobs/ only; "
+    "(submissions, handoff markers, manifests) and lists the bucket, which holds only jobs/; "
     "nothing else in the bucket.",
 )
 _LAUNCHED = (
@@ -126,12 +126,15 @@ def job_objects(bucket: s3.IBucket, sid: str, *actions: str) -> iam.PolicyStatem
 
 
 def list_job_objects(bucket: s3.IBucket) -> iam.PolicyStatement:
-    """s3:ListBucket on the bucket, only for prefixes under jobs/."""
+    """s3:ListBucket on the jobs bucket, which holds nothing but jobs/.
+
+    No s3:prefix condition: S3 answers HeadObject on a missing key with 404 only to callers
+    allowed s3:ListBucket on the bucket, and respot asks "is it there yet?" often (checkpoint
+    blobs stored once by content, handoff markers). With a prefix condition that answer
+    becomes 403 AccessDenied.
+    """
     return iam.PolicyStatement(
-        sid="ListJobObjects",
-        actions=["s3:ListBucket"],
-        resources=[bucket.bucket_arn],
-        conditions={"StringLike": {"s3:prefix": [f"{layout.JOBS_PREFIX}*"]}},
+        sid="ListJobObjects", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]
     )
 
 

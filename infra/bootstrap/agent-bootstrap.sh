@@ -57,9 +57,15 @@ rm -rf "$HOME_DIR/agent"
 rm -f "$HOME_DIR/agent.zip"
 version=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ -d "$HOME_DIR/agent/site-$version" ] || fail "the agent package has no site-$version"
-ln -sfn "$HOME_DIR/agent/site-$version" "$HOME_DIR/site"
-ln -sfn "$PYTHON" "$HOME_DIR/python"
-PYTHONPATH="$HOME_DIR/site" "$HOME_DIR/python" -c 'import respot' || fail "respot does not import"
+
+# A venv of that Python whose site-packages points at the package (a .pth file): the agent
+# and the training session it starts (`sys.executable -m ...`) import respot whatever the
+# job's environment says, ahead of the AMI's own packages, which stay visible.
+rm -rf "$HOME_DIR/venv"
+"$PYTHON" -m venv --without-pip --system-site-packages "$HOME_DIR/venv"
+purelib=$("$HOME_DIR/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n' "$HOME_DIR/agent/site-$version" > "$purelib/respot.pth"
+"$HOME_DIR/venv/bin/python" -c 'import respot.agent' || fail "respot.agent does not import"
 
 # 3. Run the agent as a service. When it stops, for any reason, the instance powers off
 #    (and terminates): an instance never idles at GPU prices without an agent.
@@ -72,10 +78,9 @@ After=network-online.target
 [Service]
 Type=simple
 EnvironmentFile=/etc/respot/respot.env
-Environment=PYTHONPATH=/opt/respot/site
 Environment=PYTHONUNBUFFERED=1
 WorkingDirectory=/opt/respot
-ExecStart=/opt/respot/python -m respot.agent
+ExecStart=/opt/respot/venv/bin/python -m respot.agent
 ExecStopPost=/usr/bin/systemctl --no-block poweroff
 Restart=no
 

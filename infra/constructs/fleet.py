@@ -20,7 +20,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from respot import config, layout
+from respot import layout
+from respot.agent import config as agent_config
 from respot.core.lifecycle import MANAGED_TAG
 
 from infra.bundling import LocalAsset, agent_package_asset
@@ -145,7 +146,7 @@ class Fleet(Construct):
             "IAM5",
             "An instance learns its job at boot (from its tags), so its role covers every "
             "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
-            "handoff, outputs, logs, tensorboard), list with prefix jobs/ only. "
+            "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
             "docs/security.md says how this could be narrowed to one job.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
@@ -179,11 +180,11 @@ class Fleet(Construct):
 
         # ---- the bootstrap: deployment values in a file, then a fixed script
         self.agent_environment: dict[str, str] = {
-            config.ENV_BUCKET: bucket.bucket_name,
-            config.ENV_AGENT_QUEUE_URL: agent_queue.queue_url,
+            agent_config.ENV_BUCKET: bucket.bucket_name,
+            agent_config.ENV_AGENT_QUEUE_URL: agent_queue.queue_url,
             "AWS_REGION": Aws.REGION,
             "AWS_DEFAULT_REGION": Aws.REGION,
-            "RESPOT_SHUTDOWN": "poweroff",
+            agent_config.ENV_SHUTDOWN: "poweroff",
             "RESPOT_LOG_GROUP": self.log_group.log_group_name,
             "RESPOT_AGENT_ASSET_BUCKET": self.agent_package.s3_bucket_name,
             "RESPOT_AGENT_ASSET_KEY": self.agent_package.s3_object_key,

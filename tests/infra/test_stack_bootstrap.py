@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
+import importlib
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -11,7 +12,14 @@ import pytest
 
 from infra.constructs.fleet import BOOTSTRAP_SCRIPT
 
-REPO = Path(__file__).resolve().parents[2]
+# Third-party packages `import respot.agent` loads (the bootstrap checks that import).
+AGENT_IMPORTS = (
+    "pydantic",
+    "pydantic_core",
+    "typing_extensions",
+    "annotated_types",
+    "typing_inspection",
+)
 ENV = {
     "RESPOT_BUCKET": "jobs-bucket",
     "RESPOT_AGENT_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/agent-events",
@@ -33,12 +41,26 @@ def sandbox(tmp_path: Path) -> dict[str, Path]:
     (root / "etc/systemd/system").mkdir(parents=True)
     (tmp_path / "bootstrap.sh").write_text(script)
 
-    # the agent package: respot for both Pythons the asset carries
+    # The agent package as the asset carries it, for this interpreter's version: respot and
+    # what `import respot.agent` needs, taken from this test environment.
+    site = f"site-{sys.version_info.major}.{sys.version_info.minor}"
     package = tmp_path / "agent.zip"
     with zipfile.ZipFile(package, "w") as zf:
-        for site in ("site-3.11", "site-3.12"):
-            for f in (REPO / "sdk" / "respot").rglob("*.py"):
-                zf.write(f, f"{site}/respot/{f.relative_to(REPO / 'sdk' / 'respot')}")
+        for name in ("respot", *AGENT_IMPORTS):
+            module = importlib.import_module(name)
+            origin = Path(module.__file__ or "")
+            files = origin.parent.rglob("*") if origin.name == "__init__.py" else [origin]
+            base = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+            for f in files:
+                if f.is_file() and "__pycache__" not in f.parts:
+                    zf.write(f, f"{site}/{f.relative_to(base)}")
+
+    # The "AMI": this interpreter is the only python3.11/3.12 the script can find.
+    python_dir = tmp_path / "python"
+    python_dir.mkdir()
+    (python_dir / f"python{sys.version_info.major}.{sys.version_info.minor}").symlink_to(
+        getattr(sys, "_base_executable", sys.executable)
+    )
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -49,18 +71,17 @@ def sandbox(tmp_path: Path) -> dict[str, Path]:
     )
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
-    return {"tmp": tmp_path, "root": root, "bin": bin_dir, "calls": calls}
+    return {"tmp": tmp_path, "root": root, "bin": bin_dir, "python": python_dir, "calls": calls}
 
 
 def run(sandbox: dict[str, Path], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     (sandbox["root"] / "etc/respot/respot.env").write_text(
         "".join(f"{k}={v}\n" for k, v in env.items())
     )
-    path = f"{sandbox['bin']}:/usr/local/bin:/usr/bin:/bin"
-    python_dir = Path(shutil.which("python3") or "/usr/bin/python3").parent
+    path = f"{sandbox['bin']}:{sandbox['python']}:/usr/bin:/bin"
     return subprocess.run(
         ["bash", str(sandbox["tmp"] / "bootstrap.sh")],
-        env={"PATH": f"{path}:{python_dir}", "HOME": str(sandbox["tmp"])},
+        env={"PATH": path, "HOME": str(sandbox["tmp"])},
         capture_output=True,
         text=True,
         timeout=60,
@@ -76,12 +97,17 @@ def test_installs_the_package_and_starts_the_agent_unit(sandbox):
     assert "systemctl daemon-reload" in calls
     assert "systemctl enable --now respot-agent.service" in calls
     assert "poweroff" not in calls
-    home = sandbox["root"] / "opt/respot"
-    site = (home / "site").resolve()
-    assert site.name in ("site-3.11", "site-3.12")
-    assert (site / "respot" / "__init__.py").is_file()
+    venv_python = sandbox["root"] / "opt/respot/venv/bin/python"
+    probe = subprocess.run(
+        [str(venv_python), "-c", "import respot.agent, sys; print(respot.__file__)"],
+        env={"PYTHONPATH": "", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "/opt/respot/agent/site-3.1" in probe.stdout  # found through the venv's .pth
     unit = (sandbox["root"] / "etc/systemd/system/respot-agent.service").read_text()
-    assert "ExecStart=" in unit and "/opt/respot/python -m respot.agent" in unit
+    assert "ExecStart=" in unit and "/opt/respot/venv/bin/python -m respot.agent" in unit
     assert "EnvironmentFile=" in unit and "/etc/respot/respot.env" in unit
     assert "ExecStopPost=/usr/bin/systemctl --no-block poweroff" in unit
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from infra import bundling
+from infra.wiring import WIRING
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -79,6 +83,8 @@ def _asset_with(assets: dict[str, Path], entry: str) -> Path:
 
 def test_lambda_asset_has_respot_handlers_and_arm64_packages(synth):
     code = _asset_with(synth["assets"], "lambdas")
+    for spec in WIRING.functions:
+        assert (code / f"{spec.module.replace('.', '/')}.py").is_file(), spec.module
     assert (code / "respot" / "config.py").is_file()
     assert (code / "respot" / "data" / "on_demand_prices.json").is_file()
     assert (code / "aws_lambda_powertools").is_dir()
@@ -94,7 +100,7 @@ def test_agent_asset_imports_with_this_python(synth):
     site = package / f"site-{version}"
     if not site.is_dir():
         pytest.skip(f"the agent package carries no site for Python {version}")
-    probe = "import respot, pydantic, yaml, boto3; print(respot.__file__, yaml.__file__)"
+    probe = "import respot.agent, pydantic, yaml, boto3; print(respot.__file__, yaml.__file__)"
     result = subprocess.run(
         [sys.executable, "-s", "-c", probe],
         env={"PYTHONPATH": str(site), "PATH": os.environ.get("PATH", "")},
@@ -106,3 +112,32 @@ def test_agent_asset_imports_with_this_python(synth):
     )
     assert result.returncode == 0, result.stderr
     assert all(path.startswith(str(site)) for path in result.stdout.split())
+
+
+def test_handlers_import_with_the_lambda_packages_alone(tmp_path):
+    # GIVEN the Lambda asset's package list (plus boto3, which the runtime provides), built
+    # for this machine since the real asset is arm64 / Python 3.12
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    host = "manylinux2014_x86_64"
+    deps = bundling.third_party(
+        bundling.pinned(bundling.LAMBDA_REQUIREMENTS), platform=host, python=python
+    )
+    runtime = bundling.third_party(bundling.pinned(("boto3",)), platform=host, python=python)
+    shutil.copytree(REPO / "sdk" / "respot", tmp_path / "respot")
+    shutil.copytree(REPO / "lambdas", tmp_path / "lambdas")
+    modules = [spec.module for spec in WIRING.functions]
+    probe = (
+        f"import importlib, sys; sys.path[:0] = {[str(tmp_path), str(deps), str(runtime)]!r}\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+    )
+    # WHEN every handler module is imported without site-packages (-S)
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        env={"PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # THEN nothing is missing from LAMBDA_REQUIREMENTS
+    assert result.returncode == 0, result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 from typing import Any
 
@@ -97,6 +98,12 @@ def test_every_function_gets_the_configuration_respot_config_reads(resources):
         assert env[config.ENV_INSTANCE_TYPES] == "g5.xlarge,g4dn.xlarge"
         assert (config.ENV_DLQ_URL in env) == (Grant.DLQ_SEND in spec.grants)
         assert config.ENV_NOTIFY_QUEUE_URL not in env  # no notifications queue in the wiring yet
+
+
+def test_every_wiring_function_has_its_handler_module():
+    for spec in WIRING.functions:
+        module = importlib.import_module(spec.module)
+        assert callable(getattr(module, "handler", None)), spec.handler
 
 
 def test_every_function_is_one_code_asset(resources):
@@ -274,7 +281,10 @@ def test_control_plane_data_access_is_its_table_and_jobs_prefix(respot, resource
         if any(a in ("s3:GetObject", "s3:PutObject") for a in actions) and bucket in resources_text:
             assert "/jobs/" in resources_text, (name, resources_text)
         if "s3:ListBucket" in actions and bucket in resources_text:
-            assert statement["Condition"] == {"StringLike": {"s3:prefix": ["jobs/*"]}}
+            # Only the bucket, and no prefix condition: HeadObject of a missing key must
+            # answer 404 (the checkpoint store and handoff checks rely on it), not 403.
+            assert statement["Resource"] == {"Fn::GetAtt": [bucket, "Arn"]}, name
+            assert "Condition" not in statement, name
 
 
 def test_sends_go_only_to_named_queues(resources):
