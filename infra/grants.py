@@ -17,10 +17,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
-from respot import layout
-from respot.core.lifecycle import MANAGED_TAG
 
 from infra.wiring import Grant
+from respot import layout
+from respot.core.lifecycle import MANAGED_TAG
 
 # The table adapter's calls: compare-and-set writes, reads and the `live` index query.
 # (TransactWriteItems is authorized per item by these same actions.)

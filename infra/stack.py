@@ -19,7 +19,6 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from respot import config
 
 from infra.bundling import LocalAsset, agent_package_asset, lambda_code_asset
 from infra.constructs import (
@@ -35,6 +34,7 @@ from infra.grants import GrantTargets, policy_for
 from infra.nag import suppress
 from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring
+from respot import config
 
 NOTIFY_QUEUE = "notifications"
 POWERTOOLS_ENVIRONMENT = {

@@ -32,6 +32,7 @@ class Grant(enum.StrEnum):
     EC2_DESCRIBE = "ec2-describe"  # DescribeInstances, DescribeSpotPriceHistory
     NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
     DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
+    SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
 
 
 CONTROL_GRANTS = frozenset(

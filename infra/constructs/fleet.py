@@ -20,13 +20,13 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
-from respot import layout
-from respot.agent import config as agent_config
-from respot.core.lifecycle import MANAGED_TAG
 
 from infra.bundling import LocalAsset, agent_package_asset
 from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
+from respot import layout
+from respot.agent import config as agent_config
+from respot.core.lifecycle import MANAGED_TAG
 
 BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[1] / "bootstrap" / "agent-bootstrap.sh"
 ENV_FILE = "/etc/respot/respot.env"

@@ -18,10 +18,10 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
-from respot import layout
 
 from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
+from respot import layout
 
 RESEARCHER_POLICY_NAME = "RespotResearcherPolicy"
 

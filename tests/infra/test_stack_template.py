@@ -10,13 +10,13 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
-from respot import config
 
 from infra.grants import GrantError, known_grants
 from infra.nag import add_checks
 from infra.settings import DeploySettings
 from infra.stack import NOTIFY_QUEUE, RespotStack
 from infra.wiring import WIRING, Function, Grant, Queue
+from respot import config
 
 # ---- helpers -------------------------------------------------------------------------------
 
