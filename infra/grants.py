@@ -94,7 +94,7 @@ _LAUNCHED = (
     "launch, so their ids cannot be named: RunInstances is allowed only together with "
     "respot's launch template (condition ec2:LaunchTemplate), CreateTags only inside "
     "RunInstances (ec2:CreateAction), TerminateInstances only on instances tagged "
-    "respot:managed=true (aws:ResourceTag).",
+    "respot:managed=<this stack's name> (aws:ResourceTag).",
 )
 _DESCRIBE = (
     r"^Resource::\*$",
@@ -194,7 +194,7 @@ def _terminate(t: GrantTargets, function: str) -> GrantPolicy:
             sid="TerminateRespotInstances",
             actions=["ec2:TerminateInstances"],
             resources=[t.ec2_arn("instance", "*")],
-            conditions={"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": "true"}},
+            conditions={"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}},
         )
     ]
     return GrantPolicy(statements, (_LAUNCHED,))

@@ -155,6 +155,7 @@ class RespotStack(Stack):
             ),
             config.ENV_INSTANCE_TYPES: ",".join(settings.instance_types),
             config.ENV_AGENT_QUEUE_URL: self.messaging.agent_queue.queue_url,
+            config.ENV_DEPLOYMENT_NAME: self.stack_name,
             config.ENV_SLACK_SECRET_ARN: self.slack_secret.secret_arn,
             **POWERTOOLS_ENVIRONMENT,
         }

@@ -229,7 +229,7 @@ class Fleet(Construct):
             version_description="respot GPU worker",
         )
         # Instances (and volumes) carry the tag the control plane may terminate by.
-        Tags.of(self.launch_template).add(MANAGED_TAG, "true")
+        Tags.of(self.launch_template).add(MANAGED_TAG, stack.stack_name)
         template_id = self.launch_template.launch_template_id
         if template_id is None:  # only imported templates lack one
             raise RuntimeError("the launch template has no id")

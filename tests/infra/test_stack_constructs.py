@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 import pytest
-from aws_cdk import Duration, assertions
+from aws_cdk import Duration, Stack, assertions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
@@ -333,7 +333,7 @@ def test_launch_template_requires_imdsv2_exposes_tags_has_no_key_and_terminates_
 
 
 def test_launched_instances_carry_the_managed_tag(fleet):
-    _, template = fleet
+    built, template = fleet
     data = next(iter(template.find_resources("AWS::EC2::LaunchTemplate").values()))["Properties"][
         "LaunchTemplateData"
     ]
@@ -341,8 +341,10 @@ def test_launched_instances_carry_the_managed_tag(fleet):
         spec["ResourceType"]: {t["Key"]: t["Value"] for t in spec["Tags"]}
         for spec in data["TagSpecifications"]
     }
-    assert tagged["instance"]["respot:managed"] == "true"
-    assert tagged["volume"]["respot:managed"] == "true"
+    # The tag's value is the stack's name: cleanup and terminate rights are per deployment.
+    stack_name = Stack.of(built).stack_name
+    assert tagged["instance"]["respot:managed"] == stack_name
+    assert tagged["volume"]["respot:managed"] == stack_name
 
 
 def test_security_group_admits_nothing_and_sends_only_web_traffic(fleet):

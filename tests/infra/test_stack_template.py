@@ -260,7 +260,7 @@ def test_control_plane_launches_only_from_the_launch_template(respot, resources)
         }
         terminate = found["TerminateRespotInstances"]
         assert terminate["Condition"] == {
-            "StringEquals": {"aws:ResourceTag/respot:managed": "true"}
+            "StringEquals": {"aws:ResourceTag/respot:managed": stack.stack_name}
         }
         assert json.dumps(terminate["Resource"]).endswith(':instance/*"]]}')
 
