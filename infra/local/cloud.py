@@ -90,6 +90,7 @@ class LocalDeployment:
     rule_names: dict[str, str] = field(default_factory=dict)
     parameter_name: str = DEFAULT_PARAMETER
     slack_secret_arn: str = ""
+    name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
 
     def client(self, service: str) -> Any:
         """A new boto3 client for the emulator."""
@@ -126,6 +127,7 @@ class LocalDeployment:
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
             cfg.ENV_DLQ_URL: dlq,
             cfg.ENV_SLACK_SECRET_ARN: self.slack_secret_arn,
+            cfg.ENV_DEPLOYMENT_NAME: self.name,
         }
 
 
@@ -259,6 +261,7 @@ def provision(
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
         slack_secret_arn=slack_secret_arn,
+        name=prefix,
     )
     ssm.put_parameter(
         Name=local.parameter_name,

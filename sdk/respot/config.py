@@ -35,6 +35,9 @@ ENV_SLACK_CHANNEL = "RESPOT_SLACK_CHANNEL"
 ENV_SLACK_API_URL = "RESPOT_SLACK_API_URL"
 # At most one progress note (and Slack reply) per job this often; 0 turns them off.
 ENV_NOTIFY_PROGRESS_SECONDS = "RESPOT_NOTIFY_PROGRESS_SECONDS"
+# The value of the respot:managed tag on this deployment's instances (the stack name): cleanup
+# and the terminate permission are scoped to it, so two deployments never touch each other.
+ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
 
 
 class ConfigError(RespotError):
@@ -59,6 +62,7 @@ class ControlPlaneConfig:
     boot_timeout: timedelta = timedelta(minutes=20)
     launch_timeout: timedelta = timedelta(minutes=3)
     progress_note_interval: timedelta = timedelta(minutes=10)
+    deployment_name: str = "respot"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -104,6 +108,7 @@ class ControlPlaneConfig:
             boot_timeout=seconds(ENV_BOOT_TIMEOUT, timedelta(minutes=20)),
             launch_timeout=seconds(ENV_LAUNCH_TIMEOUT, timedelta(minutes=3)),
             progress_note_interval=seconds(ENV_NOTIFY_PROGRESS_SECONDS, timedelta(minutes=10)),
+            deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
         )
 
     def settings(self) -> ControlSettings:
@@ -115,6 +120,7 @@ class ControlPlaneConfig:
             heartbeat_timeout=self.heartbeat_timeout,
             boot_timeout=self.boot_timeout,
             progress_note_interval=self.progress_note_interval,
+            on_demand_prices=dict(self.on_demand_prices),
         )
 
 
