@@ -206,9 +206,9 @@ def test_alarms_notify_the_alarm_topic_when_given(new_stack):
 
 
 def test_a_queue_added_to_the_wiring_gets_its_dead_letters_and_alarm(new_stack):
-    # GIVEN the notifications queue the wiring does not have yet
+    # GIVEN a queue the wiring does not have yet
     wiring = dataclasses.replace(
-        WIRING, queues=(*WIRING.queues, Queue("notifications", "notify", max_receive_count=3))
+        WIRING, queues=(*WIRING.queues, Queue("audit", "notify", max_receive_count=3))
     )
     stack = new_stack()
     messaging = Messaging(stack, "Messaging", wiring=wiring)
@@ -220,6 +220,27 @@ def test_a_queue_added_to_the_wiring_gets_its_dead_letters_and_alarm(new_stack):
     template.has_resource_properties(
         "AWS::SQS::Queue", {"RedrivePolicy": Match.object_like({"maxReceiveCount": 3})}
     )
+
+
+def test_a_fifo_queue_gets_a_fifo_dead_letter_queue(new_stack):
+    # GIVEN a wiring whose only FIFO queue is the notifications queue
+    stack = new_stack()
+    messaging = Messaging(stack, "Messaging", wiring=WIRING)
+    template = assertions.Template.from_stack(stack)
+    fifo = [q.name for q in WIRING.queues if q.fifo]
+    assert fifo == ["notifications"] and "notifications" in messaging.queues
+    # THEN it and its dead-letter queue are FIFO, without content-based deduplication
+    queues = template.find_resources("AWS::SQS::Queue", {"Properties": {"FifoQueue": True}})
+    assert len(queues) == 2
+    for queue in queues.values():
+        assert queue["Properties"]["ContentBasedDeduplication"] is False
+
+
+def test_a_fifo_queue_cannot_be_fed_by_the_standard_topic(new_stack):
+    bad = Queue("fifo-jobs", "submit", topic_filter={"command": ["submit"]}, fifo=True)
+    wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, bad))
+    with pytest.raises(ValueError, match="not FIFO"):
+        Messaging(new_stack(), "Messaging", wiring=wiring)
 
 
 def test_the_wiring_needs_exactly_one_agent_queue(new_stack):
@@ -520,8 +541,8 @@ def test_a_schedule_that_is_not_whole_minutes_is_refused(new_stack):
 
 
 def test_a_queue_for_a_missing_function_is_refused(new_stack):
-    wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, Queue("notifications", "notify")))
-    with pytest.raises(WiringError, match="'notify'"):
+    wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, Queue("audit", "auditor")))
+    with pytest.raises(WiringError, match="'auditor'"):
         _functions(new_stack(), wiring)
 
 
