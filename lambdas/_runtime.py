@@ -117,13 +117,17 @@ def sqs_batch(
     `handle(body)` raises `PoisonMessageError` for messages that can never succeed (they are
     moved to the dead-letter queue with the reason and count as done) and anything else for
     failures worth retrying (they stay on the queue). With `fifo`, a failed record also fails
-    the later records of its message group, so that they are retried after it, in order.
+    the later records of its message group, so that they are retried after it, in order,
+    and a batch whose every record failed is reported record by record, not raised.
     """
-    processor: BatchProcessor = (
-        SqsFifoPartialProcessor(skip_group_on_error=True)
-        if fifo
-        else BatchProcessor(event_type=EventType.SQS)
-    )
+    processor: BatchProcessor
+    if fifo:
+        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        # Report every failed record instead of raising when all failed: a message waiting
+        # for its turn is not a Lambda error (the function's error metric stays meaningful).
+        processor.raise_on_entire_batch_failure = False
+    else:
+        processor = BatchProcessor(event_type=EventType.SQS)
 
     def record_handler(record: SQSRecord) -> None:
         try:

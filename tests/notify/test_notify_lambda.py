@@ -113,3 +113,15 @@ def test_what_slack_will_never_take_goes_to_the_dead_letter_queue(
     assert reason == f"job {doomed.job_id}: Slack refused: is_archived"
     assert junk == "{not json" and why.startswith("not a job notification")
     assert kinds(bench.thread(fine.job_id).replies) == ["queued"]
+
+
+def test_a_lone_message_slack_cannot_take_yet_is_reported_not_raised(
+    bench: Bench, dead_letters: list[Any]
+) -> None:
+    # GIVEN Slack is down WHEN a batch of one message is handled
+    note = queued(bench)
+    bench.slack.outage(503)
+    response = notify.handler(fifo_event((note.job_id, note.model_dump_json())), CONTEXT)
+    # THEN the message goes back to the queue without the invocation counting as an error
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m0"}]}
+    assert dead_letters == []
