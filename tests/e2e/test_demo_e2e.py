@@ -30,3 +30,8 @@ def test_interrupted_digits_job_matches_the_uninterrupted_weights() -> None:
     assert summary["weights_identical_to_uninterrupted"] is True
     for changeover in summary["changeovers"]:
         assert changeover["notice_to_replacement_requested_s"] < 1.0
+    # AND the team's Slack thread tells it: the final card, then the news down to the cost
+    card, *replies = result.slack_thread.splitlines()
+    assert card == "*:white_check_mark: digits-demo: COMPLETED*"
+    assert sum("Resumed" in line for line in replies) == 2
+    assert "% saved" in replies[-2]  # the completed reply, above its context line
