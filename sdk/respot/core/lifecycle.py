@@ -56,6 +56,9 @@ JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
 HANDOFF_TAG = "respot:await-handoff"
 MANAGED_TAG = "respot:managed"
+PROGRESS_HISTORY_FRACTION = 0.02  # a "progress" timeline entry per 2% of the total steps
+PROGRESS_HISTORY_SECONDS = 600.0  # or per ten minutes when the session sets no total
+PROGRESS_HISTORY_METRICS = 8
 
 
 @dataclass
@@ -533,6 +536,7 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
                     job.progress.total_steps = body.total_steps or job.progress.total_steps
                     job.progress.metrics = dict(body.metrics)
                     job.progress.at = msg.sent_at
+                    _progress_history(d, att.number, d.now)
             if current and job.state in (JobState.REQUESTED, JobState.STARTING):
                 att.bound_at = att.bound_at or d.now
                 d.go(Transition.START)
@@ -595,6 +599,39 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
         case AgentFailed():
             _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
+
+
+def _progress_history(d: _Draft, attempt: int, at: datetime) -> None:
+    """Keep a sparse history of progress on the timeline (for `respot timeline`), not notified.
+
+    One entry per `PROGRESS_HISTORY_FRACTION` of the total steps, or per
+    `PROGRESS_HISTORY_SECONDS` when the session sets no total.
+    """
+    job = d.job
+    step, total = job.progress.step, job.progress.total_steps
+    if step is None:
+        return
+    last = next((e for e in reversed(job.timeline) if e.kind == "progress"), None)
+    if last is not None:
+        moved = step - int(last.data.get("step") or 0)
+        quiet = (at - last.at).total_seconds()
+        due = (total and moved >= total * PROGRESS_HISTORY_FRACTION) or (
+            quiet >= PROGRESS_HISTORY_SECONDS
+        )
+        if moved <= 0 or not due:
+            return
+    metrics = dict(list(job.progress.metrics.items())[:PROGRESS_HISTORY_METRICS])
+    shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+    of = f"/{total}" if total else ""
+    # Only on the record: a notifier decides for itself how often to post progress.
+    job.add_timeline(
+        TimelineEntry(
+            at=at,
+            kind="progress",
+            text=f"step {step}{of} {shown}".strip(),
+            data={"attempt": attempt, "step": step, "total_steps": total, "metrics": metrics},
+        )
+    )
 
 
 def _finish(
