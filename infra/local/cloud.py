@@ -88,6 +88,7 @@ class LocalDeployment:
     rule_queue_urls: dict[str, str] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict)
     parameter_name: str = DEFAULT_PARAMETER
+    log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
 
     def client(self, service: str) -> Any:
         """A new boto3 client for the emulator."""
@@ -103,6 +104,7 @@ class LocalDeployment:
             stack="local",
             agent_queue_url=self.queue_urls["agent-events"],
             endpoint_url=self.endpoint_url,
+            log_group=self.log_group,
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
@@ -142,7 +144,7 @@ def provision(
 ) -> LocalDeployment:
     """Create respot's resources in the emulator from the wiring."""
     sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
-    s3, ec2, ssm = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm"))
+    s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
 
     topic_arn = sns.create_topic(Name=f"{prefix}-{wiring.topic_name}")["TopicArn"]
     queue_urls: dict[str, str] = {}
@@ -204,6 +206,9 @@ def provision(
             }
         ],
     )
+    # The stack's group is /respot/jobs; moto keeps one state per process, so prefix it here.
+    log_group = f"/{prefix}/jobs"
+    logs.create_log_group(logGroupName=log_group)
     bucket = f"{prefix}-artifacts"
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -240,6 +245,7 @@ def provision(
         dlq_urls=dlq_urls,
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
+        log_group=log_group,
     )
     ssm.put_parameter(
         Name=local.parameter_name,
