@@ -77,7 +77,8 @@ def demo_spec(seed: int = 7, hyperparameters: dict[str, Any] | None = None) -> T
     )
 
 
-def _prepare_data(rt: LocalRuntime, scratch: Path) -> Path:
+def upload_demo_data(rt: LocalRuntime, scratch: Path) -> Path:
+    """Write the digits data under `scratch` and upload it to s3://respot-demo-data/digits/."""
     sys.path.insert(0, str(EXAMPLE))
     try:
         from prepare_data import write_digits_npz
@@ -166,7 +167,7 @@ def run_demo(
             f"time x{1 / time_scale:.0f} (a two-minute spot notice lasts "
             f"{120 * time_scale:.0f}s)"
         )
-        data_dir = _prepare_data(rt, scratch)
+        data_dir = upload_demo_data(rt, scratch)
         spec = demo_spec(hyperparameters=hyperparameters)
         baseline: dict[str, Any] = {}
         worker = threading.Thread(
