@@ -25,6 +25,8 @@ LINE_COLOUR = "#264653"
 NOTICE_COLOUR = "#d62828"
 DEADLINE_COLOUR = "#6c757d"
 CHECKPOINT_COLOUR = "#1d3557"
+# The deadline is drawn when it is at most this many times the story so far; else an arrow.
+DEADLINE_REACH = 2.0
 STEP_KINDS = ("progress", "checkpoint", "preempted", "interrupted")
 
 
@@ -178,7 +180,7 @@ def draw_timeline(record: JobRecord, path: Path | str, now: datetime | None = No
 
     pic = picture_data(record, now)
     span_end = max([pic.now, 1.0, *(a.end for a in pic.attempts)])
-    deadline_on_chart = pic.deadline is not None and pic.deadline <= span_end * 1.35
+    deadline_on_chart = pic.deadline is not None and pic.deadline <= span_end * DEADLINE_REACH
     x_max = max(span_end, pic.deadline if deadline_on_chart and pic.deadline else 0.0) * 1.04
     scale, unit = _unit(x_max)
 

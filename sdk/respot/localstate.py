@@ -96,14 +96,18 @@ def clear_state(pid: int, path: Path | None = None) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """True if a process with this id exists."""
+    """True if a process with this id exists and has not exited (a zombie has)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # Linux: an exited process its parent has not reaped yet still answers kill(0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def endpoint_answers(url: str, timeout: float = 2.0) -> bool:

@@ -86,12 +86,14 @@ class LogShipper:
         group: str,
         stream: str,
         flush_seconds: float = FLUSH_SECONDS,
+        retry_gap_seconds: float = RETRY_GAP_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client = client
         self.group = group
         self.stream = stream
         self._flush_seconds = flush_seconds
+        self._retry_gap = retry_gap_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -209,7 +211,7 @@ class LogShipper:
                     attempt + 1,
                     SEND_ATTEMPTS,
                 )
-                time.sleep(RETRY_GAP_SECONDS * 2**attempt)
+                time.sleep(self._retry_gap * 2**attempt)
         self.dropped += len(batch)
 
     def _create_stream(self) -> None:

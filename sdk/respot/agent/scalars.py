@@ -28,7 +28,14 @@ EVENT_FILE_PREFIX = "events.out.tfevents."
 
 
 class ScalarLog:
-    """One attempt's event file; `add` from the agent's loop, `sync` from any thread."""
+    """One attempt's event file; `add` from the agent's loop, `sync` from any thread.
+
+    `start()` opens the writer in a background thread (importing tensorboard takes about a
+    second, which the agent's loop must not wait for); reports that arrive before it is open
+    are kept and written as soon as it is.
+    """
+
+    MAX_PENDING = 10_000
 
     def __init__(self, directory: Path, *, attempt: int) -> None:
         self.directory = directory
@@ -37,49 +44,77 @@ class ScalarLog:
         self._writer: Any = None
         self._unavailable = False
         self._closed = False
+        self._pending: list[tuple[int, dict[str, float], float]] = []
+        self._opener: threading.Thread | None = None
         self.points = 0
 
+    def start(self) -> ScalarLog:
+        """Open the event file in the background."""
+        self._opener = threading.Thread(target=self._open, name="tensorboard-open", daemon=True)
+        self._opener.start()
+        return self
+
     def add(self, step: int, metrics: dict[str, float], wall_time: float) -> None:
-        """Write one event per finite metric at `step`; never raises."""
+        """Write one event per finite metric at `step` (or keep it until open); never raises."""
         try:
             with self._lock:
-                writer = self._open()
-                if writer is None or self._closed:
+                if self._closed or self._unavailable:
                     return
-                from tensorboard.compat.proto import event_pb2, summary_pb2
-
-                values = [
-                    summary_pb2.Summary.Value(tag=str(tag), simple_value=float(value))
-                    for tag, value in metrics.items()
-                    if isinstance(value, int | float) and math.isfinite(value)
-                ]
-                if not values:
+                if self._writer is None:
+                    if len(self._pending) < self.MAX_PENDING:
+                        self._pending.append((step, dict(metrics), wall_time))
                     return
-                event = event_pb2.Event(
-                    wall_time=wall_time, step=int(step), summary=summary_pb2.Summary(value=values)
-                )
-                writer.add_event(event)
-                self.points += len(values)
+                self._write(step, metrics, wall_time)
         except Exception:
             logger.warning("writing TensorBoard scalars failed", exc_info=True)
 
-    def _open(self) -> Any:
-        if self._writer is not None or self._unavailable:
-            return self._writer
+    def _write(self, step: int, metrics: dict[str, float], wall_time: float) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+
+        values = [
+            summary_pb2.Summary.Value(tag=str(tag), simple_value=float(value))
+            for tag, value in metrics.items()
+            if isinstance(value, int | float) and math.isfinite(value)
+        ]
+        if values:
+            event = event_pb2.Event(
+                wall_time=wall_time, step=int(step), summary=summary_pb2.Summary(value=values)
+            )
+            self._writer.add_event(event)
+            self.points += len(values)
+
+    def _open(self) -> None:
         try:
+            from tensorboard.compat.proto import event_pb2, summary_pb2  # noqa: F401 - warm up
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ImportError:
-            self._unavailable = True
+            with self._lock:
+                self._unavailable = True
+                self._pending.clear()
             logger.warning(
                 "the tensorboard package is not installed: no TensorBoard event files "
                 "(install respot[tensorboard] on the instance image)"
             )
-            return None
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._writer = EventFileWriter(
-            str(self.directory), flush_secs=5, filename_suffix=f".attempt-{self.attempt:04d}"
-        )
-        return self._writer
+            return
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            writer = EventFileWriter(
+                str(self.directory), flush_secs=5, filename_suffix=f".attempt-{self.attempt:04d}"
+            )
+            with self._lock:
+                self._writer = writer
+                pending, self._pending = self._pending, []
+                for step, metrics, wall_time in pending:
+                    self._write(step, metrics, wall_time)
+        except Exception:
+            with self._lock:
+                self._unavailable = True
+            logger.warning("opening the TensorBoard event file failed", exc_info=True)
+
+    def wait_open(self, timeout: float) -> None:
+        """Wait for the background open (before the last sync)."""
+        if self._opener is not None:
+            self._opener.join(timeout)
 
     def sync(self, s3: Any, bucket: str, job_id: str, *, final: bool = False) -> int:
         """Upload this attempt's event file as written so far (`final`: close it first).
@@ -90,6 +125,8 @@ class ScalarLog:
         import shutil
         import tempfile
 
+        if final:
+            self.wait_open(10.0)
         try:
             with self._lock:
                 if self._writer is None:

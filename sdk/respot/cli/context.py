@@ -37,6 +37,7 @@ LocalOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 F = TypeVar("F", bound=Callable[..., Any])
+PLAIN_WIDTH = 200
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -78,7 +79,9 @@ def console() -> Console:
     from rich.console import Console
 
     if "out" not in _CONSOLES:
-        _CONSOLES["out"] = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+        tty = sys.stdout.isatty()
+        # Off a terminal (pipes, CI logs) tables keep whole ids rather than fit 80 columns.
+        _CONSOLES["out"] = Console(highlight=False, width=None if tty else PLAIN_WIDTH)
     return _CONSOLES["out"]
 
 

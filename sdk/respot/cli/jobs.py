@@ -47,6 +47,10 @@ def _when(at: datetime | None) -> str:
     return at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if at else "-"
 
 
+def _short(at: datetime | None) -> str:
+    return at.astimezone().strftime("%m-%d %H:%M:%S") if at else "-"
+
+
 def _steps(step: int | None, total: int | None) -> str:
     if step is None:
         return "-"
@@ -352,14 +356,15 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
                 a.placement.availability_zone,
                 a.instance_id or "-",
                 f"{a.price_per_hour:.4f}" if a.price_per_hour is not None else "-",
-                _when(a.launched_at),
-                _when(a.ended_at),
+                _short(a.launched_at),
+                _short(a.ended_at),
                 a.end.value if a.end else "running",
                 "-" if a.restored_step is None else f"{a.restored_step:,}",
                 "-" if a.last_step is None else f"{a.last_step:,}",
             )
         out.print(table)
-    story = [e for e in record.timeline if e.kind != "progress"][-events:]
+    # The newest checkpoint is shown above; the list is the job's story.
+    story = [e for e in record.timeline if e.kind not in ("progress", "checkpoint")][-events:]
     if story and events > 0:
         out.print("[bold]events[/]")
         for e in story:
