@@ -88,6 +88,7 @@ class LocalDeployment:
     rule_queue_urls: dict[str, str] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict)
     parameter_name: str = DEFAULT_PARAMETER
+    name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
 
     def client(self, service: str) -> Any:
@@ -125,6 +126,7 @@ class LocalDeployment:
             cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
             cfg.ENV_DLQ_URL: dlq,
+            cfg.ENV_DEPLOYMENT_NAME: self.name,
         }
 
 
@@ -245,6 +247,7 @@ def provision(
         dlq_urls=dlq_urls,
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
+        name=prefix,
         log_group=log_group,
     )
     ssm.put_parameter(

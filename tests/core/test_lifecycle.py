@@ -426,3 +426,22 @@ def test_max_runtime_stops_the_job() -> None:
 def test_unknown_job_is_ignored() -> None:
     decision = decide(None, PlaceNow("x"), now=T0, settings=SETTINGS)
     assert decision.record is None and decision.outcome.startswith("ignored")
+
+
+def test_budget_spent_stops_the_job_and_keeps_the_checkpoint() -> None:
+    # GIVEN a job with a $1 budget running on a $0.30/h spot instance
+    d = started_job()
+    assert d.job is not None
+    d.job = d.job.model_copy(update={"submission": submission(budget_usd=1.0)})
+    for hours in (3, 4):
+        t = hours * 3600
+        d.apply(
+            AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=hours), seq=hours, sent=t)), t
+        )
+        d.apply(ReconcileTick(at(t)), t)
+        if hours == 3:  # $0.90 spent: still within the budget
+            assert d.state is JobState.RUNNING
+    # THEN at $1.20 the job stops with the reason, and its instance is terminated
+    assert d.state is JobState.FAILED
+    assert "budget" in (d.job.reason or "") and "checkpoint" in (d.job.reason or "")
+    assert "i-1" in d.terminated()

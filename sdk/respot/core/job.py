@@ -65,6 +65,7 @@ class Attempt(BaseModel):
     started_at: datetime | None = None
     restored_step: int | None = None
     restore_seconds: float | None = None
+    last_heard_at: datetime | None = None  # the newest message of this attempt's agent
     notice_at: datetime | None = None
     last_step: int | None = None
     checkpoint_step: int | None = None
