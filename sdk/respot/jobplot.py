@@ -308,6 +308,8 @@ def draw_timeline(record: JobRecord, path: Path | str, now: datetime | None = No
             fontsize=8.5,
             va="bottom",
             color="#343a40",
+            zorder=6,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0, "alpha": 0.85},
         )
     lanes.set_yticks([])
     lanes.set_ylim(-0.5, max(n, 1) - 0.5 + 0.75)

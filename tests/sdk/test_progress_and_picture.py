@@ -40,8 +40,11 @@ def test_progress_history_is_sparse_per_attempt_and_not_notified() -> None:
     steps = [e.data["step"] for e in history]
     assert steps == sorted(steps) and steps[0] == 10 and steps[-1] >= 0.98 * TOTAL
     assert 40 <= len(history) <= 51
-    assert all(b - a >= 0.02 * TOTAL for a, b in itertools.pairwise(steps))
-    assert {e.data["attempt"] for e in history} == {1, 2}
+    for a, b in itertools.pairwise(history):
+        if a.data["attempt"] == b.data["attempt"]:
+            assert b.data["step"] - a.data["step"] >= 0.02 * TOTAL
+        else:  # the first report of the next attempt is always kept: training resumed then
+            assert (a.data["attempt"], b.data["attempt"], b.data["step"]) == (1, 2, 460)
     assert history[-1].data["metrics"] == {"loss": 1.0 / steps[-1]}
     # AND none of them is sent to the notifier (only the job's story is)
     from respot.core.events import AgentReport

@@ -94,6 +94,14 @@ def err_console() -> Console:
     return _CONSOLES["err"]
 
 
+def need_package(module: str, extra: str, what: str) -> None:
+    """Exit with how to install `module` if it is missing."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        fail(f"{what} needs the {module} package: pip install 'respot[{extra}]'")
+
+
 def print_json(data: Any) -> None:
     """JSON on stdout, one document, no colour."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -29,14 +29,24 @@ def _local() -> None:
 
 @app.command()
 def demo(
-    interruptions: int = typer.Option(2, help="Spot interruptions to inflict on the job."),
-    time_scale: float = typer.Option(1 / 30, help="Real seconds per simulated second."),
+    interruptions: Annotated[
+        int, typer.Option(help="Spot interruptions to inflict on the job.")
+    ] = 2,
+    time_scale: Annotated[float, typer.Option(help="Real seconds per simulated second.")] = 1 / 30,
+    deadline: Annotated[str | None, typer.Option(help="Give the job a deadline, e.g. +3m.")] = None,
+    timeline: Annotated[
+        Path | None, typer.Option(help="Draw the job's timeline into this PNG.")
+    ] = None,
 ) -> None:
     """Train the digits example, interrupted, to completion; end with one line of JSON."""
     from infra.local.demo import main
 
-    code = main(["--interruptions", str(interruptions), "--time-scale", str(time_scale)])
-    raise typer.Exit(code)
+    argv = ["--interruptions", str(interruptions), "--time-scale", str(time_scale)]
+    if deadline is not None:
+        argv += ["--deadline", deadline]
+    if timeline is not None:
+        argv += ["--timeline", str(timeline)]
+    raise typer.Exit(main(argv))
 
 
 def _scale(text: str) -> float:

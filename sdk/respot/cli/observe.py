@@ -16,6 +16,7 @@ from respot.cli.context import (
     console,
     err_console,
     fail,
+    need_package,
     print_json,
     reports_errors,
 )
@@ -295,6 +296,8 @@ def tensorboard(
     import subprocess
     import threading
 
+    if launch:
+        need_package("tensorboard", "tensorboard", "respot tensorboard")
     conn = connect(local)
     record = conn.record(job_id)
     directory = (logdir or Path("~/.respot/tensorboard").expanduser() / job_id).resolve()
@@ -366,6 +369,8 @@ def timeline(
     """The job's life: every event in order, or --png FILE for the picture."""
     from respot.jobplot import draw_timeline, picture_data, picture_json
 
+    if png is not None:
+        need_package("matplotlib", "plot", "respot timeline --png")
     conn = connect(local)
     record = conn.record(job_id)
     if png is not None:

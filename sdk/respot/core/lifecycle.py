@@ -607,14 +607,15 @@ def _progress_history(d: _Draft, attempt: int, at: datetime) -> None:
     """Keep a sparse history of progress on the timeline (for `respot timeline`), not notified.
 
     One entry per `PROGRESS_HISTORY_FRACTION` of the total steps, or per
-    `PROGRESS_HISTORY_SECONDS` when the session sets no total.
+    `PROGRESS_HISTORY_SECONDS` when the session sets no total, and the first report of
+    each attempt (when training really resumed, after the session's own start-up).
     """
     job = d.job
     step, total = job.progress.step, job.progress.total_steps
     if step is None:
         return
     last = next((e for e in reversed(job.timeline) if e.kind == "progress"), None)
-    if last is not None:
+    if last is not None and last.data.get("attempt") == attempt:
         moved = step - int(last.data.get("step") or 0)
         quiet = (at - last.at).total_seconds()
         due = (total and moved >= total * PROGRESS_HISTORY_FRACTION) or (
