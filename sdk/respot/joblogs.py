@@ -66,6 +66,19 @@ def _parse_stream(job_id: str, name: str) -> tuple[int, str | None] | None:
     return int(attempt), instance or None
 
 
+# Errors that mean CloudWatch Logs is not readable here at all (rather than not right now).
+_NO_ACCESS = frozenset(
+    {"AccessDeniedException", "ResourceNotFoundException", "UnrecognizedClientException"}
+)
+
+
+def _code(exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code") or type(exc).__name__)
+    return type(exc).__name__
+
+
 class JobLogs:
     """Reads one job's output from CloudWatch Logs, else from S3."""
 
@@ -102,13 +115,16 @@ class JobLogs:
                     break
                 kwargs["nextToken"] = token
         except Exception as exc:
-            self._cloudwatch_ok = False
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code", str(exc))
-            self.warnings.append(
-                f"cannot read CloudWatch Logs group {self.group} ({code}); showing the logs "
-                "each attempt uploads to S3 when it ends"
-            )
-            return []
+            code = _code(exc)
+            if code in _NO_ACCESS:
+                self._cloudwatch_ok = False
+                self.warnings.append(
+                    f"cannot read CloudWatch Logs group {self.group} ({code}); showing the logs "
+                    "each attempt uploads to S3 when it ends"
+                )
+                return []
+            # Anything else may pass (throttling, the network): keep what is known, try again.
+            self.warnings.append(f"listing log streams failed ({code}); will retry")
         return sorted(self._streams.values(), key=lambda s: (s.attempt, s.name))
 
     def _drain(self, stream: _Stream) -> list[LogLine]:
@@ -121,7 +137,11 @@ class JobLogs:
             }
             if stream.token:
                 kwargs["nextToken"] = stream.token
-            page = self._logs.get_log_events(**kwargs)
+            try:
+                page = self._logs.get_log_events(**kwargs)
+            except Exception as exc:  # the next read starts from the same token
+                self.warnings.append(f"reading {stream.name} failed ({_code(exc)}); will retry")
+                return lines
             events = page.get("events", [])
             lines.extend(
                 LogLine(stream.attempt, stream.instance_id, e["message"], int(e["timestamp"]))
@@ -140,7 +160,7 @@ class JobLogs:
         try:
             body = self._s3.get_object(Bucket=self.deployment.bucket, Key=key)["Body"].read()
         except Exception as exc:
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+            code = _code(exc)
             if code not in ("NoSuchKey", "404"):
                 self.warnings.append(f"cannot read s3://{self.deployment.bucket}/{key} ({code})")
             return None

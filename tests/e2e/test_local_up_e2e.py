@@ -63,7 +63,18 @@ def env(tmp_path: Path) -> dict[str, str]:
 def local_up(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     log = (tmp_path / "up.log").open("wb")
     proc = subprocess.Popen(
-        [*RESPOT, "local", "up", "--time-scale", "1/30"],
+        # Interrupt every job's first instance 4 s (120 simulated seconds) after it boots.
+        [
+            *RESPOT,
+            "local",
+            "up",
+            "--time-scale",
+            "1/30",
+            "--interrupt-after",
+            "120",
+            "--interruptions",
+            "1",
+        ],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -92,22 +103,25 @@ def test_other_processes_use_the_runtime_local_up_runs(
     assert status["running"] is True and status["pid"] == local_up.pid
     assert status["endpoint_url"].startswith("http://127.0.0.1:")
 
-    # WHEN another process runs a job file against it, with RESPOT_LOCAL=1 instead of --local
+    # WHEN another process submits a job file to it (RESPOT_LOCAL=1 instead of --local), and a
+    # third follows its logs while the runtime interrupts its first instance
     job = tmp_path / "job.yaml"
     job.write_text(
         f"name: shell-two\nentry_point: e2esessions.counting:CountingSession\n"
-        f"source_dir: {SESSIONS}\nhyperparameters: {{steps: 40, step_seconds: 0.01}}\n"
+        f"source_dir: {SESSIONS}\n"
+        "hyperparameters: {steps: 150, step_seconds: 0.04, checkpoint_every: 30}\n"
     )
-    ran = respot({**env, "RESPOT_LOCAL": "1"}, "run", str(job), "--wait", "--json")
-    # THEN the job completes, and its logs and TensorBoard files come from that runtime
+    ran = respot({**env, "RESPOT_LOCAL": "1"}, "run", str(job), "--json")
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    done = json.loads(ran.stdout)
-    assert done["state"] == "COMPLETED"
-    job_id = done["job_id"]
-    logs = respot(env, "logs", job_id, "--local")
-    assert (
-        logs.returncode == 0 and f"a1 {done['attempts'][0]['instance_id']} | HPARAMS" in logs.stdout
-    )
+    job_id = json.loads(ran.stdout)["job_id"]
+    followed = respot(env, "logs", job_id, "--local", "--follow")
+    # THEN the followed logs cover both instances, in order, and end when the job does
+    assert followed.returncode == 0, followed.stderr
+    hparams = [line for line in followed.stdout.splitlines() if "| HPARAMS" in line]
+    assert [line.split()[0] for line in hparams] == ["a1", "a2"], followed.stdout
+    done = json.loads(respot(env, "status", job_id, "--local", "--json").stdout)
+    assert done["state"] == "COMPLETED" and done["interruptions"] == 1
+    assert hparams[1].startswith(f"a2 {done['attempts'][1]['instance_id']} | ")
 
     port = free_port()
     board = subprocess.Popen(
