@@ -201,3 +201,8 @@ class RespotStack(Stack):
                 self.functions.functions[spec.name].add_environment(
                     config.ENV_DLQ_URL, dead_letters_of[spec.name].queue_url
                 )
+            if any(q.function == spec.name and q.fed_by_agents for q in wiring.queues):
+                # Messages from instances must come from the instance they name (SenderId).
+                self.functions.functions[spec.name].add_environment(
+                    config.ENV_AGENT_ROLE_ID, self.fleet.role.role_id
+                )
