@@ -493,6 +493,7 @@ class _AttemptRun:
             on_event=events.put,
             on_output=self.shipper.write if self.shipper is not None else None,
         )
+        self.scalars.resume_step = self.restored_step
         self.scalars.start()
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()

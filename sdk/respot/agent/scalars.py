@@ -5,9 +5,9 @@ metric (`Summary.Value.simple_value`, what `torch.utils.tensorboard` writes too)
 the `tensorboard` package's own `EventFileWriter` (no torch, no TensorFlow). Each attempt
 writes its own file, `events.out.tfevents.<time>.<host>.<pid>.<n>.attempt-NNNN`, into one
 directory that `sync` uploads to `jobs/<job>/tensorboard/`; TensorBoard reads the files of a
-directory in name order (= time order) as one run, and discards points of an earlier attempt
-beyond the step the next one resumed from (its "out-of-order step" purge), which is the work
-an interruption lost.
+directory in name order (= time order) as one run. Each file begins with a `SessionLog.START`
+event at the step the attempt resumed from, on which TensorBoard discards the earlier
+attempt's points at and beyond that step: the work an interruption lost is not drawn twice.
 
 Without the `tensorboard` package the agent writes nothing and says so once.
 """
@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +40,10 @@ class ScalarLog:
 
     MAX_PENDING = 10_000
 
-    def __init__(self, directory: Path, *, attempt: int) -> None:
+    def __init__(self, directory: Path, *, attempt: int, resume_step: int | None = None) -> None:
         self.directory = directory
         self.attempt = attempt
+        self.resume_step = resume_step
         self._lock = threading.Lock()
         self._writer: Any = None
         self._unavailable = False
@@ -101,6 +105,14 @@ class ScalarLog:
             writer = EventFileWriter(
                 str(self.directory), flush_secs=5, filename_suffix=f".attempt-{self.attempt:04d}"
             )
+            # A restart marker: TensorBoard drops earlier points at or after this step.
+            writer.add_event(
+                event_pb2.Event(
+                    wall_time=time.time(),
+                    step=(self.resume_step or 0) + 1,
+                    session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+                )
+            )
             with self._lock:
                 self._writer = writer
                 pending, self._pending = self._pending, []
@@ -122,9 +134,6 @@ class ScalarLog:
         Returns the number of files uploaded; never raises. The file is copied under the lock
         (it is small) and uploaded outside it, so reports are never held up by S3.
         """
-        import shutil
-        import tempfile
-
         if final:
             self.wait_open(10.0)
         try:
