@@ -75,8 +75,10 @@ def _phase(rt: LocalRuntime, name: str, jobs: int, steps: int, *, outage: bool) 
         if record.finished_at is not None:
             walls.append((record.finished_at - record.created_at).total_seconds())
         replies = _replies(rt, record)
-        news = Counter((e.kind, e.at.isoformat()) for e in record.timeline if e.kind in REPLY_KINDS)
-        got = Counter(key for key, _ in replies)
+        # Progress aside: the timeline keeps a denser history than the notes Slack is sent.
+        told = REPLY_KINDS - {"progress"}
+        news = Counter((e.kind, e.at.isoformat()) for e in record.timeline if e.kind in told)
+        got = Counter(key for key, _ in replies if key[0] in told)
         lost += sum((news - got).values())
         doubled += sum((got - news).values())
         for (_, at), stored in replies:

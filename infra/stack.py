@@ -125,6 +125,7 @@ class RespotStack(Stack):
             bucket=self.store.bucket,
             agent_queue=self.messaging.agent_queue,
             parameter_name=settings.deployment_parameter_name,
+            job_logs=self.fleet.log_group,
             policy_name=(
                 f"RespotResearcherPolicy-{settings.stage}"
                 if settings.stage
@@ -199,4 +200,9 @@ class RespotStack(Stack):
             if Grant.DLQ_SEND in spec.grants:
                 self.functions.functions[spec.name].add_environment(
                     config.ENV_DLQ_URL, dead_letters_of[spec.name].queue_url
+                )
+            if any(q.function == spec.name and q.fed_by_agents for q in wiring.queues):
+                # Messages from instances must come from the instance they name (SenderId).
+                self.functions.functions[spec.name].add_environment(
+                    config.ENV_AGENT_ROLE_ID, self.fleet.role.role_id
                 )

@@ -107,18 +107,20 @@ def send_dead_letter(sqs: Any, url: str, body: str, reason: str, source: str) ->
 def sqs_batch(
     event: dict[str, Any],
     context: Any,
-    handle: Callable[[str], None],
+    handle: Callable[[str], None] | Callable[[SQSRecord], None],
     *,
     source: str,
+    pass_record: bool = False,
     fifo: bool = False,
 ) -> dict[str, Any]:
     """Process an SQS batch record by record, reporting only the failed ones back to SQS.
 
-    `handle(body)` raises `PoisonMessageError` for messages that can never succeed (they are
-    moved to the dead-letter queue with the reason and count as done) and anything else for
-    failures worth retrying (they stay on the queue). With `fifo`, a failed record also fails
-    the later records of its message group, so that they are retried after it, in order,
-    and a batch whose every record failed is reported record by record, not raised.
+    `handle(body)` (or `handle(record)` with `pass_record`) raises `PoisonMessageError` for
+    messages that can never succeed (they are moved to the dead-letter queue with the reason
+    and count as done) and anything else for failures worth retrying (they stay on the queue).
+    With `fifo`, a failed record also fails the later records of its message group, so that
+    they are retried after it, in order, and a batch whose every record failed is reported
+    record by record, not raised.
     """
     processor: BatchProcessor
     if fifo:
@@ -131,7 +133,7 @@ def sqs_batch(
 
     def record_handler(record: SQSRecord) -> None:
         try:
-            handle(record.body)
+            handle(record if pass_record else record.body)  # type: ignore[arg-type]
         except PoisonMessageError as exc:
             logger.warning("poison message %s: %s", record.message_id, exc)
             dead_letter(record.body, str(exc), source)

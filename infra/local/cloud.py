@@ -91,6 +91,7 @@ class LocalDeployment:
     parameter_name: str = DEFAULT_PARAMETER
     slack_secret_arn: str = ""
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
+    log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
 
     def client(self, service: str) -> Any:
         """A new boto3 client for the emulator."""
@@ -106,6 +107,7 @@ class LocalDeployment:
             stack="local",
             agent_queue_url=self.queue_urls["agent-events"],
             endpoint_url=self.endpoint_url,
+            log_group=self.log_group,
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
@@ -147,7 +149,7 @@ def provision(
 ) -> LocalDeployment:
     """Create respot's resources in the emulator from the wiring."""
     sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
-    s3, ec2, ssm = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm"))
+    s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
     secrets = client("secretsmanager", endpoint_url)
 
     topic_arn = sns.create_topic(Name=f"{prefix}-{wiring.topic_name}")["TopicArn"]
@@ -217,6 +219,9 @@ def provision(
             }
         ],
     )
+    # The stack's group is /respot/jobs; moto keeps one state per process, so prefix it here.
+    log_group = f"/{prefix}/jobs"
+    logs.create_log_group(logGroupName=log_group)
     bucket = f"{prefix}-artifacts"
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -262,6 +267,7 @@ def provision(
         rule_names=rule_names,
         slack_secret_arn=slack_secret_arn,
         name=prefix,
+        log_group=log_group,
     )
     ssm.put_parameter(
         Name=local.parameter_name,

@@ -123,12 +123,27 @@ class JobHandle:
         poll_seconds: float = 2.0,
         on_event: Callable[[TimelineEntry], None] | None = None,
         on_status: Callable[[JobStatus], None] | None = None,
+        show_progress: bool = False,
     ) -> JobStatus:
         """Block until the job is over; `on_event` sees each new timeline entry once, in order.
+
+        `show_progress` draws a progress bar (step of total, metrics, ETA) on a terminal, or
+        prints plain progress lines elsewhere, with interruptions and resumes as they happen
+        (`respot.progress.ProgressDisplay`).
 
         Raises `TimeoutError` after `timeout` seconds; a submission that never shows up in the
         table within `timeout` raises `JobNotFoundError`.
         """
+        if show_progress:
+            from respot.progress import ProgressDisplay
+
+            with ProgressDisplay(self.job_id) as display:
+                return self.wait(
+                    timeout,
+                    poll_seconds=poll_seconds,
+                    on_event=_both(display.on_event, on_event),
+                    on_status=_both(display.on_status, on_status),
+                )
         deadline = None if timeout is None else time.monotonic() + timeout
         seen = 0.0
         while True:
@@ -167,6 +182,17 @@ class JobHandle:
             Message=encode(command),
             MessageAttributes={"command": {"DataType": "String", "StringValue": "cancel"}},
         )
+
+
+def _both(first: Callable[[Any], None], second: Callable[[Any], None] | None) -> Any:
+    if second is None:
+        return first
+
+    def call(item: Any) -> None:
+        first(item)
+        second(item)
+
+    return call
 
 
 def run(
@@ -320,6 +346,10 @@ def capture_provenance(spec: TrainingEnvVar) -> Provenance:
         packages=packages,
         host=socket.gethostname(),
         user=_user(),
+        # A pinned image names its digest; a tag alone can move, so it is not recorded as one.
+        image_digest=spec.image.split("@", 1)[1]
+        if spec.image and "@sha256:" in spec.image
+        else None,
     )
 
 

@@ -38,6 +38,9 @@ ENV_NOTIFY_PROGRESS_SECONDS = "RESPOT_NOTIFY_PROGRESS_SECONDS"
 # The value of the respot:managed tag on this deployment's instances (the stack name): cleanup
 # and the terminate permission are scoped to it, so two deployments never touch each other.
 ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
+# The unique id (AROA...) of the instances' role: agent messages must carry the SQS SenderId
+# "<that id>:<instance id>" of the instance they speak for. Unset (local runtime): no check.
+ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
 
 
 class ConfigError(RespotError):

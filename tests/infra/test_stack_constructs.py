@@ -10,6 +10,7 @@ from aws_cdk import Duration, Stack, assertions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -566,6 +567,7 @@ def researchers(new_stack) -> assertions.Template:
         bucket=s3.Bucket(stack, "Bucket"),
         agent_queue=sqs.Queue(stack, "AgentEvents", visibility_timeout=Duration.minutes(6)),
         parameter_name="/respot/deployment",
+        job_logs=logs.LogGroup(stack, "JobLogs", log_group_name="/respot/jobs"),
         publisher_role_arns=("arn:aws:iam::123456789012:role/researcher",),
     )
     return assertions.Template.from_stack(stack)
@@ -576,7 +578,8 @@ def test_deployment_parameter_holds_the_discovery_json(researchers):
     assert parameter["Properties"]["Name"] == "/respot/deployment"
     assert parameter["Properties"]["Type"] == "String"
     text = json.dumps(parameter["Properties"]["Value"])
-    for key in ("stack", "region", "topic_arn", "table_name", "bucket", "agent_queue_url"):
+    keys = ("stack", "region", "topic_arn", "table_name", "bucket", "agent_queue_url", "log_group")
+    for key in keys:
         assert f'\\"{key}\\":' in text
     outputs = researchers.to_json()["Outputs"]
     assert {"TopicArn", "TableName", "Bucket", "AgentQueueUrl", "ResearcherPolicyArn"} <= set(
@@ -593,10 +596,11 @@ def test_researcher_policy_is_what_the_sdk_needs_and_no_more(researchers):
     assert actions == {
         "PublishJobCommands": "sns:Publish",
         "FindDeployment": "ssm:GetParameter",
-        "ReadJobRecords": ["dynamodb:GetItem", "dynamodb:Query"],
+        "ReadJobRecords": ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
         "UploadJobCode": "s3:PutObject",
         "ReadJobObjects": "s3:GetObject",
         "ListJobObjects": "s3:ListBucket",
+        "ReadJobLogs": ["logs:DescribeLogStreams", "logs:GetLogEvents"],
     }
     upload = next(
         s

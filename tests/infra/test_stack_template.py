@@ -467,3 +467,16 @@ def test_cdk_nag_finds_nothing_unsuppressed():
     )
     assert [e.entry.data for e in errors] == []
     assert [w.entry.data for w in warnings] == []
+
+
+def test_only_the_agent_events_function_knows_the_instance_role_id(respot, resources):
+    stack, _ = respot
+    by_handler = functions_by_handler(resources)
+    for spec in WIRING.functions:
+        env = by_handler[spec.handler][1]["Properties"]["Environment"]["Variables"]
+        fed_by_agents = any(q.function == spec.name and q.fed_by_agents for q in WIRING.queues)
+        assert ("RESPOT_AGENT_ROLE_ID" in env) is fed_by_agents, spec.name
+        if fed_by_agents:
+            assert env["RESPOT_AGENT_ROLE_ID"] == {
+                "Fn::GetAtt": [logical_id(stack, stack.fleet.role), "RoleId"]
+            }

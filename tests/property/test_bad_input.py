@@ -7,6 +7,7 @@ are ignored, and nothing reaches the control plane unless it parsed.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -87,7 +88,11 @@ def plane() -> Iterator[tuple[RecordingControlPlane, list[tuple[str, str, str]]]
 
 def sqs_event(*bodies: str) -> dict[str, Any]:
     sample = aws_event("lambda-sqs-event")["Records"][0]
-    return {"Records": [{**sample, "messageId": f"m{i}", "body": b} for i, b in enumerate(bodies)]}
+    return {
+        "Records": [
+            {**copy.deepcopy(sample), "messageId": f"m{i}", "body": b} for i, b in enumerate(bodies)
+        ]
+    }
 
 
 def valid_submission_body() -> str:
@@ -236,3 +241,27 @@ def test_ec2_events_with_a_mangled_part_never_raise(
     for module in (spot_fulfillment, spot_interruption, instance_state):
         result = module.handler(event, CONTEXT)
         assert "outcome" in result
+
+
+def test_agent_messages_must_come_from_the_instance_they_name(
+    plane: tuple[RecordingControlPlane, list[tuple[str, str, str]]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN the stack's instance role id, as the agent_events function gets it on AWS
+    control, dead = plane
+    monkeypatch.setenv("RESPOT_AGENT_ROLE_ID", "AROAEXAMPLEROLEID")
+    body = AgentMessage(
+        job_id="j",
+        attempt=1,
+        instance_id="i-0abc",
+        seq=1,
+        sent_at=datetime(2026, 11, 21, tzinfo=UTC),
+        body=AgentProgress(step=3),
+    ).model_dump_json()
+    event = sqs_event(body, body)
+    event["Records"][0]["attributes"]["SenderId"] = "AROAEXAMPLEROLEID:i-0abc"
+    event["Records"][1]["attributes"]["SenderId"] = "AROAEXAMPLEROLEID:i-0evil"
+    # WHEN both are handled THEN only the message from i-0abc itself gets through
+    assert agent_events.handler(event, CONTEXT) == {"batchItemFailures": []}
+    assert len(control.calls) == 1
+    assert len(dead) == 1 and "i-0evil" in dead[0][1]

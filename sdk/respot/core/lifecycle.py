@@ -57,6 +57,9 @@ JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
 HANDOFF_TAG = "respot:await-handoff"
 MANAGED_TAG = "respot:managed"
+PROGRESS_HISTORY_FRACTION = 0.02  # a "progress" timeline entry per 2% of the total steps
+PROGRESS_HISTORY_SECONDS = 600.0  # or per ten minutes when the session sets no total
+PROGRESS_HISTORY_METRICS = 8
 
 
 @dataclass
@@ -535,6 +538,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                     job.progress.total_steps = body.total_steps or job.progress.total_steps
                     job.progress.metrics = dict(body.metrics)
                     job.progress.at = msg.sent_at
+                    _progress_history(d, att.number, d.now)
             if current and job.state in (JobState.REQUESTED, JobState.STARTING):
                 att.bound_at = att.bound_at or d.now
                 d.go(Transition.START)
@@ -602,11 +606,13 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
 
 
 def _progress_note(d: _Draft, att: Attempt, settings: ControlSettings) -> None:
-    """Note the training's progress at most once per `progress_note_interval` (for Slack).
+    """Tell the notifier of the training's progress at most once per `progress_note_interval`.
 
-    Throttled here, at the source, so that a heartbeat costs the notifier nothing. The note
-    carries where the rate is measured from: the previous note, or the start of this attempt
-    if it began after that note (so that downtime does not skew the ETA).
+    Throttled here, at the source, so that a heartbeat costs the notifier nothing; remembered
+    on the record (`progress.noted_*`). The note goes to the notifier only: the timeline keeps
+    its own sparse history (`_progress_history`). It carries where the rate is measured
+    from: the previous note, or the start of this attempt if it began after that note (so
+    that downtime does not skew the ETA).
     """
     job = d.job
     progress = job.progress
@@ -623,17 +629,53 @@ def _progress_note(d: _Draft, att: Attempt, settings: ControlSettings) -> None:
     if progress.step <= since_step:
         return
     total = f"/{progress.total_steps}" if progress.total_steps else ""
-    d.note(
-        "progress",
-        f"step {progress.step}{total}",
-        step=progress.step,
-        total_steps=progress.total_steps,
-        metrics=dict(progress.metrics),
-        since_step=since_step,
-        since_at=since_at.isoformat(),
+    data = {
+        "attempt": att.number,
+        "step": progress.step,
+        "total_steps": progress.total_steps,
+        "metrics": dict(progress.metrics),
+        "since_step": since_step,
+        "since_at": since_at.isoformat(),
+    }
+    d.notes.append(
+        TimelineEntry(at=d.now, kind="progress", text=f"step {progress.step}{total}", data=data)
     )
     progress.noted_step = progress.step
     progress.noted_at = d.now
+
+
+def _progress_history(d: _Draft, attempt: int, at: datetime) -> None:
+    """Keep a sparse history of progress on the timeline (for `respot timeline`), not notified.
+
+    One entry per `PROGRESS_HISTORY_FRACTION` of the total steps, or per
+    `PROGRESS_HISTORY_SECONDS` when the session sets no total, and the first report of
+    each attempt (when training really resumed, after the session's own start-up).
+    """
+    job = d.job
+    step, total = job.progress.step, job.progress.total_steps
+    if step is None:
+        return
+    last = next((e for e in reversed(job.timeline) if e.kind == "progress"), None)
+    if last is not None and last.data.get("attempt") == attempt:
+        moved = step - int(last.data.get("step") or 0)
+        quiet = (at - last.at).total_seconds()
+        due = (total and moved >= total * PROGRESS_HISTORY_FRACTION) or (
+            quiet >= PROGRESS_HISTORY_SECONDS
+        )
+        if moved <= 0 or not due:
+            return
+    metrics = dict(list(job.progress.metrics.items())[:PROGRESS_HISTORY_METRICS])
+    shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+    of = f"/{total}" if total else ""
+    # Only on the record: the notifier gets the throttled notes of `_progress_note` instead.
+    job.add_timeline(
+        TimelineEntry(
+            at=at,
+            kind="progress",
+            text=f"step {step}{of} {shown}".strip(),
+            data={"attempt": attempt, "step": step, "total_steps": total, "metrics": metrics},
+        )
+    )
 
 
 def _finish(

@@ -238,8 +238,28 @@ def _instance(record: JobRecord) -> str:
     return where
 
 
-def _latest_progress(record: JobRecord) -> TimelineEntry | None:
-    return next((e for e in reversed(record.timeline) if e.kind == "progress"), None)
+def card_eta_seconds(record: JobRecord, now: datetime) -> float | None:
+    """Seconds left at the rate between the last two progress points of the current attempt.
+
+    The points are the timeline's progress history of this attempt; with only one, the
+    attempt's start (at its restored step) is the other. None without a total or a rate.
+    """
+    att, total = record.current, record.progress.total_steps
+    if att is None or att.started_at is None or not total:
+        return None
+    points = [
+        (e.at, int(e.data["step"]))
+        for e in record.timeline
+        if e.kind == "progress" and e.data.get("attempt") == att.number and e.data.get("step")
+    ]
+    if not points:
+        return None
+    (t0, s0), (t1, s1) = [(att.started_at, att.restored_step or 0), *points][-2:]
+    seconds = (t1 - t0).total_seconds()
+    if seconds <= 0 or s1 <= s0:
+        return None
+    left = max(total - s1, 0) * seconds / (s1 - s0) - (now - t1).total_seconds()
+    return max(left, 0.0)
 
 
 def _cost_line(record: JobRecord, now: datetime, prices: dict[str, float] | None) -> str:
@@ -260,12 +280,9 @@ def status_card(
     spec = record.spec
     state = record.state
     progress = _progress_text(record.progress.step, record.progress.total_steps)
-    latest = _latest_progress(record)
-    if state is JobState.RUNNING and latest is not None:
-        eta = eta_seconds(latest.data, latest.at)
-        if eta is not None:
-            remaining = eta - (now - latest.at).total_seconds()
-            progress += f", ETA {duration(max(remaining, 0.0))}"
+    eta = card_eta_seconds(record, now) if state is JobState.RUNNING else None
+    if eta is not None:
+        progress += f", ETA {duration(eta)}"
     terminal = state.is_terminal()
     pairs = [
         ("Owner", escape(_owner(record))),
