@@ -22,8 +22,8 @@ def test_heartbeats_every_30s_for_half_an_hour_make_three_notes_ten_minutes_apar
     # THEN exactly three notes exist, each carrying the step and time of the one before
     notes = progress_notes(story)
     assert [n["step"] for n in notes] == [200, 400, 600]
-    assert [n["since_step"] for n in notes] == [0, 200, 400]
-    assert notes[0]["since_at"] == at(10).isoformat()  # the first counts from the start
+    assert [n["since_step"] for n in notes] == [10, 200, 400]
+    assert notes[0]["since_at"] == at(40).isoformat()  # the first counts from the first report
     assert notes[1]["since_at"] == at(610).isoformat()
     assert notes[2]["metrics"] == {"loss": 1.0 / 60}
     assert story.record.progress.noted_step == 600
@@ -36,6 +36,7 @@ def test_heartbeats_every_30s_for_half_an_hour_make_three_notes_ten_minutes_apar
 
 def test_no_note_while_the_step_stands_still() -> None:
     story = Story(settings=every_second(60)).submit(0).place("i-1", 5).start("i-1", 1, 10)
+    story.progress("i-1", 1, 20, 50)
     story.progress("i-1", 1, 50, 100)
     for t in range(200, 1000, 100):
         story.progress("i-1", 1, 50, t)  # stuck: heartbeats without progress
@@ -69,17 +70,19 @@ def test_the_interval_comes_from_the_environment() -> None:
     )
 
 
-def test_after_a_resume_the_rate_counts_from_the_restored_step_not_across_the_downtime() -> None:
-    # GIVEN a note at step 100, then an interruption, 10 minutes down, a resume from step 90
+def test_after_a_resume_the_rate_counts_from_the_first_report_not_across_the_downtime() -> None:
+    # GIVEN a note at step 100, then an interruption, 10 minutes down, a resume from step 100
     story = Story(settings=every_second(60)).submit(0).place("i-1", 5).start("i-1", 1, 10)
+    story.progress("i-1", 1, 20, 50, total=1000)
     story.progress("i-1", 1, 100, 100, total=1000)
-    story.notice("i-1", 1, 110).preempted("i-1", 1, 105, 112)
-    story.place("i-2", 700).start("i-2", 2, 720, restored=90)
-    # WHEN the new instance reports progress
-    story.progress("i-2", 2, 150, 800, total=1000)
-    # THEN the note after the resume measures from step 90 at the new start
+    story.notice("i-1", 1, 110).preempted("i-1", 1, 100, 112)
+    story.place("i-2", 700).start("i-2", 2, 720, restored=100)
+    # WHEN the new session reports, after 80 s of its own start-up, then 30 s later
+    story.progress("i-2", 2, 101, 800, total=1000)
+    story.progress("i-2", 2, 150, 830, total=1000)
+    # THEN no note is sent before there is a rate, and then it measures from the first report
     notes = progress_notes(story)
-    assert [(n["step"], n["since_step"], n["since_at"]) for n in notes] == [
-        (100, 0, at(10).isoformat()),
-        (150, 90, at(720).isoformat()),
+    assert [(n["attempt"], n["step"], n["since_step"], n["since_at"]) for n in notes] == [
+        (1, 100, 20, at(50).isoformat()),
+        (2, 150, 101, at(800).isoformat()),
     ]

@@ -156,9 +156,11 @@ def test_the_card_follows_the_job_from_queued_to_completed() -> None:
 
 def test_a_running_card_shows_the_eta_left_from_the_last_progress_note() -> None:
     story = Story(settings=every_second(60)).submit(0).place("i-1", 5).start("i-1", 1, 0)
-    story.progress("i-1", 1, 100, 100, total=1000)  # 1 step/s since the start
-    card = status_card(story.record, at(400))  # 300 s after the note: 600 s left of 900
-    assert "step 100 of 1,000 (10%), ETA 10m 00s" in card.text
+    story.progress("i-1", 1, 100, 100, total=1000)
+    assert "ETA" not in status_card(story.record, at(101)).text  # one point: no rate yet
+    story.progress("i-1", 1, 300, 300, total=1000)  # 1 step/s
+    card = status_card(story.record, at(400))  # 100 s after that point: 600 s left of 700
+    assert "step 300 of 1,000 (30%), ETA 10m 00s" in card.text
 
 
 def test_eta_is_unknown_without_a_rate_or_a_total() -> None:

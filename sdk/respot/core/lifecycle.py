@@ -611,13 +611,14 @@ def _progress_note(d: _Draft, att: Attempt, settings: ControlSettings) -> None:
     Throttled here, at the source, so that a heartbeat costs the notifier nothing; remembered
     on the record (`progress.noted_*`). The note goes to the notifier only: the timeline keeps
     its own sparse history (`_progress_history`). It carries where the rate is measured
-    from: the previous note, or the start of this attempt if it began after that note (so
-    that downtime does not skew the ETA).
+    from: the previous note, or this attempt's first report if the attempt began after that
+    note (so that neither downtime nor the session's start-up skews the ETA).
     """
     job = d.job
     progress = job.progress
     interval = settings.progress_note_interval
-    if interval <= timedelta(0) or progress.step is None or att.started_at is None:
+    step = att.last_step  # this attempt's: the job's can be higher after a resume from behind
+    if interval <= timedelta(0) or step is None or att.started_at is None:
         return
     first = next((a.started_at for a in job.attempts if a.started_at is not None), att.started_at)
     if d.now - (progress.noted_at or first) < interval:
@@ -625,22 +626,32 @@ def _progress_note(d: _Draft, att: Attempt, settings: ControlSettings) -> None:
     if progress.noted_at is not None and progress.noted_at >= att.started_at:
         since_at, since_step = progress.noted_at, progress.noted_step or 0
     else:
+        # This attempt's first report, when training really began (after the session's own
+        # start-up); the attempt's start if the history no longer has it.
+        first_report = next(
+            (
+                e
+                for e in job.timeline
+                if e.kind == "progress" and e.data.get("attempt") == att.number
+            ),
+            None,
+        )
         since_at, since_step = att.started_at, att.restored_step or 0
-    if progress.step <= since_step:
-        return
+        if first_report is not None and first_report.data.get("step") is not None:
+            since_at, since_step = first_report.at, int(first_report.data["step"])
+    if step <= since_step:
+        return  # no rate yet: the next report will do
     total = f"/{progress.total_steps}" if progress.total_steps else ""
     data = {
         "attempt": att.number,
-        "step": progress.step,
+        "step": step,
         "total_steps": progress.total_steps,
         "metrics": dict(progress.metrics),
         "since_step": since_step,
         "since_at": since_at.isoformat(),
     }
-    d.notes.append(
-        TimelineEntry(at=d.now, kind="progress", text=f"step {progress.step}{total}", data=data)
-    )
-    progress.noted_step = progress.step
+    d.notes.append(TimelineEntry(at=d.now, kind="progress", text=f"step {step}{total}", data=data))
+    progress.noted_step = step
     progress.noted_at = d.now
 
 

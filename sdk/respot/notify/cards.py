@@ -241,20 +241,21 @@ def _instance(record: JobRecord) -> str:
 def card_eta_seconds(record: JobRecord, now: datetime) -> float | None:
     """Seconds left at the rate between the last two progress points of the current attempt.
 
-    The points are the timeline's progress history of this attempt; with only one, the
-    attempt's start (at its restored step) is the other. None without a total or a rate.
+    The points are the timeline's progress history of this attempt (its first point is when
+    training really began, after the session's start-up). None without two points, a total
+    or a rate.
     """
     att, total = record.current, record.progress.total_steps
-    if att is None or att.started_at is None or not total:
+    if att is None or not total:
         return None
     points = [
         (e.at, int(e.data["step"]))
         for e in record.timeline
         if e.kind == "progress" and e.data.get("attempt") == att.number and e.data.get("step")
     ]
-    if not points:
+    if len(points) < 2:
         return None
-    (t0, s0), (t1, s1) = [(att.started_at, att.restored_step or 0), *points][-2:]
+    (t0, s0), (t1, s1) = points[-2:]
     seconds = (t1 - t0).total_seconds()
     if seconds <= 0 or s1 <= s0:
         return None
