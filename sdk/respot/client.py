@@ -145,17 +145,18 @@ class JobHandle:
                     on_status=_both(display.on_status, on_status),
                 )
         deadline = None if timeout is None else time.monotonic() + timeout
-        seen = 0.0
+        seen: set[tuple[datetime, str, str]] = set()
         while True:
             status = self.status()
             if status.record is not None and on_event is not None:
-                timeline = status.record.timeline
-                # The timeline keeps its newest entries; count by time, not by position.
-                new = [e for e in timeline if seen == 0 or e.at.timestamp() > seen]
-                for entry in new:
-                    on_event(entry)
-                if timeline:
-                    seen = max(seen, *(e.at.timestamp() for e in timeline))
+                # The timeline keeps its newest entries (old progress ones are dropped), and
+                # writers on other machines have their own clocks: recognise entries by
+                # what they are, not by position or by time.
+                for entry in status.record.timeline:
+                    identity = (entry.at, entry.kind, entry.text)
+                    if identity not in seen:
+                        seen.add(identity)
+                        on_event(entry)
             if on_status is not None:
                 on_status(status)
             if status.is_terminal:

@@ -428,14 +428,16 @@ def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
     job.interruptions += 1
     d.go(Transition.INTERRUPT)
     job.waiting_since = d.now
+    checkpoint_step = job.checkpoint.step if job.checkpoint else None
+    # Heartbeats lag: the step reached is at least the newest checkpoint's.
+    step = max(job.progress.step or 0, checkpoint_step or 0) if job.progress.step else None
     d.note(
         "interrupted",
-        f"{why} for {att.instance_id} at step {job.progress.step}; newest checkpoint step "
-        f"{job.checkpoint.step if job.checkpoint else None}",
+        f"{why} for {att.instance_id} at step {step}; newest checkpoint step {checkpoint_step}",
         attempt=att.number,
         instance_id=att.instance_id,
-        step=job.progress.step,
-        checkpoint_step=job.checkpoint.step if job.checkpoint else None,
+        step=step,
+        checkpoint_step=checkpoint_step,
         noticed=noticed,
         interruptions=job.interruptions,
     )
