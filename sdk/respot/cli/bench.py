@@ -71,10 +71,12 @@ def policy(
     ],
     work_hours: Annotated[float, typer.Option(help="Compute the job needs, C.")] = 48.0,
     deadline_hours: Annotated[
-        list[float] | None, typer.Option(help="Deadlines D from the job's start (several).")
+        list[float] | None,
+        typer.Option(help="Deadlines D from the job's start, several (default: 52 60 70)."),
     ] = None,
     changeover_hours: Annotated[
-        list[float] | None, typer.Option(help="Changeover delays d (several).")
+        list[float] | None,
+        typer.Option(help="Changeover delays d, several (default: 0.05 0.2)."),
     ] = None,
     windows: Annotated[int, typer.Option(help="Windows per trace.")] = 300,
     as_json: Annotated[
