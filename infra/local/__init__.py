@@ -1,0 +1,1 @@
+"""The embedded local runtime: respot's handlers and agent on one machine, against moto."""

@@ -1,0 +1,259 @@
+"""The AWS side of the local runtime: a moto server on 127.0.0.1 and respot's resources in it.
+
+`provision` creates, from `infra.wiring.WIRING` (the same description the CDK stack reads),
+the jobs topic, every queue with its dead-letter queue and topic subscription filter, the
+job table with its `live` index, the bucket, the launch template, and one EventBridge rule
+per wiring rule. moto cannot invoke Lambda targets, so each rule targets a queue of its own
+(`<prefix>-rule-<name>`) that the dispatcher reads and hands to the rule's function: the
+rule's pattern is still matched by the emulator, exactly as written in the wiring.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+
+from infra.wiring import WIRING, Wiring
+from respot import config as cfg
+from respot.core.placement import SubnetRef
+from respot.deployment import DEFAULT_PARAMETER, Deployment
+
+REGION = "us-east-1"
+CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+LOCAL_AMI = "ami-12c6146b"  # an image moto knows
+
+
+class MotoServer:
+    """moto in server mode on 127.0.0.1 and a free port (never 0.0.0.0)."""
+
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self.url = ""
+
+    def start(self) -> str:
+        """Start serving; returns the endpoint URL."""
+        self._server.start()
+        port = self._server._server.server_port  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving."""
+        self._server.stop()
+
+
+_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
+
+
+def session() -> Any:
+    """The boto3 session with the emulator's fake credentials (one per process: clients made
+    from one session share its loaded service models, which makes each new client cheap)."""
+    global _SESSION  # noqa: PLW0603 - a process-wide cache
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            _SESSION = boto3.session.Session(region_name=REGION, **CREDENTIALS)
+        return _SESSION
+
+
+def client(service: str, endpoint_url: str) -> Any:
+    """A new client of the emulator (client creation from a shared session is locked)."""
+    s = session()
+    with _SESSION_LOCK:
+        return s.client(service, endpoint_url=endpoint_url)
+
+
+@dataclass
+class LocalDeployment:
+    """Names and URLs of everything `provision` created."""
+
+    endpoint_url: str
+    region: str
+    topic_arn: str
+    table_name: str
+    bucket: str
+    launch_template_id: str
+    subnets: tuple[SubnetRef, ...]
+    instance_types: tuple[str, ...]
+    queue_urls: dict[str, str] = field(default_factory=dict)
+    dlq_urls: dict[str, str] = field(default_factory=dict)
+    rule_queue_urls: dict[str, str] = field(default_factory=dict)
+    rule_names: dict[str, str] = field(default_factory=dict)
+    parameter_name: str = DEFAULT_PARAMETER
+    name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
+    log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
+
+    def client(self, service: str) -> Any:
+        """A new boto3 client for the emulator."""
+        return client(service, self.endpoint_url)
+
+    def deployment(self) -> Deployment:
+        """What the SDK needs, as the stack would publish it."""
+        return Deployment(
+            topic_arn=self.topic_arn,
+            table_name=self.table_name,
+            bucket=self.bucket,
+            region=self.region,
+            stack="local",
+            agent_queue_url=self.queue_urls["agent-events"],
+            endpoint_url=self.endpoint_url,
+            log_group=self.log_group,
+        )
+
+    def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
+        """The environment the stack gives `function` (see respot.config)."""
+        dlq = next((self.dlq_urls[q.name] for q in wiring.queues if q.function == function), "")
+        return {
+            cfg.ENV_TABLE: self.table_name,
+            cfg.ENV_BUCKET: self.bucket,
+            cfg.ENV_LAUNCH_TEMPLATE_ID: self.launch_template_id,
+            cfg.ENV_LAUNCH_TEMPLATE_VERSION: "$Latest",
+            cfg.ENV_SUBNETS: json.dumps(
+                [
+                    {"subnet_id": s.subnet_id, "availability_zone": s.availability_zone}
+                    for s in self.subnets
+                ]
+            ),
+            cfg.ENV_INSTANCE_TYPES: ",".join(self.instance_types),
+            cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
+            cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
+            cfg.ENV_DLQ_URL: dlq,
+            cfg.ENV_DEPLOYMENT_NAME: self.name,
+        }
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
+    return str(attrs["QueueArn"])
+
+
+def provision(
+    endpoint_url: str,
+    *,
+    wiring: Wiring = WIRING,
+    prefix: str = "respot",
+    instance_types: tuple[str, ...] = ("g5.xlarge", "g4dn.xlarge"),
+    availability_zones: int = 2,
+    visibility_timeout_seconds: int | None = None,
+) -> LocalDeployment:
+    """Create respot's resources in the emulator from the wiring."""
+    sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
+    s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
+
+    topic_arn = sns.create_topic(Name=f"{prefix}-{wiring.topic_name}")["TopicArn"]
+    queue_urls: dict[str, str] = {}
+    dlq_urls: dict[str, str] = {}
+    for q in wiring.queues:
+        dlq_url = sqs.create_queue(QueueName=f"{prefix}-{q.name}-dlq")["QueueUrl"]
+        visibility = visibility_timeout_seconds or q.visibility_timeout_seconds
+        url = sqs.create_queue(
+            QueueName=f"{prefix}-{q.name}",
+            Attributes={
+                "VisibilityTimeout": str(visibility),
+                "RedrivePolicy": json.dumps(
+                    {
+                        "deadLetterTargetArn": _queue_arn(sqs, dlq_url),
+                        "maxReceiveCount": str(q.max_receive_count),
+                    }
+                ),
+            },
+        )["QueueUrl"]
+        queue_urls[q.name], dlq_urls[q.name] = url, dlq_url
+        if q.topic_filter is not None:
+            sns.subscribe(
+                TopicArn=topic_arn,
+                Protocol="sqs",
+                Endpoint=_queue_arn(sqs, url),
+                Attributes={"FilterPolicy": json.dumps(q.topic_filter)},
+            )
+
+    rule_queue_urls: dict[str, str] = {}
+    rule_names: dict[str, str] = {}
+    for rule in wiring.rules:
+        name = f"{prefix}-{rule.name}"
+        url = sqs.create_queue(QueueName=f"{prefix}-rule-{rule.name}")["QueueUrl"]
+        events.put_rule(Name=name, EventPattern=json.dumps(rule.pattern), State="ENABLED")
+        events.put_targets(Rule=name, Targets=[{"Id": "handler", "Arn": _queue_arn(sqs, url)}])
+        rule_queue_urls[rule.name] = url
+        rule_names[rule.name] = name
+
+    table = f"{prefix}-jobs"
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[
+            {"AttributeName": wiring.table_partition_key, "KeyType": "HASH"},
+            {"AttributeName": wiring.table_sort_key, "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": n, "AttributeType": "S"}
+            for n in (wiring.table_partition_key, wiring.table_sort_key, "live", "updated_at")
+        ],
+        BillingMode="PAY_PER_REQUEST",
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "live",
+                "KeySchema": [
+                    {"AttributeName": "live", "KeyType": "HASH"},
+                    {"AttributeName": "updated_at", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+    )
+    # The stack's group is /respot/jobs; moto keeps one state per process, so prefix it here.
+    log_group = f"/{prefix}/jobs"
+    logs.create_log_group(logGroupName=log_group)
+    bucket = f"{prefix}-artifacts"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+
+    template_id = ec2.create_launch_template(
+        LaunchTemplateName=f"{prefix}-instances",
+        LaunchTemplateData={
+            "ImageId": LOCAL_AMI,
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpPutResponseHopLimit": 2,
+                "InstanceMetadataTags": "enabled",
+            },
+            "InstanceInitiatedShutdownBehavior": "terminate",
+        },
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    subnets_seen: dict[str, SubnetRef] = {}
+    for subnet in sorted(ec2.describe_subnets()["Subnets"], key=lambda x: x["AvailabilityZone"]):
+        subnets_seen.setdefault(
+            subnet["AvailabilityZone"], SubnetRef(subnet["SubnetId"], subnet["AvailabilityZone"])
+        )
+    subnets = tuple(list(subnets_seen.values())[:availability_zones])
+
+    local = LocalDeployment(
+        endpoint_url=endpoint_url,
+        region=REGION,
+        topic_arn=topic_arn,
+        table_name=table,
+        bucket=bucket,
+        launch_template_id=template_id,
+        subnets=subnets,
+        instance_types=instance_types,
+        queue_urls=queue_urls,
+        dlq_urls=dlq_urls,
+        rule_queue_urls=rule_queue_urls,
+        rule_names=rule_names,
+        name=prefix,
+        log_group=log_group,
+    )
+    ssm.put_parameter(
+        Name=local.parameter_name,
+        Value=local.deployment().to_json(),
+        Type="String",
+        Overwrite=True,
+    )
+    return local

@@ -1,0 +1,274 @@
+"""The local stand-in for Lambda's triggers: it reads the queues and calls the handlers in-process.
+
+Per wiring queue: long-poll the queue, hand the batch to the function in the Lambda SQS event
+shape, delete what succeeded, leave the `batchItemFailures` (and everything, if the handler
+raised) for redelivery; SQS redrive then moves repeat failures to the dead-letter queue, as on
+AWS. Per wiring rule: the rule's own queue carries matched EventBridge events; each is given to
+the function alone, and a failing event is retried up to `RULE_RETRIES` times like an
+asynchronous Lambda invocation. Per schedule: call the function every `every_seconds` times
+the runtime's time scale.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from infra.local.cloud import LocalDeployment
+from infra.wiring import WIRING, Wiring
+
+log = logging.getLogger("respot.local.dispatcher")
+
+RULE_RETRIES = 3  # Lambda retries a failed asynchronous invocation twice (three tries in all)
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One handler call, for statistics."""
+
+    function: str
+    started: float
+    seconds: float
+    records: int
+    ok: bool
+
+
+class LambdaContext:
+    """The attributes of the Lambda context object that respot and Powertools read."""
+
+    def __init__(self, function: str, memory_mb: int, timeout_seconds: int) -> None:
+        self.function_name = f"respot-local-{function}"
+        self.function_version = "$LATEST"
+        self.memory_limit_in_mb = memory_mb
+        self.invoked_function_arn = f"arn:aws:lambda:us-east-1:123456789012:function:{function}"
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = "local"
+        self._deadline = time.monotonic() + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before the function's timeout."""
+        return max(int((self._deadline - time.monotonic()) * 1000), 0)
+
+
+def _lambda_record(message: dict[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    attributes = {k: str(v) for k, v in message.get("Attributes", {}).items()}
+    message_attributes = {
+        name: {
+            "stringValue": value.get("StringValue"),
+            "binaryValue": value.get("BinaryValue"),
+            "dataType": value.get("DataType"),
+            "stringListValues": [],
+            "binaryListValues": [],
+        }
+        for name, value in message.get("MessageAttributes", {}).items()
+    }
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": attributes,
+        "messageAttributes": message_attributes,
+        "md5OfBody": message.get("MD5OfBody", ""),
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+
+
+class Dispatcher:
+    """Feeds queue messages, rule events and schedules to the handlers, like Lambda would."""
+
+    def __init__(
+        self,
+        deployment: LocalDeployment,
+        *,
+        wiring: Wiring = WIRING,
+        time_scale: float = 1.0,
+        poll_wait_seconds: int = 1,
+        pollers_per_queue: int = 1,
+        on_invocation: Callable[[Invocation], None] | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.wiring = wiring
+        self.time_scale = time_scale
+        self.poll_wait_seconds = poll_wait_seconds
+        self.pollers_per_queue = pollers_per_queue
+        self.on_invocation = on_invocation
+        self.invocations: list[Invocation] = []
+        self.failures: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        self._handlers: dict[str, Callable[..., Any]] = {}
+        self._sqs = deployment.client("sqs")
+
+    # ---- handlers ----------------------------------------------------------------------------
+
+    def handler(self, function: str) -> Callable[..., Any]:
+        """The `handler` callable of a wiring function (imported once)."""
+        if function not in self._handlers:
+            module = importlib.import_module(self.wiring.function(function).module)
+            self._handlers[function] = module.handler
+        return self._handlers[function]
+
+    def invoke(self, function: str, event: Any, records: int = 1) -> Any:
+        """Call a function's handler with `event`, timing it."""
+        spec = self.wiring.function(function)
+        context = LambdaContext(function, spec.memory_mb, spec.timeout_seconds)
+        started = time.monotonic()
+        ok = False
+        with self._lock:
+            self._busy += 1
+        try:
+            result = self.handler(function)(event, context)
+            ok = True
+            return result
+        finally:
+            with self._lock:
+                self._busy -= 1
+            inv = Invocation(function, started, time.monotonic() - started, records, ok)
+            with self._lock:
+                self.invocations.append(inv)
+            if self.on_invocation is not None:
+                self.on_invocation(inv)
+
+    # ---- loops -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start one thread per queue poller, rule and schedule."""
+        for q in self.wiring.queues:
+            url = self.deployment.queue_urls[q.name]
+            for _ in range(self.pollers_per_queue):
+                self._spawn(
+                    f"sqs-{q.name}", self._poll_queue, q.name, url, q.function, q.batch_size
+                )
+        for rule in self.wiring.rules:
+            url = self.deployment.rule_queue_urls[rule.name]
+            self._spawn(f"rule-{rule.name}", self._poll_rule, rule.name, url, rule.function)
+        for schedule in self.wiring.schedules:
+            self._spawn(
+                f"schedule-{schedule.name}",
+                self._schedule,
+                schedule.function,
+                schedule.every_seconds * self.time_scale,
+            )
+
+    def stop(self) -> None:
+        """Stop every loop and wait for the handlers in flight."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=self.poll_wait_seconds + 30)
+        self._threads.clear()
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: Any) -> None:
+        thread = threading.Thread(target=self._guard, args=(target, *args), name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _guard(self, target: Callable[..., None], *args: Any) -> None:
+        while not self._stop.is_set():
+            try:
+                target(*args)
+                return
+            except Exception:  # keep the loop alive: a failing handler must not stop delivery
+                log.exception("dispatcher loop %s failed; restarting it", target.__name__)
+                time.sleep(0.2)
+
+    def _receive(self, url: str, count: int) -> list[dict[str, Any]]:
+        response = self._sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=count,
+            WaitTimeSeconds=self.poll_wait_seconds,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        return list(response.get("Messages", []))
+
+    def _delete(self, url: str, messages: list[dict[str, Any]]) -> None:
+        for start in range(0, len(messages), 10):
+            chunk = messages[start : start + 10]
+            self._sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(chunk)
+                ],
+            )
+
+    def _poll_queue(self, name: str, url: str, function: str, batch_size: int) -> None:
+        arn = f"arn:aws:sqs:{self.deployment.region}:123456789012:{url.rsplit('/', 1)[-1]}"
+        while not self._stop.is_set():
+            messages = self._receive(url, batch_size)
+            if not messages:
+                continue
+            event = {"Records": [_lambda_record(m, arn, self.deployment.region) for m in messages]}
+            try:
+                result = self.invoke(function, event, records=len(messages))
+            except Exception as exc:
+                log.exception("%s failed on a batch of %d from %s", function, len(messages), name)
+                with self._lock:
+                    self.failures.append((function, repr(exc)))
+                continue  # nothing deleted: the whole batch comes back after the visibility
+            failed = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
+            if failed:
+                with self._lock:
+                    self.failures.extend((function, f"record {m}") for m in failed)
+            self._delete(url, [m for m in messages if m["MessageId"] not in failed])
+
+    def _poll_rule(self, name: str, url: str, function: str) -> None:
+        import json
+
+        while not self._stop.is_set():
+            for message in self._receive(url, 10):
+                try:
+                    event = json.loads(message["Body"])
+                    self.invoke(function, event)
+                except Exception as exc:
+                    log.exception("%s failed on an event of rule %s", function, name)
+                    with self._lock:
+                        self.failures.append((function, repr(exc)))
+                    tries = int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+                    if tries < RULE_RETRIES:
+                        continue
+                self._delete(url, [message])
+
+    def _schedule(self, function: str, every_seconds: float) -> None:
+        while not self._stop.wait(every_seconds):
+            try:
+                self.invoke(
+                    function,
+                    {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}},
+                )
+            except Exception:
+                log.exception("scheduled %s failed", function)
+
+    # ---- observing ---------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """True while a handler runs."""
+        with self._lock:
+            return self._busy > 0
+
+    def pending_messages(self) -> int:
+        """Messages visible or in flight on every queue the dispatcher reads."""
+        total = 0
+        urls = [*self.deployment.queue_urls.values(), *self.deployment.rule_queue_urls.values()]
+        for url in urls:
+            attrs = self._sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+            total += int(attrs["ApproximateNumberOfMessages"])
+            total += int(attrs["ApproximateNumberOfMessagesNotVisible"])
+        return total

@@ -1,0 +1,340 @@
+"""Local instances: one process running the real agent, plus its own IMDS server, per instance.
+
+The fleet plays EC2's part after a launch: the instance is pending, then (after the simulated
+fulfilment delay) running — with the `EC2 Spot Instance Request Fulfillment` and
+`EC2 Instance State-change Notification` events put on the emulator's EventBridge bus —
+then boots (the agent process starts). It delivers interruptions the EC2 way: the IMDS
+`spot/instance-action` answers and the two-minute warning event is put on the bus, then the
+process is killed and the instance terminated. An agent that exits by itself is treated as an
+instance that shut itself down (the launch template says shutdown terminates).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from infra.local.clock import Timers, TimeScale
+from infra.local.cloud import CREDENTIALS, LocalDeployment
+from infra.local.imds import ImdsServer
+from respot.ec2events import REBALANCE, SPOT_FULFILLMENT, SPOT_INTERRUPTION, STATE_CHANGE
+
+log = logging.getLogger("respot.local.fleet")
+
+NOTICE_SECONDS = 120  # EC2 warns two minutes before it reclaims a spot instance
+
+
+@dataclass(frozen=True)
+class FleetTiming:
+    """Simulated durations of EC2's steps (scaled to real time by the runtime's TimeScale)."""
+
+    fulfil_seconds: float = 15.0  # spot request open -> instance running
+    boot_seconds: float = 45.0  # running -> the boot script starts the agent
+    notice_seconds: float = NOTICE_SECONDS
+    terminate_seconds: float = 5.0  # shutting-down -> terminated
+
+
+@dataclass
+class LocalInstance:
+    """One emulated EC2 instance."""
+
+    instance_id: str
+    instance_type: str
+    availability_zone: str
+    market: str
+    tags: dict[str, str]
+    spot_request_id: str | None
+    launched_at: float
+    work_dir: Path
+    state: str = "pending"
+    imds: ImdsServer | None = None
+    process: subprocess.Popen[bytes] | None = None
+    booted_at: float | None = None
+    noticed_at: float | None = None
+    ended_at: float | None = None
+    end_reason: str | None = None
+    log_path: Path | None = None
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> str | None:
+        """The job the control plane launched this instance for."""
+        return self.tags.get("respot:job-id")
+
+    @property
+    def attempt(self) -> int | None:
+        """The attempt number of the job."""
+        value = self.tags.get("respot:attempt", "")
+        return int(value) if value.isdigit() else None
+
+    @property
+    def alive(self) -> bool:
+        """True until the instance is shutting down."""
+        return self.state in ("pending", "running")
+
+
+class InstanceFleet:
+    """Every local instance, and the EC2 events that come with their lives."""
+
+    def __init__(
+        self,
+        deployment: LocalDeployment,
+        *,
+        scale: TimeScale,
+        timers: Timers,
+        work_root: Path,
+        timing: FleetTiming = FleetTiming(),
+        agent_env: dict[str, str] | None = None,
+        duplicate_events: bool = False,
+        reorder_events: bool = False,
+    ) -> None:
+        self.deployment = deployment
+        self.scale = scale
+        self.timers = timers
+        self.work_root = work_root
+        self.timing = timing
+        self.agent_env = agent_env or {}
+        self.duplicate_events = duplicate_events
+        self.reorder_events = reorder_events
+        self.emitted = 0
+        self.instances: dict[str, LocalInstance] = {}
+        self.on_boot: list[Callable[[LocalInstance], None]] = []
+        self._lock = threading.RLock()
+        self._events = deployment.client("events")
+        self._ec2 = deployment.client("ec2")
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="local-fleet", daemon=True)
+        self._watcher.start()
+
+    # ---- EC2's side of a launch --------------------------------------------------------------
+
+    def launched(
+        self,
+        *,
+        instance_id: str,
+        instance_type: str,
+        availability_zone: str,
+        market: str,
+        tags: dict[str, str],
+        spot_request_id: str | None,
+    ) -> LocalInstance:
+        """A RunInstances call returned this instance: play its start."""
+        inst = LocalInstance(
+            instance_id=instance_id,
+            instance_type=instance_type,
+            availability_zone=availability_zone,
+            market=market,
+            tags=tags,
+            spot_request_id=spot_request_id,
+            launched_at=time.monotonic(),
+            work_dir=self.work_root / instance_id,
+        )
+        with self._lock:
+            self.instances[instance_id] = inst
+        self._emit(STATE_CHANGE, {"instance-id": instance_id, "state": "pending"}, inst)
+        self.timers.after(self.scale.real(self.timing.fulfil_seconds), lambda: self._run(inst))
+        return inst
+
+    def _run(self, inst: LocalInstance) -> None:
+        with self._lock:
+            if inst.state != "pending":
+                return
+            inst.state = "running"
+        if inst.market == "spot":
+            self._emit(
+                SPOT_FULFILLMENT,
+                {"spot-instance-request-id": inst.spot_request_id, "instance-id": inst.instance_id},
+                inst,
+            )
+        self._emit(STATE_CHANGE, {"instance-id": inst.instance_id, "state": "running"}, inst)
+        self.timers.after(self.scale.real(self.timing.boot_seconds), lambda: self._boot(inst))
+
+    def _boot(self, inst: LocalInstance) -> None:
+        with self._lock:
+            if inst.state != "running":
+                return
+            inst.imds = ImdsServer(
+                instance_id=inst.instance_id,
+                instance_type=inst.instance_type,
+                availability_zone=inst.availability_zone,
+                tags=inst.tags,
+            )
+            inst.imds.start()
+            if inst.noticed_at is not None:
+                inst.imds.schedule_interruption("terminate", datetime.now(UTC))
+            inst.work_dir.mkdir(parents=True, exist_ok=True)
+            inst.log_path = inst.work_dir / "agent.log"
+            env = {
+                **os.environ,
+                **self.agent_env,
+                "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+                "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+                "AWS_DEFAULT_REGION": self.deployment.region,
+                "AWS_REGION": self.deployment.region,
+                "AWS_ENDPOINT_URL": self.deployment.endpoint_url,
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT": inst.imds.url,
+                "RESPOT_BUCKET": self.deployment.bucket,
+                "RESPOT_AGENT_QUEUE_URL": self.deployment.queue_urls["agent-events"],
+                "RESPOT_WORK_DIR": str(inst.work_dir),
+                "RESPOT_LOG_GROUP": self.deployment.log_group or "",
+                "RESPOT_SHUTDOWN": "exit",
+            }
+            with inst.log_path.open("ab") as out:
+                inst.process = subprocess.Popen(
+                    [sys.executable, "-m", "respot.agent"],
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group, killed as a whole
+                )
+            inst.booted_at = time.monotonic()
+            inst.events.append((inst.booted_at, "booted"))
+        for callback in self.on_boot:
+            callback(inst)
+
+    # ---- interruptions and the end of instances ----------------------------------------------
+
+    def interrupt(self, instance_id: str) -> bool:
+        """Give a spot instance its two-minute warning, then reclaim it. False if not running."""
+        with self._lock:
+            inst = self.instances.get(instance_id)
+            if inst is None or not inst.alive or inst.noticed_at is not None:
+                return False
+            inst.noticed_at = time.monotonic()
+            inst.events.append((inst.noticed_at, "notice"))
+            reclaim_at = datetime.now(UTC) + timedelta(
+                seconds=self.scale.real(self.timing.notice_seconds)
+            )
+            if inst.imds is not None:
+                inst.imds.schedule_interruption("terminate", reclaim_at)
+        self._emit(
+            SPOT_INTERRUPTION, {"instance-id": instance_id, "instance-action": "terminate"}, inst
+        )
+        self.timers.after(
+            self.scale.real(self.timing.notice_seconds),
+            lambda: self.terminate(instance_id, "reclaimed by EC2"),
+        )
+        return True
+
+    def rebalance(self, instance_id: str) -> bool:
+        """Send a rebalance recommendation (IMDS and EventBridge)."""
+        with self._lock:
+            inst = self.instances.get(instance_id)
+            if inst is None or not inst.alive:
+                return False
+            if inst.imds is not None:
+                inst.imds.recommend_rebalance(datetime.now(UTC))
+        self._emit(REBALANCE, {"instance-id": instance_id}, inst)
+        return True
+
+    def terminate(self, instance_id: str, reason: str, *, via_api: bool = False) -> bool:
+        """End an instance: kill its processes, terminate it in EC2, emit the state changes."""
+        with self._lock:
+            inst = self.instances.get(instance_id)
+            if inst is None or not inst.alive:
+                return False
+            inst.state = "shutting-down"
+            inst.ended_at = time.monotonic()
+            inst.end_reason = reason
+            inst.events.append((inst.ended_at, f"terminate: {reason}"))
+            self._kill(inst)
+        if not via_api:
+            try:
+                self._ec2.terminate_instances(InstanceIds=[instance_id])
+            except Exception:
+                log.exception("could not terminate %s in the emulator", instance_id)
+        self._emit(STATE_CHANGE, {"instance-id": instance_id, "state": "shutting-down"}, inst)
+
+        def gone() -> None:
+            with self._lock:
+                inst.state = "terminated"
+            self._emit(STATE_CHANGE, {"instance-id": instance_id, "state": "terminated"}, inst)
+
+        self.timers.after(self.scale.real(self.timing.terminate_seconds), gone)
+        return True
+
+    def _kill(self, inst: LocalInstance) -> None:
+        if inst.process is not None and inst.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(inst.process.pid, signal.SIGKILL)
+            inst.process.wait(timeout=10)
+        if inst.imds is not None:
+            inst.imds.stop()
+
+    def _watch(self) -> None:
+        """An agent that exits on its own shut its instance down."""
+        while not self._stop.wait(0.1):
+            with self._lock:
+                exited = [
+                    i
+                    for i in self.instances.values()
+                    if i.alive and i.process is not None and i.process.poll() is not None
+                ]
+            for inst in exited:
+                code = inst.process.returncode if inst.process else None
+                self.terminate(inst.instance_id, f"shut down by its agent (exit {code})")
+
+    def stop(self) -> None:
+        """Kill every instance (no events) and stop watching."""
+        self._stop.set()
+        self._watcher.join(timeout=5)
+        with self._lock:
+            for inst in self.instances.values():
+                if inst.alive:
+                    inst.state = "terminated"
+                self._kill(inst)
+
+    # ---- views -------------------------------------------------------------------------------
+
+    def live(self) -> list[LocalInstance]:
+        """Instances not yet shutting down."""
+        with self._lock:
+            return [i for i in self.instances.values() if i.alive]
+
+    def of_job(self, job_id: str) -> list[LocalInstance]:
+        """Every instance launched for a job, in launch order."""
+        with self._lock:
+            found = [i for i in self.instances.values() if i.job_id == job_id]
+        return sorted(found, key=lambda i: i.launched_at)
+
+    def _emit(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
+        """Put an EC2 event on the bus (twice, or late, when the runtime asks for that chaos)."""
+        copies = 2 if self.duplicate_events else 1
+        for _ in range(copies):
+            if self.reorder_events:
+                delay = random.uniform(0.0, 0.6)  # noqa: S311 - chaos, not cryptography
+                self.timers.after(delay, lambda: self._put(detail_type, detail, inst))
+            else:
+                self._put(detail_type, detail, inst)
+
+    def _put(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
+        arn = f"arn:aws:ec2:{self.deployment.region}:123456789012:instance/{inst.instance_id}"
+        with self._lock:
+            self.emitted += 1
+        try:
+            self._events.put_events(
+                Entries=[
+                    {
+                        "Source": "aws.ec2",
+                        "DetailType": detail_type,
+                        "Detail": json.dumps(detail),
+                        "Resources": [arn],
+                    }
+                ]
+            )
+        except Exception:
+            log.exception("could not put %s for %s", detail_type, inst.instance_id)

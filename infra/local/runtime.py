@@ -1,0 +1,230 @@
+"""The whole of respot on one machine: emulator, handlers, spot market and instances.
+
+    with LocalRuntime(RuntimeOptions(time_scale=1/30)) as rt:
+        job = rt.run(TrainingEnvVar(...))
+        job.wait()
+
+The handlers are the real `lambdas/` modules with a control plane built on clients pointed at
+the moto server; the market hooks the control plane's EC2 client; instances are processes
+running the real agent. Simulated durations (EC2 boot, the two-minute notice, the one-minute
+reconcile schedule, heartbeats) are multiplied by `time_scale` to get real ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import lambdas._runtime as lambda_runtime
+from infra.local import cloud
+from infra.local.clock import Timers, TimeScale
+from infra.local.dispatcher import Dispatcher
+from infra.local.fleet import FleetTiming, InstanceFleet
+from infra.local.market import ChaosSchedule, SpotMarket, Trace
+from infra.wiring import WIRING
+from respot import config as cfg
+from respot.client import JobHandle, run
+from respot.config import ControlPlaneConfig
+from respot.control.service import ControlPlane
+from respot.deployment import Deployment
+from respot.spec import TrainingEnvVar
+
+log = logging.getLogger("respot.local")
+
+HEARTBEAT_SECONDS = 30.0  # simulated; the agent's default on EC2
+IMDS_POLL_SECONDS = 2.0
+HANDOFF_WAIT_SECONDS = 150.0
+
+
+@dataclass
+class RuntimeOptions:
+    """How the local runtime behaves."""
+
+    time_scale: float = 1.0 / 30.0  # real seconds per simulated second
+    timing: FleetTiming = field(default_factory=FleetTiming)
+    chaos: ChaosSchedule | None = None
+    traces: list[Trace] = field(default_factory=list)
+    trace_offset_ticks: int = 0
+    instance_types: tuple[str, ...] = ("g5.xlarge", "g4dn.xlarge")
+    availability_zones: int = 2
+    work_root: Path | None = None
+    keep_work_root: bool = False
+    pollers_per_queue: int = 1
+    heartbeat_timeout_seconds: float = 600.0  # simulated
+    boot_timeout_seconds: float = 1200.0
+    launch_timeout_seconds: float = 180.0
+    agent_env: dict[str, str] = field(default_factory=dict)
+    # Resource name prefix. moto keeps one state per process, so two runtimes in one process
+    # (as in the tests) need different prefixes; None picks a fresh one.
+    prefix: str | None = None
+    log_level: str = "WARNING"  # of the handlers' logs (Powertools JSON on stdout)
+    duplicate_events: bool = False  # put every EC2 event on the bus twice
+    reorder_events: bool = False  # delay EC2 events by a random fraction of a second
+
+
+class LocalRuntime:
+    """Starts and stops every part of the local runtime."""
+
+    def __init__(self, options: RuntimeOptions | None = None) -> None:
+        self.options = options or RuntimeOptions()
+        self.scale = TimeScale(self.options.time_scale)
+        self.server = cloud.MotoServer()
+        self.deployment: cloud.LocalDeployment | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.fleet: InstanceFleet | None = None
+        self.market: SpotMarket | None = None
+        self.timers: Timers | None = None
+        self._work_root: Path | None = None
+        self._owns_work_root = False
+        self._control_plane: ControlPlane | None = None
+
+    # ---- life ------------------------------------------------------------------------------
+
+    def start(self) -> LocalRuntime:
+        """Start the emulator, create the resources, start dispatching."""
+        opts = self.options
+        started = time.monotonic()
+        logging.getLogger("respot").setLevel(opts.log_level)
+        endpoint = self.server.start()
+        self.deployment = cloud.provision(
+            endpoint,
+            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
+            instance_types=opts.instance_types,
+            availability_zones=opts.availability_zones,
+            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
+        )
+        if opts.work_root is None:
+            self._work_root = Path(tempfile.mkdtemp(prefix="respot-local-"))
+            self._owns_work_root = not opts.keep_work_root
+        else:
+            self._work_root = opts.work_root
+            self._work_root.mkdir(parents=True, exist_ok=True)
+        self.timers = Timers()
+        self.fleet = InstanceFleet(
+            self.deployment,
+            scale=self.scale,
+            timers=self.timers,
+            work_root=self._work_root / "instances",
+            timing=opts.timing,
+            duplicate_events=opts.duplicate_events,
+            reorder_events=opts.reorder_events,
+            agent_env={
+                "RESPOT_HEARTBEAT_SECONDS": f"{max(self.scale.real(HEARTBEAT_SECONDS), 0.5):.3f}",
+                "RESPOT_IMDS_POLL_SECONDS": f"{max(self.scale.real(IMDS_POLL_SECONDS), 0.2):.3f}",
+                "RESPOT_HANDOFF_WAIT_SECONDS": f"{self.scale.real(HANDOFF_WAIT_SECONDS):.3f}",
+                **opts.agent_env,
+            },
+        )
+        self.market = SpotMarket(
+            self.fleet,
+            scale=self.scale,
+            timers=self.timers,
+            traces=opts.traces,
+            chaos=opts.chaos,
+            trace_offset_ticks=opts.trace_offset_ticks,
+        )
+        lambda_runtime.install(self._build_control_plane, self._dead_letter)
+        self.dispatcher = Dispatcher(
+            self.deployment,
+            time_scale=self.options.time_scale,
+            pollers_per_queue=opts.pollers_per_queue,
+        )
+        self.dispatcher.start()
+        log.info("local runtime up in %.2fs at %s", time.monotonic() - started, endpoint)
+        return self
+
+    def stop(self) -> None:
+        """Stop everything and remove the scratch directory."""
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+        if self.market is not None:
+            self.market.stop()
+        if self.fleet is not None:
+            self.fleet.stop()
+        if self.timers is not None:
+            self.timers.stop()
+        lambda_runtime.install(None)
+        self.server.stop()
+        if self._owns_work_root and self._work_root is not None:
+            shutil.rmtree(self._work_root, ignore_errors=True)
+
+    def __enter__(self) -> LocalRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- the control plane the handlers use ------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """The environment the stack would give the control-plane functions (time-scaled)."""
+        assert self.deployment is not None
+        env = self.deployment.function_env("submit")
+        env[cfg.ENV_HEARTBEAT_TIMEOUT] = str(
+            self.scale.real(self.options.heartbeat_timeout_seconds)
+        )
+        env[cfg.ENV_BOOT_TIMEOUT] = str(self.scale.real(self.options.boot_timeout_seconds))
+        env[cfg.ENV_LAUNCH_TIMEOUT] = str(self.scale.real(self.options.launch_timeout_seconds))
+        return env
+
+    def _build_control_plane(self) -> ControlPlane:
+        assert self.deployment is not None and self.market is not None
+        ec2 = self.deployment.client("ec2")
+        self.market.attach(ec2)
+        clients = {name: self.deployment.client(name) for name in ("dynamodb", "s3", "sqs")}
+        clients["ec2"] = ec2
+        control = ControlPlane.from_config(
+            ControlPlaneConfig.from_env(self.env()), session=cloud.session(), clients=clients
+        )
+        self._control_plane = control
+        return control
+
+    def control_plane(self) -> ControlPlane:
+        """The control plane the handlers share (built on first use)."""
+        return lambda_runtime.control_plane()
+
+    def _dead_letter(self, body: str, reason: str, source: str) -> None:
+        assert self.deployment is not None
+        self.deployment.client("sqs").send_message(
+            QueueUrl=self.deployment.dlq_urls[source],
+            MessageBody=body,
+            MessageAttributes={
+                "reason": {"DataType": "String", "StringValue": reason[:1000]},
+                "source": {"DataType": "String", "StringValue": source},
+            },
+        )
+
+    # ---- what a researcher does ------------------------------------------------------------
+
+    def sdk_deployment(self) -> Deployment:
+        """The deployment as the SDK sees it."""
+        assert self.deployment is not None
+        return self.deployment.deployment()
+
+    def run(self, spec: TrainingEnvVar | dict[str, Any] | str, **kwargs: Any) -> JobHandle:
+        """`respot.run` against this runtime."""
+        return run(spec, deployment=self.sdk_deployment(), session=cloud.session(), **kwargs)
+
+    def handle(self, job_id: str) -> JobHandle:
+        """A handle on an existing job."""
+        return JobHandle(job_id, self.sdk_deployment(), cloud.session())
+
+    def client(self, service: str) -> Any:
+        """A boto3 client on the emulator."""
+        assert self.deployment is not None
+        return self.deployment.client(service)
+
+    @property
+    def work_root(self) -> Path:
+        """Scratch directory of the instances."""
+        assert self._work_root is not None
+        return self._work_root
+
+
+__all__ = ["WIRING", "ChaosSchedule", "FleetTiming", "LocalRuntime", "RuntimeOptions", "Trace"]

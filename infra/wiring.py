@@ -1,0 +1,218 @@
+"""The one source of truth for what reaches which handler.
+
+Both the CDK stack (`infra/stack.py`) and the local runtime (`infra/local/`) build from this
+module, and `tests/infra/test_wiring_agrees.py` checks that the synthesized template and the
+local runtime's resources say the same thing. It is plain data: importing it costs nothing.
+
+    laptop --SNS jobs topic--> [filter command=submit] --> SQS jobs   --> lambdas.submit
+                               [filter command=cancel] --> SQS cancel --> lambdas.cancel
+    agent  --------------------------------------------> SQS agent-events --> lambdas.agent_events
+    EventBridge (default bus, source aws.ec2):
+        EC2 Spot Instance Request Fulfillment           --> lambdas.spot_fulfillment
+        EC2 Spot Instance Interruption Warning,
+        EC2 Instance Rebalance Recommendation            --> lambdas.spot_interruption
+        EC2 Instance State-change Notification           --> lambdas.instance_state
+    schedule every minute                                --> lambdas.reconcile
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Grant(enum.StrEnum):
+    """What a function may do; the stack turns each into least-privilege IAM statements."""
+
+    JOBS_TABLE_READ_WRITE = "jobs-table-read-write"
+    BUCKET_JOBS_READ_WRITE = "bucket-jobs-read-write"  # objects under jobs/ only
+    EC2_LAUNCH = "ec2-launch"  # RunInstances from respot's launch template, tags, PassRole
+    EC2_TERMINATE = "ec2-terminate"  # only instances tagged respot:managed=<this stack>
+    EC2_DESCRIBE = "ec2-describe"  # DescribeInstances, DescribeSpotPriceHistory
+    NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
+    DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
+    SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
+
+
+CONTROL_GRANTS = frozenset(
+    {
+        Grant.JOBS_TABLE_READ_WRITE,
+        Grant.BUCKET_JOBS_READ_WRITE,
+        Grant.EC2_LAUNCH,
+        Grant.EC2_TERMINATE,
+        Grant.EC2_DESCRIBE,
+        Grant.NOTIFY_SEND,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Function:
+    """One Lambda function: its handler module and its limits."""
+
+    name: str  # logical name, also the local runtime's name for it
+    module: str  # "lambdas.submit" -> handler is lambdas.submit.handler
+    grants: frozenset[Grant]
+    memory_mb: int = 256
+    timeout_seconds: int = 60
+    description: str = ""
+
+    @property
+    def handler(self) -> str:
+        """The Lambda handler string."""
+        return f"{self.module}.handler"
+
+
+@dataclass(frozen=True)
+class Queue:
+    """An SQS queue feeding a function in batches, with a dead-letter queue behind it."""
+
+    name: str
+    function: str
+    topic_filter: dict[str, list[str]] | None = None  # SNS subscription filter, if fed by the topic
+    batch_size: int = 10
+    max_batching_window_seconds: int = 0
+    max_receive_count: int = 5  # deliveries before a message moves to the dead-letter queue
+    # Visibility must exceed the function timeout (AWS recommends 6x for event source mappings).
+    visibility_timeout_seconds: int = 360
+    retention_days: int = 14
+    fed_by_agents: bool = False  # instances may send to it
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An EventBridge rule on the default bus with one function as its target."""
+
+    name: str
+    function: str
+    pattern: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A function run on a fixed rate."""
+
+    name: str
+    function: str
+    every_seconds: int
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """The whole event topology of respot."""
+
+    functions: tuple[Function, ...]
+    queues: tuple[Queue, ...]
+    rules: tuple[Rule, ...]
+    schedules: tuple[Schedule, ...]
+    topic_name: str = "jobs"
+    table_partition_key: str = "pk"
+    table_sort_key: str = "sk"
+    table_indexes: tuple[str, ...] = field(default=("live",))
+
+    def function(self, name: str) -> Function:
+        """The function called `name`."""
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def queue(self, name: str) -> Queue:
+        """The queue called `name`."""
+        for q in self.queues:
+            if q.name == name:
+                return q
+        raise KeyError(name)
+
+
+def ec2_pattern(*detail_types: str, **detail: list[str]) -> dict[str, Any]:
+    """An EventBridge pattern for EC2 service events of these detail-types."""
+    pattern: dict[str, Any] = {"source": ["aws.ec2"], "detail-type": list(detail_types)}
+    if detail:
+        pattern["detail"] = {k.replace("_", "-"): v for k, v in detail.items()}
+    return pattern
+
+
+SPOT_FULFILLMENT = "EC2 Spot Instance Request Fulfillment"
+SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+STATE_CHANGE = "EC2 Instance State-change Notification"
+
+WIRING = Wiring(
+    functions=(
+        Function(
+            "submit",
+            "lambdas.submit",
+            CONTROL_GRANTS | {Grant.DLQ_SEND},
+            description="Records submitted jobs and requests their first capacity",
+        ),
+        Function(
+            "cancel",
+            "lambdas.cancel",
+            CONTROL_GRANTS,
+            description="Cancels jobs and terminates their instances",
+        ),
+        Function(
+            "agent_events",
+            "lambdas.agent_events",
+            CONTROL_GRANTS | {Grant.DLQ_SEND},
+            description="Applies agent heartbeats, checkpoints and completions",
+        ),
+        Function(
+            "spot_fulfillment",
+            "lambdas.spot_fulfillment",
+            CONTROL_GRANTS,
+            description="Binds a fulfilled spot instance to its job",
+        ),
+        Function(
+            "spot_interruption",
+            "lambdas.spot_interruption",
+            CONTROL_GRANTS,
+            description="Marks interrupted jobs and requests replacement capacity at once",
+        ),
+        Function(
+            "instance_state",
+            "lambdas.instance_state",
+            CONTROL_GRANTS,
+            description="Resumes jobs whose instance went away without finishing",
+        ),
+        Function(
+            "reconcile",
+            "lambdas.reconcile",
+            CONTROL_GRANTS,
+            timeout_seconds=300,
+            description="Per-minute look at every live job: policy, stuck requests, orphans",
+        ),
+    ),
+    queues=(
+        Queue("jobs", "submit", topic_filter={"command": ["submit"]}),
+        Queue("cancel", "cancel", topic_filter={"command": ["cancel"]}),
+        Queue("agent-events", "agent_events", fed_by_agents=True, max_batching_window_seconds=1),
+    ),
+    rules=(
+        Rule(
+            "spot-fulfillment",
+            "spot_fulfillment",
+            ec2_pattern(SPOT_FULFILLMENT),
+            "A spot request was fulfilled",
+        ),
+        Rule(
+            "spot-interruption",
+            "spot_interruption",
+            ec2_pattern(SPOT_INTERRUPTION, REBALANCE),
+            "Two-minute interruption warnings and rebalance recommendations",
+        ),
+        Rule(
+            "instance-state",
+            "instance_state",
+            ec2_pattern(
+                STATE_CHANGE,
+                state=["running", "shutting-down", "terminated", "stopping", "stopped"],
+            ),
+            "Instances that start or go away",
+        ),
+    ),
+    schedules=(Schedule("reconcile", "reconcile", every_seconds=60),),
+)

@@ -1,0 +1,116 @@
+"""What every respot Lambda shares: the logger, one control plane per container, SQS batches.
+
+The control plane is built on first use from the function's environment and reused by later
+invocations of the same container. The local runtime and the tests call `install()` to hand
+in a control plane built on their own clients (e.g. pointed at the moto server).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from respot.config import ENV_DLQ_URL, ControlPlaneConfig
+from respot.control.service import ControlPlane
+from respot.exceptions import RespotError
+
+logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "respot"))
+
+_factory: Callable[[], ControlPlane] | None = None
+_control_plane: ControlPlane | None = None
+_dead_letters: Callable[[str, str, str], None] | None = None
+
+
+class PoisonMessageError(RespotError):
+    """A message that can never be processed: it goes to the dead-letter queue with its reason."""
+
+
+def install(
+    factory: Callable[[], ControlPlane] | None,
+    dead_letters: Callable[[str, str, str], None] | None = None,
+) -> None:
+    """Use `factory` to build the control plane from now on (None: from the environment)."""
+    global _factory, _control_plane, _dead_letters  # noqa: PLW0603 - one per container
+    _factory = factory
+    _control_plane = None
+    _dead_letters = dead_letters
+
+
+def control_plane() -> ControlPlane:
+    """The container's control plane, built once."""
+    global _control_plane  # noqa: PLW0603 - one per container
+    if _control_plane is None:
+        if _factory is not None:
+            _control_plane = _factory()
+        else:
+            _control_plane = ControlPlane.from_config(ControlPlaneConfig.from_env())
+    return _control_plane
+
+
+def dead_letter(body: str, reason: str, source: str) -> None:
+    """Send a poison message to this function's dead-letter queue, with the reason attached."""
+    if _dead_letters is not None:
+        _dead_letters(body, reason, source)
+        return
+    url = os.environ.get(ENV_DLQ_URL)
+    if not url:
+        # Without a DLQ to write to, fail the record: SQS redrive moves it there after retries.
+        raise PoisonMessageError(reason)
+    sqs = control_plane().notifications.client
+    if sqs is None:
+        raise PoisonMessageError(reason)
+    sqs.send_message(
+        QueueUrl=url,
+        MessageBody=body,
+        MessageAttributes={
+            "reason": {"DataType": "String", "StringValue": reason[:1000]},
+            "source": {"DataType": "String", "StringValue": source},
+        },
+    )
+
+
+def sqs_batch(
+    event: dict[str, Any],
+    context: Any,
+    handle: Callable[[str], None] | Callable[[SQSRecord], None],
+    *,
+    source: str,
+    pass_record: bool = False,
+) -> dict[str, Any]:
+    """Process an SQS batch record by record, reporting only the failed ones back to SQS.
+
+    `handle(body)` (or `handle(record)` with `pass_record`) raises `PoisonMessageError` for
+    messages that can never succeed (they are moved to the dead-letter queue with the reason
+    and count as done) and anything else for failures worth retrying (they stay on the queue).
+    """
+    processor = BatchProcessor(event_type=EventType.SQS)
+
+    def record_handler(record: SQSRecord) -> None:
+        try:
+            handle(record if pass_record else record.body)  # type: ignore[arg-type]
+        except PoisonMessageError as exc:
+            logger.warning("poison message %s: %s", record.message_id, exc)
+            dead_letter(record.body, str(exc), source)
+
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    return dict(response)
+
+
+def json_or_poison(text: str) -> Any:
+    """Parse JSON or declare the message poison."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise PoisonMessageError(f"body is not JSON: {exc}") from exc

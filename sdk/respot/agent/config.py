@@ -1,0 +1,86 @@
+"""The agent's configuration, read from its environment in one place."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from respot.agent.exceptions import AgentConfigError
+
+ENV_BUCKET = "RESPOT_BUCKET"
+ENV_AGENT_QUEUE_URL = "RESPOT_AGENT_QUEUE_URL"
+ENV_WORK_DIR = "RESPOT_WORK_DIR"
+ENV_HEARTBEAT = "RESPOT_HEARTBEAT_SECONDS"
+ENV_IMDS_POLL = "RESPOT_IMDS_POLL_SECONDS"
+ENV_HANDOFF_WAIT = "RESPOT_HANDOFF_WAIT_SECONDS"
+ENV_SHUTDOWN = "RESPOT_SHUTDOWN"
+ENV_LOG_GROUP = "RESPOT_LOG_GROUP"  # CloudWatch Logs group for the session's output; unset: none
+ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+
+DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
+DEFAULT_WORK_DIR = "/var/lib/respot"
+
+Shutdown = Literal["poweroff", "exit"]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Where the agent reports, where it works, and how often it looks."""
+
+    bucket: str
+    agent_queue_url: str
+    region: str | None = None
+    endpoint_url: str | None = None  # AWS_ENDPOINT_URL: the moto server locally
+    imds_endpoint: str = DEFAULT_IMDS_ENDPOINT
+    work_dir: Path = Path(DEFAULT_WORK_DIR)
+    heartbeat_seconds: float = 30.0
+    imds_poll_seconds: float = 2.0
+    handoff_wait_seconds: float = 150.0
+    shutdown: Shutdown = "exit"
+    log_group: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
+        """Read the configuration from `env` (default: the process environment)."""
+        env = os.environ if env is None else env
+
+        def need(name: str) -> str:
+            value = env.get(name, "").strip()
+            if not value:
+                raise AgentConfigError(f"environment variable {name} is not set")
+            return value
+
+        def seconds(name: str, default: float) -> float:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise AgentConfigError(f"{name}={raw!r} is not a number of seconds") from None
+            if value <= 0:
+                raise AgentConfigError(f"{name} must be positive, not {raw!r}")
+            return value
+
+        shutdown = env.get(ENV_SHUTDOWN, "exit").strip() or "exit"
+        if shutdown not in ("poweroff", "exit"):
+            raise AgentConfigError(f"{ENV_SHUTDOWN} is 'poweroff' or 'exit', not {shutdown!r}")
+        imds = env.get(ENV_IMDS_ENDPOINT, "").strip() or DEFAULT_IMDS_ENDPOINT
+        if not imds.startswith(("http://", "https://")):
+            raise AgentConfigError(f"{ENV_IMDS_ENDPOINT}={imds!r} is not an http(s) URL")
+        return cls(
+            bucket=need(ENV_BUCKET),
+            agent_queue_url=need(ENV_AGENT_QUEUE_URL),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            imds_endpoint=imds.rstrip("/"),
+            work_dir=Path(env.get(ENV_WORK_DIR) or DEFAULT_WORK_DIR),
+            heartbeat_seconds=seconds(ENV_HEARTBEAT, 30.0),
+            imds_poll_seconds=seconds(ENV_IMDS_POLL, 2.0),
+            handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),
+            shutdown="poweroff" if shutdown == "poweroff" else "exit",
+            log_group=env.get(ENV_LOG_GROUP, "").strip() or None,
+        )

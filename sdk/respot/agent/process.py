@@ -1,0 +1,299 @@
+"""The session's child process, seen from the agent: start it, talk to it, log it, stop it.
+
+The child is `[sys.executable, "-m", "respot.agent.session_main", ...]` (an argv list, never
+a shell), with its own environment. It writes protocol lines on one pipe and reads notices
+from another (`respot.agent.protocol`); its stdout and stderr go, line by line, to a log
+file, and the last lines are kept for `AgentFailed.log_tail`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from pydantic import ValidationError
+
+from respot.agent.protocol import (
+    CHILD_LINE,
+    CheckpointLine,
+    CheckpointRequestLine,
+    DoneLine,
+    FailedLine,
+    InterruptLine,
+    Notice,
+    ReportLine,
+    SessionLaunch,
+    line,
+)
+
+logger = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 50
+MAX_LOG_LINE_CHARS = 1000
+_READER_JOIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class SessionExited:
+    """The child process ended; every line it wrote before has been delivered."""
+
+    exit_code: int
+
+
+SessionEvent = ReportLine | CheckpointLine | DoneLine | FailedLine | SessionExited
+
+
+class SessionProcess:
+    """One run of the session in a child process; events go to `on_event` (from threads)."""
+
+    def __init__(
+        self,
+        launch: SessionLaunch,
+        *,
+        launch_path: Path,
+        env: Mapping[str, str],
+        log_path: Path,
+        on_event: Callable[[SessionEvent], None],
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> None:
+        self.launch = launch
+        self.launch_path = launch_path
+        self.env = dict(env)
+        self.log_path = log_path
+        self._on_event = on_event
+        self._on_output = on_output  # each raw output line too (log shipping); must not block
+        self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._tail_lock = threading.Lock()
+        self._control: IO[str] | None = None
+        self._control_lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id once started."""
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        """Write the launch file and start the child."""
+        self.launch_path.parent.mkdir(parents=True, exist_ok=True)
+        self.launch_path.write_text(self.launch.model_dump_json(indent=1))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        events_r, events_w = os.pipe()
+        control_r, control_w = os.pipe()
+        argv = [
+            sys.executable,
+            "-m",
+            "respot.agent.session_main",
+            "--launch",
+            str(self.launch_path),
+            "--events-fd",
+            str(events_w),
+            "--control-fd",
+            str(control_r),
+        ]
+        try:
+            self._proc = subprocess.Popen(  # noqa: S603 - a fixed argv, no shell
+                argv,
+                cwd=self.launch.code_dir,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(events_w, control_r),
+                close_fds=True,
+            )
+        finally:
+            os.close(events_w)
+            os.close(control_r)
+        self._control = open(control_w, "w", encoding="utf-8")  # noqa: SIM115 - closed in _wait
+        readers = [
+            threading.Thread(target=self._read_events, args=(events_r,), daemon=True),
+            threading.Thread(target=self._read_output, daemon=True),
+        ]
+        for t in readers:
+            t.start()
+        waiter = threading.Thread(target=self._wait, args=(readers,), daemon=True)
+        waiter.start()
+        self._threads = [*readers, waiter]
+
+    # ---- talking to the child ----------------------------------------------------------------
+
+    def interrupt(self, notice: Notice) -> None:
+        """Tell the session an interruption notice arrived (it should checkpoint and return)."""
+        self._tell(line(InterruptLine(notice=notice)))
+
+    def request_checkpoint(self) -> None:
+        """Tell the session to checkpoint soon (a rebalance recommendation)."""
+        self._tell(line(CheckpointRequestLine()))
+
+    def _tell(self, text: str) -> None:
+        with self._control_lock:
+            if self._control is None:
+                return
+            try:
+                self._control.write(text)
+                self._control.flush()
+            except (OSError, ValueError):
+                logger.warning("the session process is not listening any more")
+
+    def terminate(self, grace_seconds: float = 10.0) -> None:
+        """SIGTERM the child (the session sees a "stop" notice), then SIGKILL after a grace."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the child to end; its exit code, or None on timeout."""
+        if self._proc is None:
+            return None
+        try:
+            return self._proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def log_tail(self) -> list[str]:
+        """The last lines the child printed (at most 50)."""
+        with self._tail_lock:
+            return list(self._tail)
+
+    # ---- threads -----------------------------------------------------------------------------
+
+    def _read_events(self, fd: int) -> None:
+        with open(fd, encoding="utf-8", errors="replace") as events:
+            for raw in events:
+                try:
+                    message = CHILD_LINE.validate_json(raw)
+                except ValidationError:
+                    logger.warning("ignoring a malformed line from the session: %r", raw[:200])
+                    continue
+                try:
+                    self._on_event(message)
+                except Exception:
+                    logger.exception("handling %s failed", message)
+
+    def _read_output(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        with open(self.log_path, "ab") as log:
+            for raw in self._proc.stdout:
+                log.write(raw)
+                log.flush()
+                if self._on_output is not None:
+                    try:
+                        self._on_output(raw)
+                    except Exception:  # shipping logs must never stop the log file
+                        logger.exception("handling an output line failed")
+                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                with self._tail_lock:
+                    self._tail.append(text[:MAX_LOG_LINE_CHARS])
+
+    def _wait(self, readers: list[threading.Thread]) -> None:
+        assert self._proc is not None
+        code = self._proc.wait()
+        # A process the session forked may hold the pipes open: do not wait for it forever.
+        for t in readers:
+            t.join(timeout=_READER_JOIN_SECONDS)
+        with self._control_lock:
+            if self._control is not None:
+                with contextlib.suppress(OSError):
+                    self._control.close()
+                self._control = None
+        self._on_event(SessionExited(code))
+
+
+def describe_exit(code: int) -> str:
+    """'exit code 1' or 'killed by SIGKILL'."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def session_environment(
+    launch: SessionLaunch, user_env: Mapping[str, str], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The child's environment: the agent's, the researcher's `environment`, and RESPOT_*."""
+    import json
+
+    env = dict(os.environ if base is None else base)
+    # The agent's own settings are not the session's business.
+    for name in ("RESPOT_AGENT_QUEUE_URL", "RESPOT_SHUTDOWN", "RESPOT_HANDOFF_WAIT_SECONDS"):
+        env.pop(name, None)
+    env.update(user_env)
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "RESPOT_JOB_ID": launch.job_id,
+            "RESPOT_ATTEMPT": str(launch.attempt),
+            "RESPOT_SEED": str(launch.seed),
+            "RESPOT_CHECKPOINT_DIR": launch.checkpoint_dir,
+            "RESPOT_DATA_DIR": launch.data_dir,
+            "RESPOT_OUTPUT_DIR": launch.output_dir,
+            "RESPOT_HYPERPARAMETERS": json.dumps(launch.hyperparameters),
+        }
+    )
+    if launch.resume_step is not None:
+        env["RESPOT_RESUME_STEP"] = str(launch.resume_step)
+    else:
+        env.pop("RESPOT_RESUME_STEP", None)
+    return env
+
+
+@dataclass(frozen=True)
+class AttemptDirs:
+    """The directories of one attempt under a work directory."""
+
+    root: Path
+
+    @property
+    def code(self) -> Path:
+        return self.root / "code"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def staging(self) -> Path:
+        return self.root / "staging"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "session.log"
+
+    @property
+    def launch(self) -> Path:
+        return self.root / "session.json"
+
+    def create(self) -> None:
+        """Make every directory, empty (nothing of an earlier run in the same place survives)."""
+        for d in (self.code, self.data, self.checkpoint, self.output, self.staging):
+            if d.exists():
+                shutil.rmtree(d)
+            d.mkdir(parents=True)

@@ -1,0 +1,712 @@
+"""The agent: one job attempt on one instance, from boot to the last message.
+
+1. identity from IMDSv2: instance id, zone, type, tags respot:job-id / attempt /
+   await-handoff; start polling spot/instance-action and the rebalance recommendation
+2. the submission from S3; the code (SHA-256 checked, unpacked safely); the data
+3. if await-handoff = N: wait for attempt N's handoff marker (its notice checkpoint)
+4. restore the newest complete checkpoint; send AgentStarted
+5. run the session in a child process; heartbeats (AgentProgress); upload each
+   checkpoint it saves (AgentCheckpoint) and prune
+6. on an interruption notice tell the session at once; on a rebalance ask it to checkpoint
+7. the end: completed (outputs uploaded, AgentCompleted), preempted (uploads finished,
+   handoff marker, AgentPreempted) or failed (AgentFailed with the log tail)
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from respot import layout
+from respot.agent.config import AgentConfig
+from respot.agent.exceptions import AgentError, SetupError
+from respot.agent.imds import ImdsClient, InstanceIdentity
+from respot.agent.logship import LogShipper, stream_name
+from respot.agent.messenger import AgentMessenger
+from respot.agent.process import (
+    AttemptDirs,
+    SessionExited,
+    SessionProcess,
+    describe_exit,
+    session_environment,
+)
+from respot.agent.protocol import (
+    CheckpointLine,
+    DoneLine,
+    FailedLine,
+    Notice,
+    ReportLine,
+    SessionLaunch,
+)
+from respot.agent.scalars import ScalarLog
+from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
+from respot.agent.workspace import (
+    fetch_code,
+    fetch_data,
+    read_submission,
+    upload_tree,
+    wait_for_object,
+    write_handoff,
+)
+from respot.checkpoints import CheckpointStore, UploadResult
+from respot.messages import (
+    AgentCheckpoint,
+    AgentCompleted,
+    AgentFailed,
+    AgentPreempted,
+    AgentProgress,
+    AgentStarted,
+    JobSubmission,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sqs import SQSClient
+
+logger = logging.getLogger("respot.agent")
+
+DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
+STOP_NOTICE_SECONDS = 60.0  # SIGTERM: systemd waits 90 s before SIGKILL
+MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
+KILL_MARGIN_SECONDS = 30.0  # stop a session that ignores the notice this long before the end
+END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
+COMPLETED_UPLOAD_WAIT_SECONDS = 1800.0
+FAILED_UPLOAD_WAIT_SECONDS = 60.0
+FINAL_FLUSH_SECONDS = 120.0
+# train() has returned but the process lingers (a non-daemon thread left running): stop it.
+EXIT_GRACE_SECONDS = 30.0
+MAX_METRICS = 50
+LOG_TAIL_LINES = 50
+LOG_SHIP_CLOSE_SECONDS = 10.0  # at the end, wait this long at most for the last log lines
+
+Outcome = Literal["completed", "preempted", "failed"]
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """How the attempt ended."""
+
+    outcome: Outcome
+    job_id: str
+    attempt: int
+    step: int | None = None
+    checkpoint_step: int | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class _InterruptionNotice:
+    notice: Notice
+    at: datetime | None  # when EC2 acts, if known
+
+
+@dataclass(frozen=True)
+class _RebalanceNotice:
+    notice_time: str
+
+
+@dataclass
+class _Progress:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    step: int | None = None
+    total_steps: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    reports: int = 0
+
+    def update(self, report: ReportLine) -> bool:
+        """Take a report; True if it is the first one."""
+        with self.lock:
+            self.step = report.step if self.step is None else max(self.step, report.step)
+            self.total_steps = report.total_steps or self.total_steps
+            self.metrics = dict(list(report.metrics.items())[:MAX_METRICS])
+            self.reports += 1
+            return self.reports == 1
+
+    def message(self) -> AgentProgress:
+        with self.lock:
+            return AgentProgress(
+                step=self.step, total_steps=self.total_steps, metrics=dict(self.metrics)
+            )
+
+
+class _LogTail(logging.Handler):
+    """Keeps the agent's own last log lines (for AgentFailed when setup fails)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}"[:1000])
+
+
+class NoticePoller:
+    """Polls IMDS for the spot interruption notice and rebalance recommendations."""
+
+    def __init__(self, imds: ImdsClient, *, every_seconds: float, emit: Any) -> None:
+        self._imds = imds
+        self._every = every_seconds
+        self._emit = emit
+        self._stop = threading.Event()
+        self._seen_action = False
+        self._seen_rebalance: str | None = None
+        self._thread = threading.Thread(target=self._run, name="imds-notices", daemon=True)
+
+    def start(self) -> NoticePoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * self._every + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self._every)
+
+    def poll_once(self) -> None:
+        try:
+            if not self._seen_action:
+                action = self._imds.instance_action()
+                if action is not None:
+                    self._seen_action = True
+                    notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
+                    logger.warning("IMDS: spot %s at %s", action.action, action.time)
+                    self._emit(_InterruptionNotice(notice, action.time))
+            rebalance = self._imds.rebalance_notice()
+            if rebalance is not None and rebalance != self._seen_rebalance:
+                self._seen_rebalance = rebalance
+                logger.warning("IMDS: rebalance recommendation at %s", rebalance)
+                self._emit(_RebalanceNotice(rebalance))
+        except Exception as exc:
+            logger.warning("polling IMDS failed: %s", exc)
+
+
+class Heartbeat:
+    """Sends AgentProgress every `every_seconds`, and once soon after the first report."""
+
+    def __init__(self, messenger: AgentMessenger, progress: _Progress, every_seconds: float):
+        self._messenger = messenger
+        self._progress = progress
+        self._every = every_seconds
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def nudge(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._every)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            self._messenger.send(self._progress.message())
+
+
+class Agent:
+    """Runs one job attempt on this instance; see the module docstring for the steps."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        s3: S3Client | None = None,
+        sqs: SQSClient | None = None,
+        imds: ImdsClient | None = None,
+    ) -> None:
+        self.config = config
+        self._s3 = s3
+        self._sqs = sqs
+        self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
+        self.imds = imds or ImdsClient(config.imds_endpoint)
+        self._events: queue.Queue[Any] = queue.Queue()
+        self._notice: _InterruptionNotice | None = None
+        self._signalled = False
+        self._log_tail = _LogTail()
+
+    @property
+    def s3(self) -> S3Client:
+        assert self._s3 is not None, "clients are made once the region is known"
+        return self._s3
+
+    @property
+    def sqs(self) -> SQSClient:
+        assert self._sqs is not None, "clients are made once the region is known"
+        return self._sqs
+
+    def _make_clients(self, region: str) -> None:
+        """S3 and SQS clients in the configured region, else the instance's own."""
+        if self._s3 is not None and self._sqs is not None:
+            return
+        import boto3
+        from botocore.config import Config
+
+        retry = Config(retries={"mode": "standard", "max_attempts": 5})
+        session = boto3.session.Session(region_name=self.config.region or region)
+        url = self.config.endpoint_url
+        self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
+        self._sqs = self._sqs or session.client("sqs", endpoint_url=url, config=retry)
+        if self.config.log_group and self.logs is None:
+            self.logs = session.client("logs", endpoint_url=url, config=retry)
+
+    def request_stop(self) -> None:
+        """A "stop" notice from outside (SIGTERM, Ctrl-C); safe to call from a signal handler."""
+        self._signalled = True
+
+    # ---- the attempt -------------------------------------------------------------------------
+
+    def run(self) -> AgentResult:
+        """Run the attempt to its end; never raises once the job and attempt are known."""
+        logging.getLogger("respot").addHandler(self._log_tail)
+        try:
+            return self._run()
+        finally:
+            logging.getLogger("respot").removeHandler(self._log_tail)
+
+    def _run(self) -> AgentResult:
+        started = time.monotonic()
+        identity = self.imds.identity()
+        if identity.job_id is None or identity.attempt is None:
+            raise AgentError(
+                "this instance has no respot:job-id / respot:attempt tags in IMDS "
+                "(launch it from respot's launch template with instance metadata tags on)"
+            )
+        job_id, attempt = identity.job_id, identity.attempt
+        self._make_clients(identity.region)
+        logger.info(
+            "job %s attempt %d on %s (%s, %s)",
+            job_id,
+            attempt,
+            identity.instance_id,
+            identity.instance_type,
+            identity.availability_zone,
+        )
+        messenger = AgentMessenger(
+            client=self.sqs,
+            queue_url=self.config.agent_queue_url,
+            job_id=job_id,
+            attempt=attempt,
+            instance_id=identity.instance_id,
+        )
+        poller = NoticePoller(
+            self.imds, every_seconds=self.config.imds_poll_seconds, emit=self._on_notice
+        ).start()
+        dirs = AttemptDirs(self.config.work_dir / job_id / f"{attempt:04d}")
+        run = _AttemptRun(
+            self,
+            identity,
+            job_id=job_id,
+            attempt=attempt,
+            messenger=messenger,
+            dirs=dirs,
+            started=started,
+        )
+        try:
+            return run.execute()
+        except Exception as exc:
+            # A bug of the agent itself: still tell the control plane, with what we know.
+            logger.exception("the agent failed")
+            reason = f"agent error: {type(exc).__name__}: {exc}"
+            tail = [*self._log_tail.lines, *traceback.format_exc().splitlines()]
+            messenger.send(AgentFailed(reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:]))
+            return AgentResult("failed", job_id, attempt, reason=reason)
+        finally:
+            poller.stop()
+            messenger.close(timeout=FINAL_FLUSH_SECONDS)
+
+    def _on_notice(self, event: _InterruptionNotice | _RebalanceNotice) -> None:
+        if isinstance(event, _InterruptionNotice) and self._notice is None:
+            self._notice = event
+        self._events.put(event)
+
+    def _check_signal(self) -> None:
+        if self._signalled and self._notice is None:
+            logger.warning("stop requested (signal): treating it as a stop notice")
+            stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
+            self._on_notice(_InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
+
+    def _notice_pending(self) -> bool:
+        self._check_signal()
+        return self._notice is not None
+
+
+class _AttemptRun:
+    """The state of one attempt while it runs."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        identity: InstanceIdentity,
+        *,
+        job_id: str,
+        attempt: int,
+        messenger: AgentMessenger,
+        dirs: AttemptDirs,
+        started: float,
+    ) -> None:
+        self.agent = agent
+        self.config = agent.config
+        self.s3 = agent.s3
+        self.identity = identity
+        self.job_id = job_id
+        self.attempt = attempt
+        self.messenger = messenger
+        self.dirs = dirs
+        self.started = started
+        self.progress = _Progress()
+        self.store = CheckpointStore(bucket=self.config.bucket, job_id=job_id, client=self.s3)
+        self.restored_step: int | None = None
+        self.scalars = ScalarLog(dirs.root / "tensorboard", attempt=attempt)
+        self.shipper: LogShipper | None = None
+
+    def execute(self) -> AgentResult:
+        # 1-4: prepare the job.
+        try:
+            submission, restore_seconds, manifest_key = self._prepare()
+        except Exception as exc:
+            logger.exception("setup failed")
+            reason = f"setup failed: {exc}"
+            tail = list(self.agent._log_tail.lines)
+            tail += traceback.format_exc().splitlines()[-(LOG_TAIL_LINES // 2) :]
+            self.messenger.send(AgentFailed(reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:]))
+            return AgentResult("failed", self.job_id, self.attempt, reason=reason)
+        setup_seconds = time.monotonic() - self.started
+        self.messenger.send(
+            AgentStarted(
+                restored_step=self.restored_step,
+                restored_manifest=manifest_key,
+                restore_seconds=round(restore_seconds, 3),
+                setup_seconds=round(setup_seconds, 3),
+            )
+        )
+        logger.info(
+            "started: restored step %s in %.2fs; setup %.2fs",
+            self.restored_step,
+            restore_seconds,
+            setup_seconds,
+        )
+        spec = submission.spec
+        uploader = CheckpointUploader(
+            self.store,
+            attempt=self.attempt,
+            keep=spec.checkpoint_keep,
+            staging_root=self.dirs.staging,
+            on_uploaded=self._on_uploaded,
+        )
+        try:
+            if self.agent._notice_pending():
+                # Noticed before training began: nothing new to save; hand off at once.
+                return self._preempted(uploader, None)
+            return self._train(submission, uploader)
+        finally:
+            uploader.stop()
+
+    # ---- 1-4 ---------------------------------------------------------------------------------
+
+    def _prepare(self) -> tuple[JobSubmission, float, str | None]:
+        self.dirs.create()
+        submission = read_submission(self.s3, self.config.bucket, self.job_id)
+        spec = submission.spec
+        if spec.entry_point is None:
+            raise SetupError(
+                "the job names no entry_point; this agent runs 'package.module:Session' "
+                "entry points (container images are not supported yet)"
+            )
+        if submission.code is not None:
+            fetch_code(self.s3, submission.code, self.dirs.code, self.dirs.root)
+        fetched = fetch_data(self.s3, list(spec.data), self.dirs.data) if spec.data else 0
+        logger.info("code and %d bytes of data in place", fetched)
+        previous = self.identity.await_handoff
+        if previous is not None:
+            key = layout.handoff_key(self.job_id, previous)
+            waited = time.monotonic()
+            found = wait_for_object(
+                self.s3,
+                self.config.bucket,
+                key,
+                timeout_seconds=self.config.handoff_wait_seconds,
+                give_up=self.agent._notice_pending,
+            )
+            logger.info(
+                "handoff from attempt %d: %s after %.1fs",
+                previous,
+                "found" if found else "not found, going on",
+                time.monotonic() - waited,
+            )
+        t0 = time.monotonic()
+        manifest = self.store.restore(self.dirs.checkpoint)
+        restore_seconds = time.monotonic() - t0
+        self.restored_step = manifest.step if manifest else None
+        return submission, restore_seconds, manifest.key if manifest else None
+
+    # ---- 5-7 ---------------------------------------------------------------------------------
+
+    def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
+        spec = submission.spec
+        assert spec.entry_point is not None
+        launch = SessionLaunch(
+            entry_point=spec.entry_point,
+            code_dir=str(self.dirs.code),
+            checkpoint_dir=str(self.dirs.checkpoint),
+            data_dir=str(self.dirs.data),
+            output_dir=str(self.dirs.output),
+            staging_dir=str(self.dirs.staging),
+            hyperparameters=dict(spec.hyperparameters),
+            seed=spec.seed,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            resume_step=self.restored_step,
+        )
+        events = self.agent._events
+        if self.config.log_group and self.agent.logs is not None:
+            self.shipper = LogShipper(
+                client=self.agent.logs,
+                group=self.config.log_group,
+                stream=stream_name(self.job_id, self.attempt, self.identity.instance_id),
+            )
+        process = SessionProcess(
+            launch,
+            launch_path=self.dirs.launch,
+            env=session_environment(launch, spec.environment),
+            log_path=self.dirs.log,
+            on_event=events.put,
+            on_output=self.shipper.write if self.shipper is not None else None,
+        )
+        self.scalars.resume_step = self.restored_step
+        self.scalars.start()
+        heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
+        train_started = time.monotonic()
+        process.start()
+        heartbeat.start()
+        logger.info("session %s started (pid %s)", spec.entry_point, process.pid)
+        done: DoneLine | None = None
+        failed: FailedLine | None = None
+        exit_code: int | None = None
+        kill_at: float | None = None
+        end_by: float | None = None
+        killed = False
+        told = False
+        returned_at: float | None = None
+        try:
+            while exit_code is None:
+                self.agent._check_signal()
+                try:
+                    event = events.get(timeout=0.2)
+                except queue.Empty:
+                    event = None
+                if isinstance(event, ReportLine):
+                    if self.progress.update(event):
+                        heartbeat.nudge()
+                    self.scalars.add(event.step, event.metrics, time.time())
+                elif isinstance(event, CheckpointLine):
+                    uploader.submit(Path(event.path), event.step, event.reason)
+                elif isinstance(event, DoneLine | FailedLine):
+                    returned_at = time.monotonic()
+                    if isinstance(event, DoneLine):
+                        done = event
+                    else:
+                        failed = event
+                elif isinstance(event, SessionExited):
+                    exit_code = event.exit_code
+                elif isinstance(event, _RebalanceNotice):
+                    process.request_checkpoint()
+                notice = self.agent._notice
+                if notice is not None and not told:
+                    told = True
+                    process.interrupt(notice.notice)
+                    kill_at, end_by = _deadlines(notice.at)
+                    logger.warning("told the session: %s", notice.notice)
+                now = time.monotonic()
+                if kill_at is not None and not killed and now >= kill_at:
+                    killed = True
+                    logger.error("the session ignored the notice; stopping it")
+                    process.terminate(grace_seconds=5.0)
+                if (
+                    returned_at is not None
+                    and not killed
+                    and now - returned_at > EXIT_GRACE_SECONDS
+                ):
+                    killed = True
+                    logger.error("train() returned but the process does not exit; stopping it")
+                    process.terminate(grace_seconds=5.0)
+        finally:
+            heartbeat.stop()
+            if exit_code is None:  # the loop itself failed: do not leave the session running
+                process.terminate(grace_seconds=5.0)
+        train_seconds = time.monotonic() - train_started
+        logger.info("session ended: %s", describe_exit(exit_code))
+        step = _max(done.step if done else None, self.progress.step)
+        # train() returned: the process exited cleanly, or we stopped it after it had returned.
+        returned = done is not None and (exit_code == 0 or killed)
+        if returned and done is not None and not done.interrupted:
+            return self._completed(uploader, step, train_seconds)
+        if self.agent._notice is not None and failed is None and (returned or killed):
+            return self._preempted(uploader, step, end_by)
+        if failed is not None:
+            reason = f"the session raised {failed.error}"
+        elif exit_code == 0:
+            reason = "the session process exited without finishing train()"
+        else:
+            reason = f"the session process died ({describe_exit(exit_code)})"
+        return self._failed(
+            uploader,
+            reason,
+            exit_code,
+            process.log_tail(),
+            _max(failed.step if failed else None, step),
+        )
+
+    def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
+        self.messenger.send(
+            AgentCheckpoint(
+                step=item.step,
+                manifest_key=result.manifest_key,
+                size_bytes=result.size_bytes,
+                uploaded_bytes=result.uploaded_bytes,
+                upload_seconds=round(result.seconds, 3),
+                reason="notice" if item.reason == "notice" else "periodic",
+            )
+        )
+        self.scalars.sync(self.s3, self.config.bucket, self.job_id)
+
+    def _completed(
+        self, uploader: CheckpointUploader, step: int | None, train_seconds: float
+    ) -> AgentResult:
+        if not uploader.wait_idle(COMPLETED_UPLOAD_WAIT_SECONDS):
+            logger.warning("checkpoint uploads did not finish; going on")
+        prefix = layout.outputs_prefix(self.job_id)
+        try:
+            keys = upload_tree(self.s3, self.dirs.output, self.config.bucket, prefix)
+        except Exception as exc:
+            logger.exception("uploading outputs failed")
+            return self._failed(uploader, f"uploading outputs failed: {exc}", 0, [], step)
+        logger.info("uploaded %d output file(s) to %s", len(keys), prefix)
+        self._finish(uploader, "completed")
+        self.messenger.send(
+            AgentCompleted(step=step, outputs_prefix=prefix, train_seconds=round(train_seconds, 3))
+        )
+        return AgentResult("completed", self.job_id, self.attempt, step=step, exit_code=0)
+
+    def _preempted(
+        self, uploader: CheckpointUploader, step: int | None, end_by: float | None = None
+    ) -> AgentResult:
+        notice = self.agent._notice
+        assert notice is not None
+        if end_by is None:
+            end_by = _deadlines(notice.at)[1]
+        if not uploader.wait_idle(max(1.0, end_by - time.monotonic())):
+            logger.error("the notice checkpoint did not finish uploading in time")
+        checkpoint_step = _max(uploader.last_step, self.restored_step)
+        step = _max(step, checkpoint_step)
+        self._write_handoff(step, checkpoint_step, uploader.last_manifest_key, notice.notice)
+        self.messenger.send(
+            AgentPreempted(step=step, checkpoint_step=checkpoint_step, notice=notice.notice)
+        )
+        lost = (step or 0) - (checkpoint_step or 0)
+        logger.warning(
+            "preempted at step %s; checkpoint step %s (%d lost)", step, checkpoint_step, lost
+        )
+        self.messenger.flush(timeout=max(1.0, end_by - time.monotonic()))
+        self._upload_log()
+        return AgentResult(
+            "preempted",
+            self.job_id,
+            self.attempt,
+            step=step,
+            checkpoint_step=checkpoint_step,
+            exit_code=0,
+        )
+
+    def _failed(
+        self,
+        uploader: CheckpointUploader,
+        reason: str,
+        exit_code: int | None,
+        log_tail: list[str],
+        step: int | None,
+    ) -> AgentResult:
+        if not uploader.wait_idle(FAILED_UPLOAD_WAIT_SECONDS):
+            logger.warning("checkpoint uploads did not finish; going on")
+        logger.error("failed: %s", reason)
+        self._finish(uploader, "failed")
+        self.messenger.send(
+            AgentFailed(reason=reason[:2000], exit_code=exit_code, log_tail=log_tail, step=step)
+        )
+        return AgentResult(
+            "failed", self.job_id, self.attempt, step=step, exit_code=exit_code, reason=reason
+        )
+
+    def _finish(self, uploader: CheckpointUploader, outcome: str) -> None:
+        self._write_handoff(
+            self.progress.step, _max(uploader.last_step, self.restored_step), None, outcome
+        )
+        self._upload_log()
+
+    def _write_handoff(
+        self, step: int | None, checkpoint_step: int | None, manifest: str | None, why: str
+    ) -> None:
+        try:
+            write_handoff(
+                self.s3,
+                self.config.bucket,
+                self.job_id,
+                self.attempt,
+                instance_id=self.identity.instance_id,
+                step=step,
+                checkpoint_step=checkpoint_step,
+                manifest_key=manifest,
+                why=why,
+            )
+        except Exception as exc:
+            logger.error("writing the handoff marker failed: %s", exc)
+
+    def _upload_log(self) -> None:
+        if self.shipper is not None:
+            if not self.shipper.close(LOG_SHIP_CLOSE_SECONDS):
+                logger.warning("the last log lines did not reach CloudWatch Logs in time")
+            logger.info("shipped %d log line(s) to CloudWatch Logs", self.shipper.shipped)
+        self.scalars.sync(self.s3, self.config.bucket, self.job_id, final=True)
+        if not self.dirs.log.exists():
+            return
+        key = layout.logs_prefix(self.job_id, self.attempt) + "session.log"
+        try:
+            self.s3.upload_file(str(self.dirs.log), self.config.bucket, key)
+        except Exception as exc:
+            logger.warning("uploading the session log failed: %s", exc)
+
+
+def _deadlines(at: datetime | None) -> tuple[float, float]:
+    """(stop the session by, finish uploads by) on the monotonic clock, for a notice."""
+    left = DEFAULT_NOTICE_SECONDS if at is None else (at - datetime.now(UTC)).total_seconds()
+    # The local runtime scales the two minutes down to a few seconds: trust the time given.
+    remaining = max(left, MIN_NOTICE_SECONDS)
+    now = time.monotonic()
+    kill_at = now + remaining - min(KILL_MARGIN_SECONDS, remaining * 0.25)
+    end_by = now + remaining - min(END_MARGIN_SECONDS, remaining * 0.1)
+    return kill_at, end_by
+
+
+def _max(*values: int | None) -> int | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None

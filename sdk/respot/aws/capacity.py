@@ -1,0 +1,196 @@
+"""EC2 capacity: launch one instance for an attempt, terminate instances, read an instance's owner.
+
+Launches use `RunInstances` with respot's launch template (which fixes IMDSv2, the role, the
+security group, the disk and the boot script) and, for spot, one-time `InstanceMarketOptions`.
+Each launch carries the attempt's client token, so asking twice yields one instance.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from respot.core.cost import on_demand_price
+from respot.core.effects import LaunchInstance
+from respot.core.events import CapacityLaunched, CapacityUnavailable
+from respot.core.job import Market
+from respot.core.lifecycle import ATTEMPT_TAG, HANDOFF_TAG, JOB_TAG, MANAGED_TAG
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+
+log = logging.getLogger(__name__)
+
+# Errors that mean "this pool cannot give an instance now": try the next pool, never lose the job.
+CAPACITY_ERRORS = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "MaxSpotInstanceCountExceeded",
+        "SpotMaxPriceTooLow",
+        "InstanceLimitExceeded",
+        "VcpuLimitExceeded",
+        "Unsupported",  # the instance type is not offered in this zone
+        "UnfulfillableCapacity",
+        "RequestLimitExceeded",  # throttled even after botocore's own retries
+    }
+)
+NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
+
+
+class Ec2Capacity:
+    """Launches and terminates respot's instances."""
+
+    def __init__(
+        self,
+        *,
+        launch_template_id: str,
+        launch_template_version: str = "$Latest",
+        on_demand_prices: dict[str, float] | None = None,
+        deployment_name: str = "respot",
+        client: EC2Client | Any = None,
+    ) -> None:
+        if client is None:
+            import boto3
+
+            client = boto3.client("ec2")
+        self.client = client
+        self.launch_template_id = launch_template_id
+        self.launch_template_version = launch_template_version
+        self.on_demand_prices = on_demand_prices or {}
+        self.deployment_name = deployment_name
+
+    def launch(self, effect: LaunchInstance) -> CapacityLaunched | CapacityUnavailable:
+        """Ask for one instance; a refusal for lack of capacity comes back as an event."""
+        p = effect.placement
+        tags = [
+            {"Key": JOB_TAG, "Value": effect.job_id},
+            {"Key": ATTEMPT_TAG, "Value": str(effect.attempt)},
+            {"Key": MANAGED_TAG, "Value": self.deployment_name},
+            {"Key": "Name", "Value": f"respot {effect.job_id} #{effect.attempt}"},
+        ]
+        if effect.await_handoff_from is not None:
+            tags.append({"Key": HANDOFF_TAG, "Value": str(effect.await_handoff_from)})
+        tags.extend({"Key": k, "Value": v} for k, v in sorted(effect.tags.items()))
+        specs = [
+            {"ResourceType": "instance", "Tags": tags},
+            {"ResourceType": "volume", "Tags": tags},
+        ]
+        kwargs: dict[str, Any] = {
+            "LaunchTemplate": {
+                "LaunchTemplateId": self.launch_template_id,
+                "Version": self.launch_template_version,
+            },
+            "InstanceType": p.instance_type,
+            "SubnetId": p.subnet_id,
+            "MinCount": 1,
+            "MaxCount": 1,
+            "ClientToken": effect.client_token,
+        }
+        if p.market is Market.SPOT:
+            spot_options: dict[str, Any] = {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
+            }
+            if p.max_price is not None:
+                spot_options["MaxPrice"] = f"{p.max_price:.4f}"
+            kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot_options}
+            specs.append({"ResourceType": "spot-instances-request", "Tags": tags})
+        kwargs["TagSpecifications"] = specs
+        try:
+            response = self.client.run_instances(**kwargs)
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            if code in CAPACITY_ERRORS:
+                return CapacityUnavailable(
+                    attempt=effect.attempt,
+                    client_token=effect.client_token,
+                    error_code=code,
+                    message=exc.response["Error"].get("Message", ""),
+                )
+            raise
+        instance = response["Instances"][0]
+        az = instance.get("Placement", {}).get("AvailabilityZone") or p.availability_zone
+        return CapacityLaunched(
+            attempt=effect.attempt,
+            client_token=effect.client_token,
+            instance_id=instance["InstanceId"],
+            spot_request_id=instance.get("SpotInstanceRequestId"),
+            availability_zone=az,
+            price_per_hour=self.price(p.market, p.instance_type, az),
+        )
+
+    def price(self, market: Market, instance_type: str, availability_zone: str) -> float | None:
+        """The current hourly price of the pool (spot price history, or the on-demand list)."""
+        if market is Market.ON_DEMAND:
+            return on_demand_price(instance_type, self.on_demand_prices)
+        try:
+            history = self.client.describe_spot_price_history(
+                InstanceTypes=[instance_type],
+                AvailabilityZone=availability_zone,
+                ProductDescriptions=["Linux/UNIX"],
+                StartTime=datetime.now(UTC),
+                MaxResults=1,
+            ).get("SpotPriceHistory", [])
+        except ClientError as exc:
+            log.warning("spot price of %s in %s unknown: %s", instance_type, availability_zone, exc)
+            return None
+        return float(history[0]["SpotPrice"]) if history else None
+
+    def terminate(self, instance_ids: list[str] | tuple[str, ...]) -> list[str]:
+        """Terminate instances; ones already gone count as done. Returns those asked to stop."""
+        ids = [i for i in instance_ids if i]
+        if not ids:
+            return []
+        try:
+            self.client.terminate_instances(InstanceIds=ids)
+            return ids
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in NOT_FOUND:
+                raise
+        # Some id is unknown: terminate the others one by one so that one bad id blocks none.
+        done = []
+        for instance_id in ids:
+            try:
+                self.client.terminate_instances(InstanceIds=[instance_id])
+                done.append(instance_id)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] not in NOT_FOUND:
+                    raise
+        return done
+
+    def owner(self, instance_id: str) -> tuple[str, int] | None:
+        """(job_id, attempt) from the instance's tags, or None if respot did not launch it."""
+        try:
+            reservations = self.client.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in NOT_FOUND:
+                return None
+            raise
+        for reservation in reservations:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                if JOB_TAG in tags and tags.get(ATTEMPT_TAG, "").isdigit():
+                    return tags[JOB_TAG], int(tags[ATTEMPT_TAG])
+        return None
+
+    def managed_instances(self) -> list[dict[str, Any]]:
+        """Every instance of this deployment not yet terminated (for orphan clean-up)."""
+        paginator = self.client.get_paginator("describe_instances")
+        found = []
+        for page in paginator.paginate(
+            Filters=[
+                {"Name": f"tag:{MANAGED_TAG}", "Values": [self.deployment_name]},
+                {
+                    "Name": "instance-state-name",
+                    "Values": ["pending", "running", "stopping", "stopped"],
+                },
+            ]
+        ):
+            for reservation in page["Reservations"]:
+                found.extend(reservation["Instances"])
+        return found

@@ -1,0 +1,146 @@
+"""The job table in DynamoDB: job records written by compare-and-set, and instance -> job links.
+
+Items (one table, keys `pk`/`sk`):
+    pk=JOB#<job_id>        sk=JOB       version, state, updated_at, live (only while live), doc
+    pk=INSTANCE#<iid>      sk=INSTANCE  job_id, attempt
+`doc` is the whole `JobRecord` as JSON; the other attributes exist for conditions and indexes.
+The sparse index `live` (partition `live`, sort `updated_at`) lists the jobs that are not over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from respot.core.job import JobRecord
+from respot.exceptions import ConcurrentUpdateError
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+LIVE_INDEX = "live"
+LIVE_VALUE = "1"
+
+
+def _job_key(job_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}}
+
+
+def _instance_key(instance_id: str) -> dict[str, Any]:
+    return {"pk": {"S": f"INSTANCE#{instance_id}"}, "sk": {"S": "INSTANCE"}}
+
+
+class JobTable:
+    """Reads and writes job records; every write is conditional on the version read."""
+
+    def __init__(self, table_name: str, client: DynamoDBClient | Any = None) -> None:
+        if client is None:
+            import boto3
+
+            client = boto3.client("dynamodb")
+        self.table_name = table_name
+        self.client = client
+
+    def get(self, job_id: str) -> JobRecord | None:
+        """The job's record, read strongly consistently, or None."""
+        item = self.client.get_item(
+            TableName=self.table_name, Key=_job_key(job_id), ConsistentRead=True
+        ).get("Item")
+        return _record(item) if item else None
+
+    def save(self, record: JobRecord, *, expected_version: int | None) -> JobRecord:
+        """Write `record` if the stored version is still `expected_version` (None: not stored).
+
+        Returns the record as written (version incremented). Raises `ConcurrentUpdateError` if
+        another writer got there first; the caller re-reads and decides again.
+        """
+        written = record.model_copy(update={"version": (expected_version or 0) + 1})
+        item: dict[str, Any] = {
+            **_job_key(record.job_id),
+            "version": {"N": str(written.version)},
+            "state": {"S": written.state.value},
+            "updated_at": {"S": written.updated_at.isoformat()},
+            "created_at": {"S": written.created_at.isoformat()},
+            "doc": {"S": written.model_dump_json(exclude_none=True)},
+        }
+        if not written.state.is_terminal():
+            item["live"] = {"S": LIVE_VALUE}
+        if expected_version is None:
+            # Create only: a duplicate submission must not overwrite a job already recorded.
+            condition: dict[str, Any] = {"ConditionExpression": "attribute_not_exists(pk)"}
+        else:
+            # Compare-and-set: only the writer that read this version may replace it.
+            condition = {
+                "ConditionExpression": "version = :v",
+                "ExpressionAttributeValues": {":v": {"N": str(expected_version)}},
+            }
+        try:
+            self.client.put_item(TableName=self.table_name, Item=item, **condition)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise ConcurrentUpdateError(
+                    f"job {record.job_id} changed since version {expected_version}"
+                ) from exc
+            raise
+        return written
+
+    def live_job_ids(self) -> Iterator[str]:
+        """Ids of every job that is not over, oldest update first (eventually consistent)."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": LIVE_INDEX,
+            "KeyConditionExpression": "live = :l",
+            "ExpressionAttributeValues": {":l": {"S": LIVE_VALUE}},
+            "ProjectionExpression": "pk",
+        }
+        while True:
+            page = self.client.query(**kwargs)
+            for item in page.get("Items", []):
+                yield item["pk"]["S"].removeprefix("JOB#")
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def recent(self, limit: int = 50) -> list[JobRecord]:
+        """Up to `limit` job records, newest first (a scan: fine for a team's job count)."""
+        records: list[JobRecord] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table_name,
+            "FilterExpression": "sk = :s",
+            "ExpressionAttributeValues": {":s": {"S": "JOB"}},
+        }
+        while True:
+            page = self.client.scan(**kwargs)
+            records.extend(_record(i) for i in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        records.sort(key=lambda r: r.created_at, reverse=True)
+        return records[:limit]
+
+    def link_instance(self, instance_id: str, job_id: str, attempt: int) -> None:
+        """Remember which job and attempt an instance belongs to (idempotent)."""
+        self.client.put_item(
+            TableName=self.table_name,
+            Item={
+                **_instance_key(instance_id),
+                "job_id": {"S": job_id},
+                "attempt": {"N": str(attempt)},
+            },
+        )
+
+    def instance_owner(self, instance_id: str) -> tuple[str, int] | None:
+        """(job_id, attempt) of an instance respot launched, or None."""
+        item = self.client.get_item(
+            TableName=self.table_name, Key=_instance_key(instance_id), ConsistentRead=True
+        ).get("Item")
+        if not item:
+            return None
+        return item["job_id"]["S"], int(item["attempt"]["N"])
+
+
+def _record(item: dict[str, Any]) -> JobRecord:
+    record = JobRecord.model_validate_json(item["doc"]["S"])
+    return record.model_copy(update={"version": int(item["version"]["N"])})

@@ -1,0 +1,361 @@
+"""The researcher's entry points: `run(spec)` and the `JobHandle` it returns.
+
+`run` validates everything on the laptop first (the spec, the deadline, the code directory,
+the message size), then uploads the code and publishes one message to the jobs topic.
+Nothing is uploaded or published if any check fails.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import importlib.metadata
+import io
+import os
+import platform
+import socket
+import subprocess
+import time
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from respot import layout
+from respot.core.job import JobRecord, TimelineEntry
+from respot.core.states import JobState
+from respot.deployment import Deployment, discover
+from respot.exceptions import JobNotFoundError, SpecError
+from respot.messages import (
+    CancelCommand,
+    CodeArtifact,
+    JobSubmission,
+    Provenance,
+    encode,
+    new_job_id,
+)
+from respot.spec import TrainingEnvVar, validate_spec
+
+MAX_CODE_BYTES = 512 * 1024 * 1024
+CODE_EXCLUDES = frozenset(
+    {
+        ".git",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".ipynb_checkpoints",
+        "node_modules",
+        ".tox",
+        ".eggs",
+        "cdk.out",
+    }
+)
+TRACKED_PACKAGES = ("respot", "torch", "numpy", "scikit-learn", "transformers", "jax", "pydantic")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A snapshot of a job as the control plane records it."""
+
+    job_id: str
+    state: str  # a JobState value, or "SUBMITTED" while the message is on its way
+    step: int | None
+    total_steps: int | None
+    interruptions: int
+    attempts: int
+    reason: str | None
+    record: JobRecord | None
+
+    @property
+    def is_terminal(self) -> bool:
+        """True once the job is COMPLETED, FAILED or CANCELLED."""
+        return self.state in {s.value for s in JobState if s.is_terminal()}
+
+
+class JobHandle:
+    """A submitted job: ask how it is, wait for it, or cancel it."""
+
+    def __init__(self, job_id: str, deployment: Deployment, session: Any = None) -> None:
+        self.job_id = job_id
+        self.deployment = deployment
+        self._session = session
+        self._clients: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r})"
+
+    def _client(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = self.deployment.client(service, self._session)
+        return self._clients[service]
+
+    def record(self) -> JobRecord | None:
+        """The full job record, or None while the submission is still on its way."""
+        from respot.aws.jobs import JobTable
+
+        return JobTable(self.deployment.table_name, self._client("dynamodb")).get(self.job_id)
+
+    def status(self) -> JobStatus:
+        """The job's state, progress and counts right now."""
+        rec = self.record()
+        if rec is None:
+            return JobStatus(self.job_id, "SUBMITTED", None, None, 0, 0, None, None)
+        return JobStatus(
+            job_id=self.job_id,
+            state=rec.state.value,
+            step=rec.progress.step,
+            total_steps=rec.progress.total_steps,
+            interruptions=rec.interruptions,
+            attempts=len(rec.attempts),
+            reason=rec.reason,
+            record=rec,
+        )
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        poll_seconds: float = 2.0,
+        on_event: Callable[[TimelineEntry], None] | None = None,
+        on_status: Callable[[JobStatus], None] | None = None,
+        show_progress: bool = False,
+    ) -> JobStatus:
+        """Block until the job is over; `on_event` sees each new timeline entry once, in order.
+
+        `show_progress` draws a progress bar (step of total, metrics, ETA) on a terminal, or
+        prints plain progress lines elsewhere, with interruptions and resumes as they happen
+        (`respot.progress.ProgressDisplay`).
+
+        Raises `TimeoutError` after `timeout` seconds; a submission that never shows up in the
+        table within `timeout` raises `JobNotFoundError`.
+        """
+        if show_progress:
+            from respot.progress import ProgressDisplay
+
+            with ProgressDisplay(self.job_id) as display:
+                return self.wait(
+                    timeout,
+                    poll_seconds=poll_seconds,
+                    on_event=_both(display.on_event, on_event),
+                    on_status=_both(display.on_status, on_status),
+                )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        seen: set[tuple[datetime, str, str]] = set()
+        while True:
+            status = self.status()
+            if status.record is not None and on_event is not None:
+                # The timeline keeps its newest entries (old progress ones are dropped), and
+                # writers on other machines have their own clocks: recognise entries by
+                # what they are, not by position or by time.
+                for entry in status.record.timeline:
+                    identity = (entry.at, entry.kind, entry.text)
+                    if identity not in seen:
+                        seen.add(identity)
+                        on_event(entry)
+            if on_status is not None:
+                on_status(status)
+            if status.is_terminal:
+                return status
+            if deadline is not None and time.monotonic() > deadline:
+                if status.record is None:
+                    raise JobNotFoundError(
+                        f"job {self.job_id} was published but never recorded; check the jobs "
+                        "queue's dead-letter queue for the reason"
+                    )
+                raise TimeoutError(f"job {self.job_id} is still {status.state}")
+            time.sleep(poll_seconds)
+
+    def cancel(self, reason: str = "cancelled by user") -> None:
+        """Ask the control plane to cancel the job (instances are terminated, checkpoints kept)."""
+        command = CancelCommand(
+            job_id=self.job_id,
+            reason=reason,
+            requested_at=datetime.now(UTC),
+            requested_by=_user(),
+        )
+        self._client("sns").publish(
+            TopicArn=self.deployment.topic_arn,
+            Message=encode(command),
+            MessageAttributes={"command": {"DataType": "String", "StringValue": "cancel"}},
+        )
+
+
+def _both(first: Callable[[Any], None], second: Callable[[Any], None] | None) -> Any:
+    if second is None:
+        return first
+
+    def call(item: Any) -> None:
+        first(item)
+        second(item)
+
+    return call
+
+
+def run(
+    spec: TrainingEnvVar | dict[str, Any] | str,
+    *,
+    deployment: Deployment | None = None,
+    session: Any = None,
+    provenance: Provenance | None = None,
+    job_id: str | None = None,
+) -> JobHandle:
+    """Submit a training job. Everything is checked before anything is uploaded or published."""
+    env = validate_spec(spec)
+    now = datetime.now(UTC)
+    problems = preflight(env, now)
+    if problems:
+        raise SpecError(problems)
+    job_id = job_id or new_job_id(env.name, now)
+    code_bytes = package_code(Path(env.source_dir)) if env.source_dir else None
+    if deployment is None:
+        deployment = discover(session)
+    code = None
+    if code_bytes is not None:
+        sha = hashlib.sha256(code_bytes).hexdigest()
+        code = CodeArtifact(
+            s3_uri=f"s3://{deployment.bucket}/{layout.code_key(job_id, sha)}",
+            sha256=sha,
+            size_bytes=len(code_bytes),
+        )
+    submission = JobSubmission(
+        job_id=job_id,
+        spec=env,
+        code=code,
+        provenance=provenance or capture_provenance(env),
+        submitted_at=now,
+        submitted_by=_user(),
+    )
+    body = encode(submission)  # refuses an oversize message before anything is spent
+    handle = JobHandle(job_id, deployment, session)
+    if code_bytes is not None and code is not None:
+        handle._client("s3").put_object(
+            Bucket=deployment.bucket,
+            Key=layout.code_key(job_id, code.sha256),
+            Body=code_bytes,
+            ChecksumAlgorithm="SHA256",
+        )
+    handle._client("sns").publish(
+        TopicArn=deployment.topic_arn,
+        Message=body,
+        MessageAttributes={"command": {"DataType": "String", "StringValue": "submit"}},
+    )
+    return handle
+
+
+def preflight(spec: TrainingEnvVar, now: datetime) -> list[str]:
+    """Checks that need the laptop's clock and files; one line per problem."""
+    problems: list[str] = []
+    if spec.deadline is not None:
+        if spec.deadline <= now:
+            problems.append(
+                f"deadline: {spec.deadline.isoformat()} is in the past; set a later one"
+            )
+        elif spec.estimated_runtime is not None and now + spec.estimated_runtime > spec.deadline:
+            problems.append(
+                f"deadline: {spec.deadline.isoformat()} is sooner than the estimated runtime "
+                f"({spec.estimated_runtime}) from now; move the deadline or lower the estimate"
+            )
+    if spec.source_dir is not None:
+        path = Path(spec.source_dir)
+        if not path.is_dir():
+            problems.append(f"source_dir: {spec.source_dir!r} is not a directory on this machine")
+        elif spec.entry_point is not None:
+            module = spec.entry_point.split(":", 1)[0].split(".")
+            candidates = [path.joinpath(*module).with_suffix(".py"), path.joinpath(*module)]
+            if not any(c.exists() for c in candidates):
+                problems.append(
+                    f"entry_point: module {'.'.join(module)!r} is not in source_dir "
+                    f"{spec.source_dir!r}; check the spelling or the directory"
+                )
+    return problems
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in CODE_EXCLUDES)
+        for name in sorted(filenames):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            yield Path(dirpath) / name
+
+
+def package_code(root: Path) -> bytes:
+    """A deterministic zip of `root` (same files -> same bytes), without caches and VCS data."""
+    buffer = io.BytesIO()
+    total = 0
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in _walk(root):
+            if path.is_symlink() and not path.resolve().is_relative_to(root.resolve()):
+                continue  # a link out of the directory would ship someone else's files
+            rel = path.relative_to(root).as_posix()
+            data = path.read_bytes()
+            total += len(data)
+            if total > MAX_CODE_BYTES:
+                raise SpecError(
+                    [
+                        f"source_dir: more than {MAX_CODE_BYTES // 2**20} MiB of files; keep data "
+                        "out of it and use `data` sources in S3 instead"
+                    ]
+                )
+            info = zipfile.ZipInfo(rel, date_time=(1980, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            ["git", *args],  # noqa: S607 - git from PATH is what the researcher uses
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip()
+
+
+def capture_provenance(spec: TrainingEnvVar) -> Provenance:
+    """What is needed to reproduce the run: code version, packages, who and where."""
+    root = Path(spec.source_dir) if spec.source_dir else Path.cwd()
+    commit = _git(["rev-parse", "HEAD"], root)
+    dirty = None
+    if commit is not None:
+        status = _git(["status", "--porcelain", "--", "."], root)
+        dirty = bool(status) if status is not None else None
+    packages = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            packages[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return Provenance(
+        git_commit=commit,
+        git_dirty=dirty,
+        git_remote=_git(["config", "--get", "remote.origin.url"], root) if commit else None,
+        python_version=platform.python_version(),
+        respot_version=packages.get("respot"),
+        packages=packages,
+        host=socket.gethostname(),
+        user=_user(),
+        # A pinned image names its digest; a tag alone can move, so it is not recorded as one.
+        image_digest=spec.image.split("@", 1)[1]
+        if spec.image and "@sha256:" in spec.image
+        else None,
+    )
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None

@@ -1,0 +1,120 @@
+"""Configuration that reaches the control-plane Lambdas through their environment.
+
+The stack sets these variables on every function (infra/) and the local runtime sets the
+same ones; `ControlPlaneConfig.from_env` is the one place they are read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from respot.core.placement import ControlSettings, SubnetRef
+from respot.exceptions import RespotError
+
+# Names of the environment variables (the stack and the local runtime import these).
+ENV_TABLE = "RESPOT_TABLE"
+ENV_BUCKET = "RESPOT_BUCKET"
+ENV_LAUNCH_TEMPLATE_ID = "RESPOT_LAUNCH_TEMPLATE_ID"
+ENV_LAUNCH_TEMPLATE_VERSION = "RESPOT_LAUNCH_TEMPLATE_VERSION"
+ENV_SUBNETS = "RESPOT_SUBNETS"  # JSON: [{"subnet_id": "...", "availability_zone": "..."}]
+ENV_INSTANCE_TYPES = "RESPOT_INSTANCE_TYPES"  # comma-separated, best first
+ENV_AGENT_QUEUE_URL = "RESPOT_AGENT_QUEUE_URL"
+ENV_NOTIFY_QUEUE_URL = "RESPOT_NOTIFY_QUEUE_URL"
+ENV_DLQ_URL = "RESPOT_DLQ_URL"
+ENV_ON_DEMAND_PRICES = "RESPOT_ON_DEMAND_PRICES"  # JSON: {"g5.xlarge": 1.006}
+ENV_HEARTBEAT_TIMEOUT = "RESPOT_HEARTBEAT_TIMEOUT_SECONDS"
+ENV_BOOT_TIMEOUT = "RESPOT_BOOT_TIMEOUT_SECONDS"
+ENV_LAUNCH_TIMEOUT = "RESPOT_LAUNCH_TIMEOUT_SECONDS"
+ENV_SLACK_SECRET_ARN = "RESPOT_SLACK_SECRET_ARN"  # noqa: S105 - a variable name, not a secret
+ENV_SLACK_CHANNEL = "RESPOT_SLACK_CHANNEL"
+# The value of the respot:managed tag on this deployment's instances (the stack name): cleanup
+# and the terminate permission are scoped to it, so two deployments never touch each other.
+ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
+# The unique id (AROA...) of the instances' role: agent messages must carry the SQS SenderId
+# "<that id>:<instance id>" of the instance they speak for. Unset (local runtime): no check.
+ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
+
+
+class ConfigError(RespotError):
+    """A required environment variable is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class ControlPlaneConfig:
+    """Everything a control-plane handler needs to know about its deployment."""
+
+    table_name: str
+    bucket: str
+    launch_template_id: str
+    launch_template_version: str
+    subnets: tuple[SubnetRef, ...]
+    default_instance_types: tuple[str, ...]
+    agent_queue_url: str
+    notify_queue_url: str | None = None
+    dlq_url: str | None = None
+    on_demand_prices: dict[str, float] = field(default_factory=dict)
+    heartbeat_timeout: timedelta = timedelta(minutes=10)
+    boot_timeout: timedelta = timedelta(minutes=20)
+    launch_timeout: timedelta = timedelta(minutes=3)
+    deployment_name: str = "respot"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
+        """Read the configuration from `env` (default: the process environment)."""
+        env = os.environ if env is None else env
+
+        def need(name: str) -> str:
+            value = env.get(name)
+            if not value:
+                raise ConfigError(f"environment variable {name} is not set")
+            return value
+
+        try:
+            subnets = tuple(
+                SubnetRef(s["subnet_id"], s["availability_zone"])
+                for s in json.loads(need(ENV_SUBNETS))
+            )
+            prices = {
+                k: float(v) for k, v in json.loads(env.get(ENV_ON_DEMAND_PRICES) or "{}").items()
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"{ENV_SUBNETS} or {ENV_ON_DEMAND_PRICES} is malformed: {exc}"
+            ) from exc
+        types = tuple(t.strip() for t in need(ENV_INSTANCE_TYPES).split(",") if t.strip())
+
+        def seconds(name: str, default: timedelta) -> timedelta:
+            raw = env.get(name)
+            return timedelta(seconds=float(raw)) if raw else default
+
+        return cls(
+            table_name=need(ENV_TABLE),
+            bucket=need(ENV_BUCKET),
+            launch_template_id=need(ENV_LAUNCH_TEMPLATE_ID),
+            launch_template_version=env.get(ENV_LAUNCH_TEMPLATE_VERSION) or "$Latest",
+            subnets=subnets,
+            default_instance_types=types,
+            agent_queue_url=need(ENV_AGENT_QUEUE_URL),
+            notify_queue_url=env.get(ENV_NOTIFY_QUEUE_URL) or None,
+            dlq_url=env.get(ENV_DLQ_URL) or None,
+            on_demand_prices=prices,
+            heartbeat_timeout=seconds(ENV_HEARTBEAT_TIMEOUT, timedelta(minutes=10)),
+            boot_timeout=seconds(ENV_BOOT_TIMEOUT, timedelta(minutes=20)),
+            launch_timeout=seconds(ENV_LAUNCH_TIMEOUT, timedelta(minutes=3)),
+            deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
+        )
+
+    def settings(self) -> ControlSettings:
+        """The part of the configuration the pure core uses."""
+        return ControlSettings(
+            subnets=self.subnets,
+            default_instance_types=self.default_instance_types,
+            launch_timeout=self.launch_timeout,
+            heartbeat_timeout=self.heartbeat_timeout,
+            boot_timeout=self.boot_timeout,
+            on_demand_prices=dict(self.on_demand_prices),
+        )

@@ -1,0 +1,318 @@
+"""The control plane: apply an event to a job (decide, compare-and-set, then act), and its inputs.
+
+Every handler calls into `ControlPlane`. The order is always the same:
+1. read the job record (strongly consistent);
+2. `lifecycle.decide` computes the new record and the effects;
+3. write the record if its version is unchanged; on a lost race go back to 1;
+4. run the effects (launch, terminate, release a hand-off), feeding their results back as
+   events; then notify; then apply the decision's follow-up event, if any.
+A crash between 3 and 4 is repaired by the reconcile tick (launch timeout, heartbeats).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from respot import layout
+from respot.aws.capacity import Ec2Capacity
+from respot.aws.jobs import JobTable
+from respot.config import ControlPlaneConfig
+from respot.core.effects import Effect, LaunchInstance, ReleaseHandoff, TerminateInstances
+from respot.core.events import (
+    CancelRequested,
+    CapacityLaunched,
+    InstanceDown,
+    InstanceUp,
+    InterruptionNotice,
+    JobEvent,
+    ReconcileTick,
+    Submitted,
+)
+from respot.core.job import JobRecord, TimelineEntry
+from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
+from respot.core.placement import ControlSettings, MarketPolicy, SpotFirstPolicy
+from respot.exceptions import ConcurrentUpdateError
+from respot.messages import CancelCommand, JobSubmission
+
+log = logging.getLogger("respot.control")
+
+CAS_ATTEMPTS = 8
+CAS_BACKOFF_SECONDS = 0.02
+MAX_FOLLOW_UPS = 6
+
+
+def utcnow() -> datetime:
+    """Wall-clock time in UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class Applied:
+    """What applying one event did (for logs, tests and benchmarks)."""
+
+    job_id: str
+    event: str
+    outcome: str
+    state: str | None
+    version: int | None
+    effects: list[str] = field(default_factory=list)
+
+
+class Notifications:
+    """Sends a job's new timeline entries to the notifications queue; never raises."""
+
+    def __init__(self, queue_url: str | None, client: Any = None) -> None:
+        self.queue_url = queue_url
+        self.client = client
+
+    def send(self, job: JobRecord, entries: list[TimelineEntry]) -> None:
+        """Queue `entries` for the notifier (Slack); a failure is logged with the job id."""
+        if not self.queue_url or not entries or self.client is None:
+            return
+        body = {
+            "job_id": job.job_id,
+            "state": job.state.value,
+            "version": job.version,
+            "entries": [e.model_dump(mode="json") for e in entries],
+        }
+        try:
+            self.client.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(body))
+        except Exception:  # a notification must never block or fail a transition
+            log.exception("could not queue a notification for job %s", job.job_id)
+
+
+class ControlPlane:
+    """Applies events to jobs and carries out what the decisions say."""
+
+    def __init__(
+        self,
+        *,
+        jobs: JobTable,
+        capacity: Ec2Capacity,
+        s3: Any,
+        bucket: str,
+        settings: ControlSettings,
+        notifications: Notifications | None = None,
+        market_policy: MarketPolicy | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.jobs = jobs
+        self.capacity = capacity
+        self.s3 = s3
+        self.bucket = bucket
+        self.settings = settings
+        self.notifications = notifications or Notifications(None)
+        self.market_policy = market_policy or SpotFirstPolicy()
+        self.clock = clock
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ControlPlaneConfig,
+        *,
+        session: Any = None,
+        clients: dict[str, Any] | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> ControlPlane:
+        """Build the control plane and its AWS clients from the Lambda configuration."""
+        clients = dict(clients or {})
+        if session is None:
+            import boto3
+
+            session = boto3.session.Session()
+        from botocore.config import Config
+
+        # Standard retries back off on throttling (EC2 RequestLimitExceeded, DynamoDB
+        # ProvisionedThroughputExceeded) before an error reaches the lifecycle.
+        retrying = Config(
+            retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30
+        )
+        for name in ("dynamodb", "ec2", "s3", "sqs"):
+            if name not in clients:
+                clients[name] = session.client(name, config=retrying)
+        return cls(
+            jobs=JobTable(config.table_name, clients["dynamodb"]),
+            capacity=Ec2Capacity(
+                launch_template_id=config.launch_template_id,
+                launch_template_version=config.launch_template_version,
+                on_demand_prices=config.on_demand_prices,
+                deployment_name=config.deployment_name,
+                client=clients["ec2"],
+            ),
+            s3=clients["s3"],
+            bucket=config.bucket,
+            settings=config.settings(),
+            notifications=Notifications(config.notify_queue_url, clients["sqs"]),
+            clock=clock,
+        )
+
+    # ---- inputs ------------------------------------------------------------------------------
+
+    def submit(self, submission: JobSubmission) -> Applied:
+        """Record a submitted job (once) and request its first capacity."""
+        # The agent reads the spec from S3; write it before the job can be placed. Idempotent.
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=layout.submission_key(submission.job_id),
+            Body=submission.model_dump_json(exclude_none=True).encode(),
+            ContentType="application/json",
+        )
+        return self.apply(submission.job_id, Submitted(submission))
+
+    def cancel(self, command: CancelCommand) -> Applied:
+        """Cancel a job and terminate its instances."""
+        return self.apply(command.job_id, CancelRequested(command))
+
+    def instance_event(
+        self, event: InstanceUp | InterruptionNotice | InstanceDown
+    ) -> Applied | None:
+        """Apply an EC2 event to the job that owns the instance; None if respot does not own it."""
+        owner = self.jobs.instance_owner(event.instance_id)
+        if owner is None:
+            owner = self.capacity.owner(event.instance_id)
+        if owner is None:
+            log.info(
+                "ignoring %s for %s: not a respot instance", type(event).__name__, event.instance_id
+            )
+            return None
+        job_id, attempt = owner
+        return self.apply(job_id, replace(event, attempt=attempt))
+
+    def reconcile(self) -> list[Applied]:
+        """The scheduled look at every live job, then at instances no live job owns."""
+        results = []
+        for job_id in list(self.jobs.live_job_ids()):
+            try:
+                results.append(self.apply(job_id, ReconcileTick(self.clock())))
+            except Exception:  # one broken job must not stop the others being looked at
+                log.exception("reconcile of job %s failed", job_id)
+        try:
+            self.terminate_orphans()
+        except Exception:
+            log.exception("orphan clean-up failed; the next tick tries again")
+        return results
+
+    def terminate_orphans(self) -> list[str]:
+        """Terminate this deployment's instances that no open attempt of a live job owns.
+
+        The forgotten GPU that bills all weekend: an instance of a finished or unknown job,
+        of an attempt that already ended, or a second instance of one attempt. Instances
+        younger than the launch timeout are left alone: their launch may not be recorded yet.
+        """
+        now = self.clock()
+        orphans: list[str] = []
+        for instance in self.capacity.managed_instances():
+            instance_id = instance["InstanceId"]
+            launched = instance.get("LaunchTime")
+            if isinstance(launched, datetime) and now - launched < self.settings.launch_timeout:
+                continue
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+            job_id = tags.get(JOB_TAG)
+            attempt = tags.get(ATTEMPT_TAG, "")
+            record = self.jobs.get(job_id) if job_id else None
+            if record is not None and not record.state.is_terminal() and attempt.isdigit():
+                owner = record.attempt(int(attempt))
+                if (
+                    owner is not None
+                    and owner.end is None
+                    and owner.instance_id
+                    in (
+                        None,
+                        instance_id,
+                    )
+                ):
+                    continue
+            orphans.append(instance_id)
+        if orphans:
+            done = self.capacity.terminate(orphans)
+            log.warning("terminated orphaned instances %s", done, extra={"orphans": done})
+        return orphans
+
+    # ---- the loop ----------------------------------------------------------------------------
+
+    def apply(self, job_id: str, event: JobEvent, *, depth: int = 0) -> Applied:
+        """Decide, write (compare-and-set), act, notify, follow up."""
+        decision, record = self._commit(job_id, event)
+        applied = Applied(
+            job_id=job_id,
+            event=type(event).__name__,
+            outcome=decision.outcome,
+            state=record.state.value if record else None,
+            version=record.version if record else None,
+            effects=[type(e).__name__ for e in decision.effects],
+        )
+        log.info(
+            "job %s: %s -> %s (%s)",
+            job_id,
+            applied.event,
+            applied.state,
+            applied.outcome,
+            extra={"job_id": job_id, "outcome": applied.outcome},
+        )
+        if record is not None and decision.notes:
+            self.notifications.send(record, decision.notes)
+        for effect in decision.effects:
+            self._run(job_id, effect, depth)
+        if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
+            after = self.apply(job_id, decision.follow_up, depth=depth + 1)
+            if after.version is not None:
+                # Report where the job ended up, not the step in between (e.g. INTERRUPTED).
+                applied.state, applied.version = after.state, after.version
+                applied.effects.extend(after.effects)
+        return applied
+
+    def _commit(self, job_id: str, event: JobEvent) -> tuple[Decision, JobRecord | None]:
+        for attempt in range(CAS_ATTEMPTS):
+            job = self.jobs.get(job_id)
+            decision = decide(
+                job,
+                event,
+                now=self.clock(),
+                settings=self.settings,
+                market_policy=self.market_policy,
+            )
+            if not decision.changed:
+                return decision, job
+            assert decision.record is not None
+            record = decision.record
+            record.updated_at = self.clock()
+            try:
+                written = self.jobs.save(record, expected_version=job.version if job else None)
+            except ConcurrentUpdateError:
+                time.sleep(CAS_BACKOFF_SECONDS * (attempt + 1) * random.random())  # noqa: S311
+                continue
+            return decision, written
+        raise ConcurrentUpdateError(f"job {job_id}: gave up after {CAS_ATTEMPTS} write conflicts")
+
+    def _run(self, job_id: str, effect: Effect, depth: int) -> None:
+        match effect:
+            case LaunchInstance():
+                result = self.capacity.launch(effect)
+                if isinstance(result, CapacityLaunched):
+                    self.jobs.link_instance(result.instance_id, job_id, effect.attempt)
+                self.apply(job_id, result, depth=depth + 1)
+            case TerminateInstances():
+                done = self.capacity.terminate(effect.instance_ids)
+                log.info("job %s: terminated %s (%s)", job_id, done, effect.reason)
+            case ReleaseHandoff():
+                self._release_handoff(effect)
+
+    def _release_handoff(self, effect: ReleaseHandoff) -> None:
+        key = layout.handoff_key(effect.job_id, effect.attempt)
+        try:
+            self.s3.head_object(Bucket=self.bucket, Key=key)
+            return  # the agent wrote it after its last checkpoint
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("404", "NoSuchKey", "NotFound"):
+                raise
+        body = {"attempt": effect.attempt, "by": "control-plane", "reason": "instance gone"}
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body).encode())

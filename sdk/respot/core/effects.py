@@ -1,0 +1,42 @@
+"""Effects: what the control plane must do in the world after a decision is committed.
+
+A decision is first written (compare-and-set), then its effects run. Each effect is safe to
+run twice: launches carry an EC2 client token, terminations treat "already gone" as done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from respot.core.job import Placement
+
+
+@dataclass(frozen=True)
+class LaunchInstance:
+    """Ask EC2 for one instance for an attempt."""
+
+    job_id: str
+    attempt: int
+    placement: Placement
+    client_token: str
+    await_handoff_from: int | None = None  # the previous attempt still saving its checkpoint
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TerminateInstances:
+    """Terminate these instances; the job no longer needs them."""
+
+    instance_ids: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ReleaseHandoff:
+    """Tell a waiting replacement that attempt `attempt` will write no more checkpoints."""
+
+    job_id: str
+    attempt: int
+
+
+Effect = LaunchInstance | TerminateInstances | ReleaseHandoff

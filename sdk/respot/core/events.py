@@ -1,0 +1,112 @@
+"""Domain events: everything that can happen to a job, as the core sees it (no AWS shapes here).
+
+Handlers turn SQS messages and EventBridge events into these; `lifecycle.decide` applies them.
+Every event may arrive twice or out of order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from respot.messages import AgentMessage, CancelCommand, JobSubmission
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A researcher's submission arrived (possibly again)."""
+
+    submission: JobSubmission
+
+
+@dataclass(frozen=True)
+class PlaceNow:
+    """Ask for capacity now if the job is waiting for it (after submit, on a tick, after a loss)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class CapacityLaunched:
+    """The capacity request for an attempt returned an instance."""
+
+    attempt: int
+    client_token: str
+    instance_id: str
+    spot_request_id: str | None = None
+    availability_zone: str | None = None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class CapacityUnavailable:
+    """The capacity request for an attempt was refused (no capacity, price, limits, throttling)."""
+
+    attempt: int
+    client_token: str
+    error_code: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceUp:
+    """EC2 says the instance exists and runs: spot fulfilment, or state `running`."""
+
+    instance_id: str
+    attempt: int | None
+    source: str  # "fulfillment" or "running"
+    spot_request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class InterruptionNotice:
+    """EC2 will reclaim the instance (interruption warning), or recommends moving (rebalance)."""
+
+    instance_id: str
+    attempt: int | None
+    kind: str  # "interruption" or "rebalance"
+    action: str | None = None  # terminate / stop / hibernate for interruptions
+
+
+@dataclass(frozen=True)
+class InstanceDown:
+    """EC2 says the instance is stopping or gone."""
+
+    instance_id: str
+    attempt: int | None
+    state: str  # shutting-down, terminated, stopping, stopped
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    """A message from the agent on an instance."""
+
+    message: AgentMessage
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """A researcher asked to cancel."""
+
+    command: CancelCommand
+
+
+@dataclass(frozen=True)
+class ReconcileTick:
+    """The scheduled look at every live job."""
+
+    at: datetime
+
+
+JobEvent = (
+    Submitted
+    | PlaceNow
+    | CapacityLaunched
+    | CapacityUnavailable
+    | InstanceUp
+    | InterruptionNotice
+    | InstanceDown
+    | AgentReport
+    | CancelRequested
+    | ReconcileTick
+)

@@ -1,0 +1,166 @@
+"""The job record: everything the control plane knows about one job, stored as one item."""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from respot.core.states import JobState
+from respot.messages import JobSubmission
+
+TIMELINE_LIMIT = 400  # entries kept on the record; the oldest progress entries go first
+
+
+class Market(enum.StrEnum):
+    """How an instance is bought."""
+
+    SPOT = "spot"
+    ON_DEMAND = "on-demand"
+
+
+class Placement(BaseModel):
+    """Where and how one attempt asks for an instance."""
+
+    model_config = ConfigDict(frozen=True)
+
+    market: Market
+    instance_type: str
+    subnet_id: str
+    availability_zone: str
+    max_price: float | None = None
+
+    @property
+    def key(self) -> str:
+        """A short id of the capacity pool: market/type/az."""
+        return f"{self.market.value}/{self.instance_type}/{self.availability_zone}"
+
+
+class AttemptEnd(enum.StrEnum):
+    """Why an attempt's instance life ended."""
+
+    INTERRUPTED = "interrupted"  # spot interruption notice, then reclaimed
+    LOST = "lost"  # the instance went away without notice (or heartbeats stopped)
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"  # a newer attempt took over (e.g. the job finished elsewhere)
+
+
+class Attempt(BaseModel):
+    """One instance life of a job: requested, (bound, started), ended."""
+
+    number: int
+    placement: Placement
+    client_token: str
+    requested_at: datetime
+    tried: list[str] = Field(default_factory=list)  # "<pool>: <error code>" that failed first
+    instance_id: str | None = None
+    spot_request_id: str | None = None
+    price_per_hour: float | None = None
+    launched_at: datetime | None = None
+    bound_at: datetime | None = None
+    started_at: datetime | None = None
+    restored_step: int | None = None
+    restore_seconds: float | None = None
+    last_heard_at: datetime | None = None  # the newest message of this attempt's agent
+    notice_at: datetime | None = None
+    last_step: int | None = None
+    checkpoint_step: int | None = None
+    ended_at: datetime | None = None
+    end: AttemptEnd | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True until the attempt's instance life has ended."""
+        return self.end is None
+
+
+class Progress(BaseModel):
+    """The latest the training reported."""
+
+    step: int | None = None
+    total_steps: int | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    at: datetime | None = None
+
+
+class CheckpointInfo(BaseModel):
+    """The newest complete checkpoint in S3."""
+
+    step: int
+    manifest_key: str
+    attempt: int
+    at: datetime
+
+
+class TimelineEntry(BaseModel):
+    """One line of the job's story, for `respot status`, the demo and Slack."""
+
+    at: datetime
+    kind: str
+    text: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobRecord(BaseModel):
+    """The control plane's record of a job; every change is a compare-and-set on `version`."""
+
+    job_id: str
+    state: JobState
+    version: int = 0
+    created_at: datetime
+    updated_at: datetime
+    submission: JobSubmission
+    attempts: list[Attempt] = Field(default_factory=list)
+    interruptions: int = 0
+    waiting_since: datetime | None = None  # when the job last began to wait for capacity
+    progress: Progress = Field(default_factory=Progress)
+    checkpoint: CheckpointInfo | None = None
+    last_heartbeat_at: datetime | None = None
+    reason: str | None = None
+    outputs_prefix: str | None = None
+    finished_at: datetime | None = None
+    notify: dict[str, Any] = Field(default_factory=dict)  # e.g. the Slack thread ts
+    policy: dict[str, Any] = Field(default_factory=dict)  # placement policy memory
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+
+    @property
+    def spec(self):
+        """The researcher's spec."""
+        return self.submission.spec
+
+    @property
+    def current(self) -> Attempt | None:
+        """The newest attempt, if any."""
+        return self.attempts[-1] if self.attempts else None
+
+    def attempt(self, number: int) -> Attempt | None:
+        """The attempt with this number."""
+        if 1 <= number <= len(self.attempts):
+            return self.attempts[number - 1]
+        return None
+
+    def attempt_of_instance(self, instance_id: str) -> Attempt | None:
+        """The attempt whose instance this is."""
+        for a in reversed(self.attempts):
+            if a.instance_id == instance_id:
+                return a
+        return None
+
+    def open_instances(self) -> list[str]:
+        """Instance ids of attempts that have not ended."""
+        return [a.instance_id for a in self.attempts if a.instance_id and a.is_open]
+
+    def add_timeline(self, entry: TimelineEntry) -> None:
+        """Append to the timeline, keeping it within `TIMELINE_LIMIT` entries."""
+        self.timeline.append(entry)
+        if len(self.timeline) > TIMELINE_LIMIT:
+            for i, old in enumerate(self.timeline):
+                if old.kind == "progress":
+                    del self.timeline[i]
+                    break
+            else:
+                del self.timeline[0]

@@ -1,0 +1,733 @@
+"""The pure heart of the control plane: given a job record and an event, decide what changes.
+
+`decide(job, event, ...)` returns a `Decision`: the new record to write (compare-and-set on
+its version), the effects to run once the write has succeeded, and an optional follow-up
+event to apply right after (so that every committed state, INTERRUPTED included, is one a
+reader can see). It never talks to AWS, never sleeps and never reads the clock itself.
+
+Every event may be a duplicate or arrive out of order; the rules below make those harmless:
+- an instance event is matched to its attempt by instance id, else by the attempt number
+  its tags carry; events of other attempts only touch that attempt;
+- a second instance for one attempt, or an instance of a finished job, is terminated;
+- a capacity result whose client token is not the current attempt's is stale and ignored;
+- progress only moves forward (the highest step wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from respot.core.cost import job_cost
+from respot.core.effects import Effect, LaunchInstance, ReleaseHandoff, TerminateInstances
+from respot.core.events import (
+    AgentReport,
+    CancelRequested,
+    CapacityLaunched,
+    CapacityUnavailable,
+    InstanceDown,
+    InstanceUp,
+    InterruptionNotice,
+    JobEvent,
+    PlaceNow,
+    ReconcileTick,
+    Submitted,
+)
+from respot.core.job import (
+    Attempt,
+    AttemptEnd,
+    CheckpointInfo,
+    JobRecord,
+    Market,
+    TimelineEntry,
+)
+from respot.core.placement import ControlSettings, MarketPolicy, SpotFirstPolicy, candidates
+from respot.core.states import JobState, Transition, can, next_state
+from respot.messages import (
+    AgentCheckpoint,
+    AgentCompleted,
+    AgentFailed,
+    AgentPreempted,
+    AgentProgress,
+    AgentStarted,
+)
+
+JOB_TAG = "respot:job-id"
+ATTEMPT_TAG = "respot:attempt"
+HANDOFF_TAG = "respot:await-handoff"
+MANAGED_TAG = "respot:managed"
+PROGRESS_HISTORY_FRACTION = 0.02  # a "progress" timeline entry per 2% of the total steps
+PROGRESS_HISTORY_SECONDS = 600.0  # or per ten minutes when the session sets no total
+PROGRESS_HISTORY_METRICS = 8
+
+
+@dataclass
+class Decision:
+    """The outcome of applying one event to one job."""
+
+    record: JobRecord | None  # the record to write; None when nothing changed
+    effects: list[Effect] = field(default_factory=list)
+    outcome: str = "applied"  # applied | created | duplicate | ignored: <why>
+    follow_up: PlaceNow | None = None
+    notes: list[TimelineEntry] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        """True when the record must be written."""
+        return self.record is not None
+
+
+def client_token(job_id: str, attempt: int, launch: int) -> str:
+    """EC2 idempotency token of one launch: the same launch asked twice yields one instance."""
+    h = hashlib.sha256(f"{job_id}/{attempt}/{launch}".encode()).hexdigest()[:32]
+    return f"rs-{h}-{attempt}-{launch}"
+
+
+class _Draft:
+    """A mutable copy of a record plus what the decision collects while it is being made."""
+
+    def __init__(self, job: JobRecord, now: datetime) -> None:
+        self.job = job.model_copy(deep=True)
+        self.now = now
+        self.effects: list[Effect] = []
+        self.notes: list[TimelineEntry] = []
+        self.follow_up: PlaceNow | None = None
+
+    def go(self, transition: Transition) -> None:
+        self.job.state = next_state(self.job.state, transition)
+
+    def note(self, kind: str, text: str, **data: object) -> None:
+        entry = TimelineEntry(at=self.now, kind=kind, text=text, data=dict(data))
+        self.job.add_timeline(entry)
+        self.notes.append(entry)
+
+    def terminate(self, instance_ids: list[str], reason: str) -> None:
+        ids = tuple(sorted({i for i in instance_ids if i}))
+        if ids:
+            self.effects.append(TerminateInstances(ids, reason))
+
+    def decision(self, outcome: str = "applied") -> Decision:
+        return Decision(self.job, self.effects, outcome, self.follow_up, self.notes)
+
+
+def _unchanged(outcome: str, effects: list[Effect] | None = None) -> Decision:
+    return Decision(None, effects or [], outcome)
+
+
+def decide(
+    job: JobRecord | None,
+    event: JobEvent,
+    *,
+    now: datetime,
+    settings: ControlSettings,
+    market_policy: MarketPolicy | None = None,
+) -> Decision:
+    """Apply `event` to `job` (None if the job is not recorded yet) at time `now`."""
+    policy = market_policy or SpotFirstPolicy()
+    if isinstance(event, Submitted):
+        return _submitted(job, event, now)
+    if job is None:
+        return _unchanged("ignored: unknown job")
+    d = _Draft(job, now)
+    match event:
+        case PlaceNow():
+            return _place_now(d, event, settings, policy)
+        case CapacityLaunched():
+            return _launched(d, event)
+        case CapacityUnavailable():
+            return _unavailable(d, event, settings, policy)
+        case InstanceUp():
+            return _instance_up(d, event)
+        case InterruptionNotice():
+            return _notice(d, event)
+        case InstanceDown():
+            return _instance_down(d, event)
+        case AgentReport():
+            return _agent(d, event)
+        case CancelRequested():
+            return _cancel(d, event)
+        case ReconcileTick():
+            return _tick(d, event, settings)
+    raise TypeError(f"unknown event {event!r}")
+
+
+# ---- submission and placement ----------------------------------------------------------------
+
+
+def _submitted(job: JobRecord | None, event: Submitted, now: datetime) -> Decision:
+    if job is not None:
+        return _unchanged("duplicate")
+    sub = event.submission
+    record = JobRecord(
+        job_id=sub.job_id,
+        state=JobState.QUEUED,
+        created_at=now,
+        updated_at=now,
+        submission=sub,
+        waiting_since=now,
+    )
+    d = _Draft(record, now)
+    spec = sub.spec
+    d.note(
+        "queued",
+        f"queued {spec.name} ({spec.entry_point or spec.image})",
+        deadline=spec.deadline.isoformat() if spec.deadline else None,
+        owner=sub.submitted_by,
+    )
+    d.follow_up = PlaceNow("submitted")
+    return d.decision("created")
+
+
+def _handoff_from(job: JobRecord) -> int | None:
+    """The newest earlier attempt whose instance is still up after a notice (still saving)."""
+    for a in reversed(job.attempts):
+        if a.is_open and a.instance_id and a.notice_at is not None:
+            return a.number
+    return None
+
+
+def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason: str) -> None:
+    """From QUEUED or INTERRUPTED: request capacity for a new attempt, wait, or fail."""
+    job = d.job
+    choice = policy.choose(job, d.now, settings)
+    if choice.fail:
+        _finish(d, Transition.FAIL, AttemptEnd.FAILED, choice.reason)
+        return
+    if choice.market is None:
+        if job.state is JobState.INTERRUPTED:
+            d.go(Transition.WAIT)
+        job.waiting_since = job.waiting_since or d.now
+        d.note("waiting", f"waiting for capacity: {choice.reason}")
+        return
+    pools = candidates(job, choice.market, settings)
+    if not pools:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            "no subnet or instance type is configured for this deployment",
+        )
+        return
+    previous_market = job.policy.get("market")
+    if choice.market is Market.ON_DEMAND and previous_market != Market.ON_DEMAND.value:
+        d.note("fallback", f"falling back to on-demand: {choice.reason}", reason=choice.reason)
+        job.policy["market_reason"] = choice.reason
+    job.policy["market"] = choice.market.value
+    number = len(job.attempts) + 1
+    launches = int(job.policy.get("launches", 0)) + 1
+    job.policy["launches"] = launches
+    attempt = Attempt(
+        number=number,
+        placement=pools[0],
+        client_token=client_token(job.job_id, number, launches),
+        requested_at=d.now,
+    )
+    job.attempts.append(attempt)
+    job.waiting_since = job.waiting_since or d.now
+    d.go(Transition.REQUEST)
+    d.effects.append(_launch_effect(job, attempt))
+    d.note(
+        "requested",
+        f"requested {attempt.placement.market.value} {attempt.placement.instance_type} "
+        f"in {attempt.placement.availability_zone} (attempt {number}; {reason})",
+        attempt=number,
+        market=attempt.placement.market.value,
+        instance_type=attempt.placement.instance_type,
+        availability_zone=attempt.placement.availability_zone,
+    )
+
+
+def _launch_effect(job: JobRecord, attempt: Attempt) -> LaunchInstance:
+    handoff = _handoff_from(job)
+    if handoff == attempt.number:
+        handoff = None
+    return LaunchInstance(
+        job_id=job.job_id,
+        attempt=attempt.number,
+        placement=attempt.placement,
+        client_token=attempt.client_token,
+        await_handoff_from=handoff,
+        tags=dict(job.spec.tags),
+    )
+
+
+def _place_now(
+    d: _Draft, event: PlaceNow, settings: ControlSettings, policy: MarketPolicy
+) -> Decision:
+    if d.job.state not in (JobState.QUEUED, JobState.INTERRUPTED):
+        return _unchanged(f"ignored: {d.job.state.value} needs no placement")
+    _request(d, settings, policy, event.reason)
+    if not d.effects and not d.notes:
+        return _unchanged("ignored: nothing to place")
+    if d.job.state is JobState.QUEUED and not d.effects and _only_waiting_repeat(d):
+        return _unchanged("ignored: still waiting")
+    return d.decision()
+
+
+def _only_waiting_repeat(d: _Draft) -> bool:
+    """True if the only news is another 'waiting' note identical to the previous one."""
+    if len(d.notes) != 1 or d.notes[0].kind != "waiting":
+        return False
+    earlier = [e for e in d.job.timeline[:-1] if e.kind == "waiting"]
+    return bool(earlier) and earlier[-1].text == d.notes[0].text
+
+
+def _launched(d: _Draft, event: CapacityLaunched) -> Decision:
+    job = d.job
+    att = job.attempt(event.attempt)
+    if att is None or att.client_token != event.client_token:
+        # A launch nobody records any more: its instance must not live on.
+        d.terminate([event.instance_id], "launched for a superseded request")
+        return _unchanged("ignored: stale launch", d.effects)
+    if att.instance_id == event.instance_id and att.launched_at is not None:
+        return _unchanged("duplicate")
+    if att.instance_id not in (None, event.instance_id):
+        d.terminate([event.instance_id], "a second instance for one attempt")
+        return _unchanged("ignored: attempt already has an instance", d.effects)
+    att.instance_id = event.instance_id
+    att.spot_request_id = event.spot_request_id or att.spot_request_id
+    att.price_per_hour = event.price_per_hour
+    att.launched_at = d.now
+    if job.state.is_terminal() or att.end is not None:
+        att.end = att.end or AttemptEnd.SUPERSEDED
+        att.ended_at = att.ended_at or d.now
+        d.terminate([event.instance_id], f"job is {job.state.value.lower()}")
+    return d.decision()
+
+
+def _unavailable(
+    d: _Draft, event: CapacityUnavailable, settings: ControlSettings, policy: MarketPolicy
+) -> Decision:
+    job = d.job
+    att = job.current
+    if (
+        att is None
+        or att.number != event.attempt
+        or att.client_token != event.client_token
+        or att.instance_id is not None
+        or job.state is not JobState.REQUESTED
+    ):
+        return _unchanged("ignored: stale capacity error")
+    att.tried.append(f"{att.placement.key}: {event.error_code}")
+    pools = candidates(job, att.placement.market, settings)
+    tried = {t.split(": ", 1)[0] for t in att.tried}
+    remaining = [p for p in pools if p.key not in tried]
+    if remaining:
+        launches = int(job.policy.get("launches", 0)) + 1
+        job.policy["launches"] = launches
+        att.placement = remaining[0]
+        att.client_token = client_token(job.job_id, att.number, launches)
+        att.requested_at = d.now
+        d.go(Transition.RETRY)
+        d.effects.append(_launch_effect(job, att))
+        d.note(
+            "capacity",
+            f"{event.error_code} for {att.tried[-1].split(': ')[0]}; trying "
+            f"{att.placement.instance_type} in {att.placement.availability_zone}",
+            error=event.error_code,
+        )
+        return d.decision()
+    # Every pool of this market refused: give the attempt back and wait for the next tick.
+    job.policy["last_capacity_errors"] = att.tried[-10:]
+    job.policy["capacity_misses"] = int(job.policy.get("capacity_misses", 0)) + 1
+    job.attempts.pop()
+    d.go(Transition.WAIT)
+    job.waiting_since = job.waiting_since or d.now
+    d.note(
+        "waiting",
+        f"no {att.placement.market.value} capacity in any of {len(pools)} pools "
+        f"({event.error_code}); trying again at the next tick",
+        errors=att.tried[-10:],
+    )
+    # The wait may already be over (e.g. max_spot_wait spent): place again at once if so.
+    choice = policy.choose(job, d.now, settings)
+    if (choice.market is not None and choice.market is not att.placement.market) or choice.fail:
+        d.follow_up = PlaceNow(choice.reason)
+    return d.decision()
+
+
+# ---- instance events -------------------------------------------------------------------------
+
+
+def _resolve(job: JobRecord, instance_id: str, attempt: int | None) -> Attempt | None:
+    found = job.attempt_of_instance(instance_id)
+    if found is None and attempt is not None:
+        found = job.attempt(attempt)
+    return found
+
+
+def _instance_up(d: _Draft, event: InstanceUp) -> Decision:
+    job = d.job
+    att = _resolve(job, event.instance_id, event.attempt)
+    if att is None:
+        return _unchanged("ignored: instance of no attempt")
+    if att.instance_id not in (None, event.instance_id):
+        d.terminate([event.instance_id], "a second instance for one attempt")
+        return _unchanged("ignored: attempt already has an instance", d.effects)
+    if job.state.is_terminal() or att.end is not None:
+        d.terminate([event.instance_id], "the job no longer needs it")
+        return _unchanged("ignored: attempt is over", d.effects)
+    att.instance_id = event.instance_id
+    att.spot_request_id = event.spot_request_id or att.spot_request_id
+    if att is not job.current or att.bound_at is not None:
+        return _unchanged("duplicate") if att.launched_at else d.decision()
+    att.bound_at = d.now
+    if job.state is JobState.REQUESTED:
+        d.go(Transition.BIND)
+        job.waiting_since = None
+        price = f" at ${att.price_per_hour:.4f}/h" if att.price_per_hour is not None else ""
+        d.note(
+            "placed",
+            f"placed on {att.placement.market.value} {att.placement.instance_type} "
+            f"{event.instance_id} in {att.placement.availability_zone}{price}",
+            attempt=att.number,
+            instance_id=event.instance_id,
+            market=att.placement.market.value,
+            instance_type=att.placement.instance_type,
+            availability_zone=att.placement.availability_zone,
+            price_per_hour=att.price_per_hour,
+        )
+    return d.decision()
+
+
+def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
+    job = d.job
+    att = _resolve(job, event.instance_id, event.attempt)
+    if att is None or att.instance_id not in (None, event.instance_id):
+        return _unchanged("ignored: instance of no attempt")
+    if job.state.is_terminal() or att.end is not None:
+        return _unchanged("ignored: attempt is over")
+    if event.kind == "rebalance":
+        if job.policy.get(f"rebalance-{att.number}"):
+            return _unchanged("duplicate")
+        job.policy[f"rebalance-{att.number}"] = d.now.isoformat()
+        d.note(
+            "rebalance",
+            f"rebalance recommendation for {event.instance_id}: the agent checkpoints now",
+            attempt=att.number,
+            instance_id=event.instance_id,
+        )
+        return d.decision()
+    if att.notice_at is not None:
+        return _unchanged("duplicate")
+    att.instance_id = event.instance_id
+    _interrupt(d, att, "interruption notice", noticed=True)
+    return d.decision()
+
+
+def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
+    """The attempt's instance is going (noticed) or gone: mark it and ask for a replacement."""
+    job = d.job
+    if noticed:
+        att.notice_at = d.now
+    if att is not job.current or not can(job.state, Transition.INTERRUPT):
+        return
+    if not noticed and att.instance_id is None and job.state is JobState.REQUESTED:
+        return
+    job.interruptions += 1
+    d.go(Transition.INTERRUPT)
+    job.waiting_since = d.now
+    checkpoint_step = job.checkpoint.step if job.checkpoint else None
+    # Heartbeats lag: the step reached is at least the newest checkpoint's.
+    step = max(job.progress.step or 0, checkpoint_step or 0) if job.progress.step else None
+    d.note(
+        "interrupted",
+        f"{why} for {att.instance_id} at step {step}; newest checkpoint step {checkpoint_step}",
+        attempt=att.number,
+        instance_id=att.instance_id,
+        step=step,
+        checkpoint_step=checkpoint_step,
+        noticed=noticed,
+        interruptions=job.interruptions,
+    )
+    d.follow_up = PlaceNow(f"replacing {why}")
+
+
+def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
+    job = d.job
+    att = _resolve(job, event.instance_id, event.attempt)
+    if att is None or att.instance_id not in (None, event.instance_id):
+        return _unchanged("ignored: instance of no attempt")
+    if att.end is not None:
+        return _unchanged("duplicate")
+    att.instance_id = event.instance_id
+    att.ended_at = d.now
+    if job.state.is_terminal():
+        att.end = _end_for(job.state)
+    elif att.notice_at is not None:
+        att.end = AttemptEnd.INTERRUPTED
+    else:
+        att.end = AttemptEnd.LOST
+    d.effects.append(ReleaseHandoff(job.job_id, att.number))
+    if att is job.current and job.state in (
+        JobState.REQUESTED,
+        JobState.STARTING,
+        JobState.RUNNING,
+    ):
+        _interrupt(d, att, f"instance {event.state} without notice", noticed=False)
+    else:
+        d.note(
+            "instance-gone",
+            f"{event.instance_id} is {event.state}",
+            attempt=att.number,
+            instance_id=event.instance_id,
+        )
+    return d.decision()
+
+
+def _end_for(state: JobState) -> AttemptEnd:
+    return {
+        JobState.COMPLETED: AttemptEnd.SUPERSEDED,
+        JobState.FAILED: AttemptEnd.FAILED,
+        JobState.CANCELLED: AttemptEnd.CANCELLED,
+    }.get(state, AttemptEnd.SUPERSEDED)
+
+
+# ---- agent reports ---------------------------------------------------------------------------
+
+
+def _agent(d: _Draft, event: AgentReport) -> Decision:
+    job = d.job
+    msg = event.message
+    att = job.attempt(msg.attempt)
+    if att is None or att.instance_id not in (None, msg.instance_id):
+        return _unchanged("ignored: message from no attempt of this job")
+    body = msg.body
+    if job.state.is_terminal():
+        if isinstance(body, AgentCompleted | AgentFailed | AgentPreempted) or att.end is None:
+            d.terminate([msg.instance_id], f"job is {job.state.value.lower()}")
+        return _unchanged("ignored: job is over", d.effects)
+    att.instance_id = msg.instance_id
+    job.last_heartbeat_at = max(job.last_heartbeat_at or msg.sent_at, msg.sent_at)
+    att.last_heard_at = max(att.last_heard_at or msg.sent_at, msg.sent_at)
+    current = att is job.current
+
+    match body:
+        case AgentStarted():
+            if att.started_at is not None:
+                return _unchanged("duplicate")
+            att.started_at = d.now
+            att.restored_step = body.restored_step
+            att.restore_seconds = body.restore_seconds
+            if current and job.state in (JobState.REQUESTED, JobState.STARTING):
+                att.bound_at = att.bound_at or d.now
+                job.waiting_since = None
+                d.go(Transition.START)
+            previous = job.attempt(att.number - 1)
+            gone_at = previous.notice_at or previous.ended_at if previous else None
+            downtime = (d.now - gone_at).total_seconds() if gone_at else None
+            if body.restored_step is not None:
+                text = f"resumed from step {body.restored_step} on {msg.instance_id}"
+            else:
+                text = f"started on {msg.instance_id} (no checkpoint yet)"
+            if downtime is not None:
+                text += f"; {downtime:.1f}s after the previous instance's notice"
+            d.note(
+                "resumed" if body.restored_step is not None else "started",
+                text,
+                attempt=att.number,
+                instance_id=msg.instance_id,
+                restored_step=body.restored_step,
+                restore_seconds=body.restore_seconds,
+                downtime_seconds=downtime,
+            )
+        case AgentProgress():
+            if body.step is not None:
+                att.last_step = max(att.last_step or 0, body.step)
+                if job.progress.step is None or body.step >= job.progress.step:
+                    job.progress.step = body.step
+                    job.progress.total_steps = body.total_steps or job.progress.total_steps
+                    job.progress.metrics = dict(body.metrics)
+                    job.progress.at = msg.sent_at
+                    _progress_history(d, att.number, d.now)
+            if current and job.state in (JobState.REQUESTED, JobState.STARTING):
+                att.bound_at = att.bound_at or d.now
+                d.go(Transition.START)
+        case AgentCheckpoint():
+            att.checkpoint_step = max(att.checkpoint_step or 0, body.step)
+            if job.checkpoint is None or body.step >= job.checkpoint.step:
+                if job.checkpoint and job.checkpoint.manifest_key == body.manifest_key:
+                    return _unchanged("duplicate")
+                job.checkpoint = CheckpointInfo(
+                    step=body.step, manifest_key=body.manifest_key, attempt=att.number, at=d.now
+                )
+                d.note(
+                    "checkpoint",
+                    f"checkpoint at step {body.step} complete in S3 "
+                    f"({body.uploaded_bytes:,} of {body.size_bytes:,} bytes sent, "
+                    f"{body.upload_seconds:.2f}s, {body.reason})",
+                    attempt=att.number,
+                    step=body.step,
+                    reason=body.reason,
+                    upload_seconds=body.upload_seconds,
+                    uploaded_bytes=body.uploaded_bytes,
+                    size_bytes=body.size_bytes,
+                )
+            else:
+                return _unchanged("ignored: older checkpoint")
+        case AgentPreempted():
+            if att.end is not None:
+                return _unchanged("duplicate")
+            att.last_step = max(att.last_step or 0, body.step or 0)
+            att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
+            lost = (att.last_step or 0) - (body.checkpoint_step or 0)
+            lost = max(lost, (body.step or 0) - (body.checkpoint_step or 0), 0)
+            d.note(
+                "preempted",
+                f"{msg.instance_id} stopped at step {body.step} with a checkpoint at step "
+                f"{body.checkpoint_step} ({lost} steps lost)",
+                attempt=att.number,
+                step=body.step,
+                checkpoint_step=body.checkpoint_step,
+                lost_steps=lost,
+                notice=body.notice,
+            )
+            if att.notice_at is None:
+                _interrupt(d, att, f"{body.notice} notice seen by the agent", noticed=True)
+            att.end = AttemptEnd.INTERRUPTED
+            att.ended_at = d.now
+            d.terminate([msg.instance_id], "stopped after its interruption checkpoint")
+        case AgentCompleted():
+            att.last_step = max(att.last_step or 0, body.step or 0)
+            if body.step is not None:
+                job.progress.step = max(job.progress.step or 0, body.step)
+            job.outputs_prefix = body.outputs_prefix
+            _finish(
+                d,
+                Transition.COMPLETE,
+                AttemptEnd.COMPLETED,
+                f"completed at step {body.step}",
+                by=att,
+            )
+        case AgentFailed():
+            _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
+    return d.decision()
+
+
+def _progress_history(d: _Draft, attempt: int, at: datetime) -> None:
+    """Keep a sparse history of progress on the timeline (for `respot timeline`), not notified.
+
+    One entry per `PROGRESS_HISTORY_FRACTION` of the total steps, or per
+    `PROGRESS_HISTORY_SECONDS` when the session sets no total, and the first report of
+    each attempt (when training really resumed, after the session's own start-up).
+    """
+    job = d.job
+    step, total = job.progress.step, job.progress.total_steps
+    if step is None:
+        return
+    last = next((e for e in reversed(job.timeline) if e.kind == "progress"), None)
+    if last is not None and last.data.get("attempt") == attempt:
+        moved = step - int(last.data.get("step") or 0)
+        quiet = (at - last.at).total_seconds()
+        due = (total and moved >= total * PROGRESS_HISTORY_FRACTION) or (
+            quiet >= PROGRESS_HISTORY_SECONDS
+        )
+        if moved <= 0 or not due:
+            return
+    metrics = dict(list(job.progress.metrics.items())[:PROGRESS_HISTORY_METRICS])
+    shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+    of = f"/{total}" if total else ""
+    # Only on the record: a notifier decides for itself how often to post progress.
+    job.add_timeline(
+        TimelineEntry(
+            at=at,
+            kind="progress",
+            text=f"step {step}{of} {shown}".strip(),
+            data={"attempt": attempt, "step": step, "total_steps": total, "metrics": metrics},
+        )
+    )
+
+
+def _finish(
+    d: _Draft,
+    transition: Transition,
+    end: AttemptEnd,
+    reason: str,
+    *,
+    by: Attempt | None = None,
+    log: list[str] | None = None,
+) -> None:
+    """Move to a terminal state, end every open attempt and terminate its instance."""
+    job = d.job
+    d.go(transition)
+    job.reason = reason
+    job.finished_at = d.now
+    job.waiting_since = None
+    for a in job.attempts:
+        if a.end is None:
+            a.end = end if (by is None or a is by) else AttemptEnd.SUPERSEDED
+            a.ended_at = d.now
+    d.terminate([a.instance_id for a in job.attempts if a.instance_id], reason)
+    kind = {
+        Transition.COMPLETE: "completed",
+        Transition.FAIL: "failed",
+        Transition.CANCEL: "cancelled",
+    }[transition]
+    d.note(kind, reason, reason=reason, log_tail=log or [], step=job.progress.step)
+
+
+def _cancel(d: _Draft, event: CancelRequested) -> Decision:
+    if d.job.state.is_terminal():
+        return _unchanged("ignored: job is over")
+    who = f" by {event.command.requested_by}" if event.command.requested_by else ""
+    _finish(d, Transition.CANCEL, AttemptEnd.CANCELLED, f"{event.command.reason}{who}")
+    return d.decision()
+
+
+# ---- the scheduled look ----------------------------------------------------------------------
+
+
+def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decision:
+    job = d.job
+    now = event.at
+    spec = job.spec
+    if job.state.is_terminal():
+        return _unchanged("ignored: job is over")
+    if spec.max_runtime is not None and now - job.created_at > spec.max_runtime:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            f"max_runtime of {spec.max_runtime} exceeded; the newest checkpoint is kept in S3",
+        )
+        return d.decision()
+    if spec.budget_usd is not None:
+        spent = job_cost(job, now, settings.on_demand_prices).paid_usd
+        if spent >= spec.budget_usd:
+            _finish(
+                d,
+                Transition.FAIL,
+                AttemptEnd.FAILED,
+                f"budget of ${spec.budget_usd:.2f} spent (${spent:.2f}); the newest checkpoint is "
+                "kept in S3: raise budget_usd and run again to continue",
+            )
+            return d.decision()
+    if job.state in (JobState.QUEUED, JobState.INTERRUPTED):
+        return Decision(None, [], "follow-up", PlaceNow("scheduled tick"))
+    att = job.current
+    if att is None:
+        return _unchanged("ignored: no attempt")
+    if job.state is JobState.REQUESTED and att.instance_id is None:
+        if now - att.requested_at >= settings.launch_timeout:
+            # The launch's result was never recorded (a crash after the write): ask again with
+            # the same client token, which returns the same instance if there is one.
+            att.requested_at = now
+            d.effects.append(_launch_effect(job, att))
+            return d.decision()
+        return _unchanged("ignored: launch in flight")
+    # Silent instances: a RUNNING agent that stopped reporting, or an instance that never got
+    # as far as its agent's first report (stuck pending, broken boot).
+    silent_since = att.last_heard_at or att.bound_at or att.launched_at or att.requested_at
+    limit = settings.heartbeat_timeout if job.state is JobState.RUNNING else settings.boot_timeout
+    watched = (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+    if job.state in watched and att.instance_id and now - silent_since >= limit:
+        d.terminate([att.instance_id or ""], "no heartbeat")
+        att.end = AttemptEnd.LOST
+        att.ended_at = now
+        d.effects.append(ReleaseHandoff(job.job_id, att.number))
+        _interrupt(
+            d, att, f"no heartbeat for {int((now - silent_since).total_seconds())}s", noticed=False
+        )
+        return d.decision()
+    return _unchanged("ignored: healthy")

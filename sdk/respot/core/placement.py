@@ -1,0 +1,111 @@
+"""Where to ask for capacity: the candidate pools of a job, and which market to buy from now."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from respot.core.job import JobRecord, Market, Placement
+
+
+@dataclass(frozen=True)
+class SubnetRef:
+    """A subnet instances may be launched in, and its Availability Zone."""
+
+    subnet_id: str
+    availability_zone: str
+
+
+@dataclass(frozen=True)
+class ControlSettings:
+    """The deployment's knobs that the core needs (read from the Lambda environment)."""
+
+    subnets: tuple[SubnetRef, ...]
+    default_instance_types: tuple[str, ...]
+    # A REQUESTED attempt with no instance this long after its request is launched again.
+    launch_timeout: timedelta = timedelta(minutes=3)
+    # A RUNNING job whose agent is silent this long has lost its instance.
+    heartbeat_timeout: timedelta = timedelta(minutes=10)
+    # A STARTING job whose agent never reports within this long has a broken instance.
+    boot_timeout: timedelta = timedelta(minutes=20)
+    # Expected boot + restore + redo time of one instance change, before any is measured.
+    changeover_estimate: timedelta = timedelta(minutes=6)
+    on_demand_prices: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def candidates(job: JobRecord, market: Market, settings: ControlSettings) -> list[Placement]:
+    """Every pool the job may use in `market`, best first: instance type preference, then zone."""
+    spec = job.spec
+    types = spec.instance_types or list(settings.default_instance_types)
+    max_price = spec.max_spot_price if market is Market.SPOT else None
+    return [
+        Placement(
+            market=market,
+            instance_type=instance_type,
+            subnet_id=subnet.subnet_id,
+            availability_zone=subnet.availability_zone,
+            max_price=max_price,
+        )
+        for instance_type in types
+        for subnet in settings.subnets
+    ]
+
+
+@dataclass(frozen=True)
+class MarketChoice:
+    """What to buy now: a market, nothing yet (wait), or give up (fail) — with the reason."""
+
+    market: Market | None
+    reason: str
+    fail: bool = False
+
+
+class MarketPolicy(Protocol):
+    """Chooses spot, on-demand or waiting for a job that needs capacity now."""
+
+    def choose(self, job: JobRecord, now: datetime, settings: ControlSettings) -> MarketChoice:
+        """The market to buy from now."""
+        ...
+
+
+class SpotFirstPolicy:
+    """Spot while it comes within the job's wait, then on-demand if the researcher allows it.
+
+    Jobs with a deadline are handled by `respot.policy` through `DeadlinePolicy`; this rule is
+    the researcher-visible behaviour for jobs without one.
+    """
+
+    def choose(self, job: JobRecord, now: datetime, settings: ControlSettings) -> MarketChoice:
+        """Spot first; on-demand once the wait or the interruption limit is spent."""
+        spec = job.spec
+        if job.interruptions > spec.max_interruptions:
+            if spec.on_demand_fallback:
+                return MarketChoice(
+                    Market.ON_DEMAND,
+                    f"{job.interruptions} interruptions exceed max_interruptions="
+                    f"{spec.max_interruptions}",
+                )
+            return MarketChoice(
+                None,
+                f"{job.interruptions} interruptions exceed max_interruptions="
+                f"{spec.max_interruptions} and on_demand_fallback is off",
+                fail=True,
+            )
+        if job.policy.get("market") == Market.ON_DEMAND.value:
+            return MarketChoice(Market.ON_DEMAND, job.policy.get("market_reason", "on-demand"))
+        waited = now - job.waiting_since if job.waiting_since else timedelta(0)
+        if waited >= spec.max_spot_wait:
+            minutes = int(spec.max_spot_wait.total_seconds() // 60)
+            if spec.on_demand_fallback:
+                return MarketChoice(
+                    Market.ON_DEMAND, f"no spot capacity within max_spot_wait ({minutes} min)"
+                )
+            return MarketChoice(
+                None,
+                f"no spot capacity within max_spot_wait ({minutes} min) and on_demand_fallback "
+                "is off",
+                fail=True,
+            )
+        return MarketChoice(Market.SPOT, "spot first")

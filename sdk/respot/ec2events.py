@@ -1,0 +1,115 @@
+"""EventBridge events from EC2 and the SNS envelope, parsed leniently into the core's events.
+
+AWS documentation samples carry placeholders (`"time": "yyyy-mm-ddThh:mm:ssZ"`,
+`"instance-action": "action"`) and sometimes no `version`; none of that may crash a handler.
+The instance id is read from `detail.instance-id`, never from `resources`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from respot.core.events import InstanceDown, InstanceUp, InterruptionNotice
+from respot.exceptions import RespotError
+
+SPOT_FULFILLMENT = "EC2 Spot Instance Request Fulfillment"
+SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+STATE_CHANGE = "EC2 Instance State-change Notification"
+DOWN_STATES = frozenset({"shutting-down", "terminated", "stopping", "stopped"})
+
+
+class EventShapeError(RespotError, ValueError):
+    """The event is not one respot handles, or lacks what respot needs."""
+
+
+class _Detail(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    instance_id: str = Field(alias="instance-id", min_length=1, max_length=64)
+
+
+class FulfillmentDetail(_Detail):
+    """detail of EC2 Spot Instance Request Fulfillment."""
+
+    spot_instance_request_id: str | None = Field(default=None, alias="spot-instance-request-id")
+
+
+class InterruptionDetail(_Detail):
+    """detail of EC2 Spot Instance Interruption Warning."""
+
+    instance_action: str | None = Field(default=None, alias="instance-action")
+
+
+class StateChangeDetail(_Detail):
+    """detail of EC2 Instance State-change Notification."""
+
+    state: str
+
+
+class Ec2Event(BaseModel):
+    """The EventBridge envelope, as far as respot reads it."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    id: str | None = None
+    detail_type: str = Field(alias="detail-type")
+    source: str
+    time: str | None = None
+    region: str | None = None
+    detail: dict[str, Any]
+
+
+def parse_ec2_event(raw: Any) -> InstanceUp | InterruptionNotice | InstanceDown | None:
+    """The core event for an EC2 EventBridge event; None for events respot does not act on.
+
+    Raises `EventShapeError` for input that is not an EC2 event at all.
+    """
+    if isinstance(raw, str | bytes):
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise EventShapeError(f"not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise EventShapeError(f"an event is a JSON object, got {type(raw).__name__}")
+    try:
+        event = Ec2Event.model_validate(raw)
+        if event.source != "aws.ec2":
+            raise EventShapeError(f"source {event.source!r} is not aws.ec2")
+        match event.detail_type:
+            case "EC2 Spot Instance Request Fulfillment":
+                f = FulfillmentDetail.model_validate(event.detail)
+                return InstanceUp(
+                    f.instance_id, None, "fulfillment", spot_request_id=f.spot_instance_request_id
+                )
+            case "EC2 Spot Instance Interruption Warning":
+                i = InterruptionDetail.model_validate(event.detail)
+                return InterruptionNotice(i.instance_id, None, "interruption", i.instance_action)
+            case "EC2 Instance Rebalance Recommendation":
+                r = _Detail.model_validate(event.detail)
+                return InterruptionNotice(r.instance_id, None, "rebalance")
+            case "EC2 Instance State-change Notification":
+                s = StateChangeDetail.model_validate(event.detail)
+                if s.state == "running":
+                    return InstanceUp(s.instance_id, None, "running")
+                if s.state in DOWN_STATES:
+                    return InstanceDown(s.instance_id, None, s.state)
+                return None  # pending: nothing to do yet
+    except ValidationError as exc:
+        raise EventShapeError(f"malformed EC2 event: {exc.errors()[0]['msg']}") from exc
+    raise EventShapeError(f"detail-type {event.detail_type!r} is not one respot handles")
+
+
+def unwrap_sns(body: str) -> str:
+    """The message inside an SNS notification envelope (SQS body), or `body` if not wrapped."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(data, dict) and data.get("Type") == "Notification" and "Message" in data:
+        message = data["Message"]
+        return message if isinstance(message, str) else json.dumps(message)
+    return body

@@ -1,0 +1,82 @@
+"""Where respot keeps a job's things in S3: one function per kind of object, one prefix per job.
+
+jobs/<job>/submission.json              the submission, written by the submit Lambda
+jobs/<job>/code/<sha256>.zip             the researcher's code, uploaded by run()
+jobs/<job>/checkpoints/blobs/<sha256>    checkpoint file contents, stored once by content
+jobs/<job>/checkpoints/manifests/<step>-<attempt>.json   a checkpoint; written last
+jobs/<job>/handoff/<attempt>.json        attempt will write no more checkpoints
+jobs/<job>/outputs/...                   what the session left in output_dir at the end
+jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
+jobs/<job>/tensorboard/...               scalars from report()
+"""
+
+from __future__ import annotations
+
+JOBS_PREFIX = "jobs/"
+
+
+def job_prefix(job_id: str) -> str:
+    """Everything of one job lives under this prefix."""
+    return f"{JOBS_PREFIX}{job_id}/"
+
+
+def submission_key(job_id: str) -> str:
+    """The submission as the control plane accepted it (the agent reads the spec from here)."""
+    return f"{job_prefix(job_id)}submission.json"
+
+
+def code_key(job_id: str, sha256: str) -> str:
+    """The zipped source directory."""
+    return f"{job_prefix(job_id)}code/{sha256}.zip"
+
+
+def checkpoints_prefix(job_id: str) -> str:
+    """All checkpoint data of a job."""
+    return f"{job_prefix(job_id)}checkpoints/"
+
+
+def blob_key(job_id: str, sha256: str) -> str:
+    """One checkpoint file's content, addressed by its SHA-256."""
+    return f"{checkpoints_prefix(job_id)}blobs/{sha256}"
+
+
+def manifests_prefix(job_id: str) -> str:
+    """Where checkpoint manifests are listed."""
+    return f"{checkpoints_prefix(job_id)}manifests/"
+
+
+def manifest_key(job_id: str, step: int, attempt: int) -> str:
+    """A checkpoint's manifest; lexical order of the keys is (step, attempt) order."""
+    return f"{manifests_prefix(job_id)}{step:012d}-{attempt:04d}.json"
+
+
+def parse_manifest_key(key: str) -> tuple[int, int] | None:
+    """(step, attempt) of a manifest key, or None if the key is not one."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.endswith(".json"):
+        return None
+    stem = name[: -len(".json")]
+    parts = stem.split("-")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def handoff_key(job_id: str, attempt: int) -> str:
+    """Marker: this attempt will write no more checkpoints (saved on notice, or gone)."""
+    return f"{job_prefix(job_id)}handoff/{attempt:04d}.json"
+
+
+def outputs_prefix(job_id: str) -> str:
+    """Final outputs of the session."""
+    return f"{job_prefix(job_id)}outputs/"
+
+
+def logs_prefix(job_id: str, attempt: int) -> str:
+    """Training logs of one attempt."""
+    return f"{job_prefix(job_id)}logs/{attempt:04d}/"
+
+
+def tensorboard_prefix(job_id: str) -> str:
+    """TensorBoard event files of a job."""
+    return f"{job_prefix(job_id)}tensorboard/"

@@ -1,0 +1,191 @@
+"""Wire messages: what the laptop publishes to the jobs topic and what the agent sends back.
+
+Each message is versioned JSON (`schema_version`) and small: SNS and SQS refuse bodies over
+256 KiB, so `encode` checks the size before anything is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from respot.exceptions import MessageTooLargeError
+from respot.spec import TrainingEnvVar
+
+MESSAGE_SCHEMA_VERSION: Literal[1] = 1
+# SNS and SQS accept at most 262,144 bytes per message, attributes included; keep room for them.
+MAX_MESSAGE_BYTES = 256 * 1024 - 4 * 1024
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware, in UTC."""
+    return datetime.now(UTC)
+
+
+def new_job_id(name: str, now: datetime | None = None) -> str:
+    """A job id that is readable, sortable by time and unique: `<name>-<yyyymmddhhmmss>-<hex6>`."""
+    stamp = (now or utcnow()).strftime("%Y%m%d%H%M%S")
+    slug = "".join(c if c.isalnum() or c == "-" else "-" for c in name.lower()).strip("-")[:40]
+    return f"{slug or 'job'}-{stamp}-{secrets.token_hex(3)}"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CodeArtifact(_Message):
+    """The researcher's code, zipped and put in S3 by `run()`."""
+
+    s3_uri: str
+    sha256: str
+    size_bytes: int
+
+
+class Provenance(_Message):
+    """What is needed to reproduce the run, captured on the laptop."""
+
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    git_remote: str | None = None
+    python_version: str | None = None
+    respot_version: str | None = None
+    packages: dict[str, str] = Field(default_factory=dict)
+    host: str | None = None
+    user: str | None = None
+    image_digest: str | None = None
+    rerun_of: str | None = None
+
+
+class JobSubmission(_Message):
+    """A researcher's `run()`: the validated spec plus what respot adds on the laptop."""
+
+    schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
+    command: Literal["submit"] = "submit"
+    job_id: str
+    spec: TrainingEnvVar
+    code: CodeArtifact | None = None
+    provenance: Provenance | None = None
+    submitted_at: datetime
+    submitted_by: str | None = None
+
+
+class CancelCommand(_Message):
+    """A researcher's `cancel()`."""
+
+    schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
+    command: Literal["cancel"] = "cancel"
+    job_id: str
+    reason: str = "cancelled by user"
+    requested_at: datetime
+    requested_by: str | None = None
+
+
+Command = Annotated[JobSubmission | CancelCommand, Field(discriminator="command")]
+COMMAND_ADAPTER: TypeAdapter[JobSubmission | CancelCommand] = TypeAdapter(Command)
+
+
+# ---- agent -> control plane ------------------------------------------------------------------
+
+
+class AgentStarted(_Message):
+    """The agent is up, the data is in place and the newest complete checkpoint is restored."""
+
+    kind: Literal["started"] = "started"
+    restored_step: int | None = None
+    restored_manifest: str | None = None
+    restore_seconds: float = 0.0
+    setup_seconds: float = 0.0
+
+
+class AgentProgress(_Message):
+    """A heartbeat, with the latest step and metrics the session reported (if any)."""
+
+    kind: Literal["progress"] = "progress"
+    step: int | None = None
+    total_steps: int | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+class AgentCheckpoint(_Message):
+    """A checkpoint is complete in S3: its manifest is written."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    step: int
+    manifest_key: str
+    size_bytes: int
+    uploaded_bytes: int
+    upload_seconds: float
+    reason: Literal["periodic", "notice", "final"] = "periodic"
+
+
+class AgentPreempted(_Message):
+    """The session stopped on an interruption notice after saving; the instance may now go."""
+
+    kind: Literal["preempted"] = "preempted"
+    step: int | None = None
+    checkpoint_step: int | None = None
+    notice: Literal["spot-interruption", "rebalance", "stop"]
+
+
+class AgentCompleted(_Message):
+    """The session returned normally; outputs are uploaded."""
+
+    kind: Literal["completed"] = "completed"
+    step: int | None = None
+    outputs_prefix: str
+    train_seconds: float
+
+
+class AgentFailed(_Message):
+    """The session raised or its process died; the job cannot go on by itself."""
+
+    kind: Literal["failed"] = "failed"
+    reason: str
+    exit_code: int | None = None
+    log_tail: list[str] = Field(default_factory=list)
+    step: int | None = None
+
+
+AgentBody = Annotated[
+    AgentStarted | AgentProgress | AgentCheckpoint | AgentPreempted | AgentCompleted | AgentFailed,
+    Field(discriminator="kind"),
+]
+
+
+class AgentMessage(_Message):
+    """Envelope of everything an agent sends; `seq` grows by one per message of one agent run."""
+
+    schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
+    job_id: str
+    attempt: int
+    instance_id: str
+    seq: int
+    sent_at: datetime
+    body: AgentBody
+
+
+def encode(message: BaseModel) -> str:
+    """JSON text of `message`, refused with `MessageTooLargeError` if SNS/SQS would refuse it."""
+    text = message.model_dump_json(exclude_none=True)
+    size = len(text.encode())
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageTooLargeError(
+            f"the message is {size:,} bytes; SNS and SQS accept at most "
+            f"{MAX_MESSAGE_BYTES:,} here. "
+            "Move large hyperparameters or environment values into a file in S3 and pass its URI"
+        )
+    return text
+
+
+def digest(data: bytes) -> str:
+    """Hex SHA-256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def as_dict(message: BaseModel) -> dict[str, Any]:
+    """JSON-compatible dict of a message."""
+    return message.model_dump(mode="json", exclude_none=True)

@@ -1,0 +1,438 @@
+"""What a researcher asks for: `TrainingEnvVar` and `DataSourceEnvVar`, validated on the laptop.
+
+Everything here is checked before anything is published or spent. Errors name the field and
+say how to fix it (see `validate_spec`). The JSON form is versioned by `schema_version`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from respot.exceptions import SpecError
+
+SCHEMA_VERSION: Literal[1] = 1
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
+_ISO_DURATION = re.compile(
+    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
+    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$",
+    re.IGNORECASE,
+)
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+MAX_DURATION_SECONDS = 366 * 86400
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Read a duration: seconds, "90m", "4h", "1h30m", "2d", ISO "PT4H" or a timedelta."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or text such as '90m' or '4h'")
+    elif isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"\d+(?:\.\d+)?", text):
+            seconds = float(text)
+        elif m := _ISO_DURATION.match(text):
+            seconds = sum(float(m.group(u) or 0) * _UNIT_SECONDS[u] for u in "dhms")
+            if not any(m.group(u) for u in "dhms"):
+                raise ValueError(f"{value!r} is an empty ISO-8601 duration; write e.g. 'PT4H'")
+        else:
+            parts = _DURATION_PART.findall(text)
+            if not parts or _DURATION_PART.sub("", text).strip():
+                raise ValueError(
+                    f"{value!r} is not a duration; write e.g. '45m', '4h', '1h30m', '2d' or seconds"
+                )
+            seconds = sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in parts)
+    else:
+        raise ValueError("a duration is a number of seconds or text such as '90m' or '4h'")
+    if not seconds > 0:
+        raise ValueError("a duration must be positive")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError("a duration must be at most 366 days; write e.g. '30d'")
+    return timedelta(seconds=seconds)
+
+
+def _serialize_duration(value: timedelta) -> float:
+    seconds = value.total_seconds()
+    return int(seconds) if seconds == int(seconds) else seconds
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(_serialize_duration, return_type=int | float, when_used="json"),
+]
+
+
+def parse_deadline(value: Any) -> datetime:
+    """Read a deadline: an ISO-8601 time with a zone, or "+48h" meaning that long from now."""
+    if isinstance(value, str) and value.strip().startswith("+"):
+        return datetime.now(UTC) + parse_duration(value.strip()[1:])
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a time; write ISO-8601 with a zone, e.g. "
+                "'2026-11-27T09:00:00+01:00', or a delay such as '+48h'"
+            ) from None
+    if not isinstance(value, datetime):
+        raise ValueError("a deadline is an ISO-8601 time with a zone, or a delay such as '+48h'")
+    if value.tzinfo is None:
+        raise ValueError(
+            "the deadline has no time zone, so it is ambiguous; add one, e.g. '+00:00' or 'Z'"
+        )
+    return value.astimezone(UTC)
+
+
+Deadline = Annotated[datetime, BeforeValidator(parse_deadline)]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HPARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
+_TAG_CHARS = re.compile(r"^[\w .:/=+\-@]*$", re.UNICODE)
+_IMAGE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<key>.*))?$")
+_SLACK_CHANNEL = re.compile(r"^(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})$")
+RESERVED_ENV_PREFIXES = ("RESPOT_", "AWS_")
+RESERVED_TAG_PREFIXES = ("aws:", "respot:")
+MAX_TAGS = 40  # EC2 allows 50 per resource; respot adds its own few.
+
+
+class DataSourceEnvVar(BaseModel):
+    """One dataset to download onto the instance before training: an S3 URI and where to put it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    s3_uri: str = Field(
+        description="s3://bucket/key for one object, or s3://bucket/prefix/ for many"
+    )
+    local_path: str = Field(description="path under the session's data_dir, e.g. 'digits'")
+
+    @field_validator("s3_uri")
+    @classmethod
+    def _check_uri(cls, value: str) -> str:
+        if not _S3_URI.match(value):
+            raise ValueError(
+                f"{value!r} is not an S3 URI; write s3://bucket/key or s3://bucket/prefix/"
+            )
+        return value
+
+    @field_validator("local_path")
+    @classmethod
+    def _check_local_path(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if not value or value.startswith("/") or ".." in parts or "\x00" in value:
+            raise ValueError(
+                f"{value!r} must be a relative path inside data_dir without '..', e.g. 'digits'"
+            )
+        return value
+
+    @property
+    def bucket(self) -> str:
+        """The bucket part of the URI."""
+        m = _S3_URI.match(self.s3_uri)
+        assert m is not None
+        return m.group("bucket")
+
+    @property
+    def key(self) -> str:
+        """The key or prefix part of the URI (may be empty: the whole bucket)."""
+        m = _S3_URI.match(self.s3_uri)
+        assert m is not None
+        return m.group("key") or ""
+
+
+class TrainingEnvVar(BaseModel):
+    """A training job as the researcher describes it: what to run, where, until when, for how much.
+
+    Only `name` and one of `entry_point` / `image` are required. Everything else has a default
+    that suits a first run.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = Field(description="a short name for the job: letters, digits, '.', '_', '-'")
+    entry_point: str | None = Field(
+        default=None, description="'package.module:SessionClass', a respot.TrainingSession subclass"
+    )
+    image: str | None = Field(default=None, description="container image to run the session in")
+    source_dir: str | None = Field(
+        default=None, description="local directory with the training code; shipped with the job"
+    )
+    hyperparameters: dict[str, Any] = Field(default_factory=dict)
+    environment: dict[str, str] = Field(default_factory=dict)
+    instance_types: list[str] | None = Field(
+        default=None, description="EC2 instance types in order of preference, e.g. ['g5.xlarge']"
+    )
+    max_spot_price: float | None = Field(default=None, description="USD per instance-hour")
+    data: list[DataSourceEnvVar] = Field(default_factory=list)
+    deadline: Deadline | None = None
+    max_runtime: Duration | None = None
+    estimated_runtime: Duration | None = Field(
+        default=None,
+        description="compute the job needs on one instance; sharpens the deadline plan",
+    )
+    max_interruptions: int = Field(default=20, ge=0, le=1000)
+    on_demand_fallback: bool = Field(
+        default=True, description="use on-demand when spot cannot meet the deadline or the wait"
+    )
+    max_spot_wait: Duration = Field(default=timedelta(minutes=20))
+    seed: int = Field(default=0, ge=0, le=2**32 - 1)
+    tags: dict[str, str] = Field(default_factory=dict)
+    slack_channel: str | None = None
+    checkpoint_keep: int = Field(default=3, ge=1, le=100)
+    budget_usd: float | None = Field(default=None, gt=0)
+
+    def __init__(self, **data: Any) -> None:
+        # Constructed by hand on a laptop: report problems the same way validate_spec does.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SpecError(describe_validation_error(exc)) from None
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not a job name; use 1-64 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit, e.g. 'digits-mlp'"
+            )
+        return value
+
+    @field_validator("entry_point")
+    @classmethod
+    def _check_entry_point(cls, value: str | None) -> str | None:
+        if value is not None and not _ENTRY_POINT.match(value):
+            raise ValueError(
+                f"{value!r} is not an entry point; write 'package.module:SessionClass', "
+                "e.g. 'digits.train:DigitsSession'"
+            )
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _check_image(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE.match(value):
+            raise ValueError(
+                f"{value!r} is not a container image reference; write e.g. "
+                "'123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.4' or 'repo/name@sha256:...'"
+            )
+        return value
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _check_hyperparameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if not _HPARAM_KEY.match(key):
+                raise ValueError(
+                    f"key {key!r} must start with a letter or '_' and use letters, digits, "
+                    "'_', '.', '-' (at most 128)"
+                )
+            _check_json_value(item, f"hyperparameters[{key!r}]")
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _check_environment(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            if not _ENV_KEY.match(key):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name; use letters, digits and '_', "
+                    "not starting with a digit"
+                )
+            if key.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{key!r} starts with a prefix respot sets itself "
+                    f"({', '.join(RESERVED_ENV_PREFIXES)}); rename it"
+                )
+            if "\x00" in item:
+                raise ValueError(
+                    f"the value of {key!r} contains a NUL byte, which no process accepts"
+                )
+        return value
+
+    @field_validator("instance_types")
+    @classmethod
+    def _check_instance_types(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("give at least one instance type, e.g. ['g5.xlarge'], or leave it out")
+        if len(value) > 10:
+            raise ValueError("give at most 10 instance types")
+        for item in value:
+            if not _INSTANCE_TYPE.match(item):
+                raise ValueError(
+                    f"{item!r} is not an EC2 instance type; write family.size, e.g. 'g5.xlarge'"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("an instance type is listed twice; list each once, best first")
+        return value
+
+    @field_validator("max_spot_price")
+    @classmethod
+    def _check_price(cls, value: float | None) -> float | None:
+        if value is not None and not (0 < value < 1000):
+            raise ValueError("the maximum spot price is in USD per hour, above 0 and below 1000")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _check_data(cls, value: list[DataSourceEnvVar]) -> list[DataSourceEnvVar]:
+        if len(value) > 20:
+            raise ValueError("at most 20 data sources; put related objects under one S3 prefix")
+        paths = [d.local_path.rstrip("/") for d in value]
+        if len(set(paths)) != len(paths):
+            raise ValueError("two data sources share a local_path; give each its own")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _check_tags(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_TAGS:
+            raise ValueError(f"at most {MAX_TAGS} tags")
+        for key, item in value.items():
+            if not 1 <= len(key) <= 128 or not _TAG_CHARS.match(key):
+                raise ValueError(
+                    f"tag key {key!r} must be 1-128 letters, digits, spaces or _ . : / = + - @"
+                )
+            if key.lower().startswith(RESERVED_TAG_PREFIXES):
+                raise ValueError(f"tag key {key!r} uses a reserved prefix ('aws:', 'respot:')")
+            if len(item) > 256 or not _TAG_CHARS.match(item):
+                raise ValueError(
+                    f"tag {key!r}: the value must be at most 256 letters, digits, spaces "
+                    "or _ . : / = + - @"
+                )
+        return value
+
+    @field_validator("slack_channel")
+    @classmethod
+    def _check_channel(cls, value: str | None) -> str | None:
+        if value is not None and not _SLACK_CHANNEL.match(value):
+            raise ValueError(
+                f"{value!r} is not a Slack channel; "
+                "write '#name' (lowercase) or an id like 'C0123ABCD'"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _check_whole(self) -> TrainingEnvVar:
+        if self.entry_point is None and self.image is None:
+            raise ValueError(
+                "say what to run: set entry_point ('package.module:SessionClass') and/or image"
+            )
+        if (
+            self.estimated_runtime is not None
+            and self.max_runtime is not None
+            and self.estimated_runtime > self.max_runtime
+        ):
+            raise ValueError(
+                "estimated_runtime is longer than max_runtime, so the job could never finish; "
+                "raise max_runtime or lower the estimate"
+            )
+        return self
+
+    def to_json(self) -> str:
+        """The versioned JSON form that travels to the control plane."""
+        return self.model_dump_json(exclude_none=True)
+
+
+def _check_json_value(value: Any, where: str, depth: int = 0) -> None:
+    if depth > 20:
+        raise ValueError(f"{where} is nested too deeply (more than 20 levels)")
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise ValueError(f"{where} is NaN or infinite, which JSON cannot carry")
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json_value(item, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where} has a key that is not text: {key!r}")
+            _check_json_value(item, f"{where}[{key!r}]", depth + 1)
+        return
+    raise ValueError(
+        f"{where} is a {type(value).__name__}; hyperparameters must be JSON values "
+        "(numbers, text, true/false, null, lists, mappings)"
+    )
+
+
+_FIELD_NAMES = tuple(TrainingEnvVar.model_fields)
+
+
+def describe_validation_error(exc: ValidationError) -> list[str]:
+    """Turn pydantic's error list into one line per problem: the field, what is wrong, the fix."""
+    problems: list[str] = []
+    for err in exc.errors():
+        loc = _format_loc(err.get("loc", ()))
+        kind = err.get("type", "")
+        msg = str(err.get("msg", ""))
+        msg = msg.removeprefix("Value error, ")
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, SpecError):
+            # Raised by TrainingEnvVar.__init__ inside a larger model: keep its own lines.
+            prefix = f"{loc}." if loc else ""
+            problems.extend(f"{prefix}{p}" for p in inner.problems)
+            continue
+        if kind == "extra_forbidden":
+            field = str(err["loc"][-1])
+            guess = difflib.get_close_matches(field, _FIELD_NAMES, n=1)
+            hint = f"; did you mean {guess[0]!r}?" if guess else ""
+            problems.append(f"{loc}: unknown field{hint}")
+        elif kind == "missing":
+            problems.append(f"{loc}: required; set it")
+        else:
+            problems.append(f"{loc or 'spec'}: {msg}")
+    return problems
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def validate_spec(data: Any) -> TrainingEnvVar:
+    """Build a `TrainingEnvVar` from a mapping or JSON, raising `SpecError` with clear lines."""
+    if isinstance(data, TrainingEnvVar):
+        return data
+    try:
+        if isinstance(data, str | bytes):
+            return TrainingEnvVar.model_validate_json(data)
+        return TrainingEnvVar.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc)) from exc

@@ -1,0 +1,312 @@
+"""The agent end to end: real `python -m respot.agent` processes, a real moto server, a real
+local IMDS server and real session child processes running `jobs/countjob.py`."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from respot import layout
+from respot.messages import (
+    AgentCheckpoint,
+    AgentCompleted,
+    AgentFailed,
+    AgentPreempted,
+    AgentProgress,
+    AgentStarted,
+)
+
+from .agent_harness import AgentProcess, Mailbox, start_agent, submit_job
+
+LINGERING = "countjob:LingeringSession"
+SHELLISH = {
+    "SEMI": "x; rm -rf /",
+    "SUBST": "$(curl evil)",
+    "BACKTICK": "`id`",
+    "QUOTES": 'it\'s "quoted" \\ back',
+    "NEWLINES": "line one\nline two\n",
+    "SPACES": "  leading and trailing  ",
+    "GLOB": "* ? [a-z]",
+    "UNICODE": "é 漢字 🙂",
+    "EMPTY": "",
+}
+
+
+def get_json(s3: Any, bucket: str, key: str) -> Any:
+    return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def exists(s3: Any, bucket: str, key: str) -> bool:
+    return "Contents" in s3.list_objects_v2(Bucket=bucket, Prefix=key)
+
+
+@dataclass
+class Stage:
+    """One test's AWS (moto) resources, and a way to boot an instance running the agent."""
+
+    s3: Any
+    bucket: str
+    queue_url: str
+    mailbox: Mailbox
+    moto_url: str
+    work: Path
+
+    def boot(self, job_id: str, attempt: int, **kwargs: Any) -> AgentProcess:
+        return start_agent(
+            moto_url=self.moto_url,
+            bucket=self.bucket,
+            queue_url=self.queue_url,
+            job_id=job_id,
+            attempt=attempt,
+            work_dir=self.work / f"instance-{attempt}",
+            **kwargs,
+        )
+
+
+@pytest.fixture
+def stage(s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_path: Path) -> Stage:
+    return Stage(s3, bucket, agent_queue, Mailbox(sqs, agent_queue), moto_url, tmp_path)
+
+
+def test_a_job_runs_to_completion(stage: Stage) -> None:
+    s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    # GIVEN a submitted job whose session counts to 30 and echoes shell-looking variables
+    sub = submit_job(
+        s3,
+        bucket,
+        hyperparameters={
+            "steps": 30,
+            "sleep": 0.03,
+            "checkpoint_every": 10,
+            "echo_env": sorted(SHELLISH),
+        },
+        environment=SHELLISH,
+    )
+    # WHEN an agent runs attempt 1
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        code = agent.wait(60)
+    finally:
+        agent.stop()
+    mailbox.poll()
+    # THEN it reports started, progress, checkpoints and completion, in seq order
+    msgs = mailbox.of(1)
+    assert code == 0, agent.log()
+    assert [m.seq for m in msgs] == list(range(1, len(msgs) + 1))
+    assert all(m.job_id == sub.job_id and m.instance_id == agent.imds.instance_id for m in msgs)
+    kinds = [m.body.kind for m in msgs]
+    assert kinds[0] == "started" and kinds[-1] == "completed", kinds
+    started = msgs[0].body
+    assert isinstance(started, AgentStarted) and started.restored_step is None
+    progress = [m.body for m in msgs if isinstance(m.body, AgentProgress)]
+    assert progress and any(p.step and p.total_steps == 30 for p in progress)
+    checkpoints = [m.body for m in msgs if isinstance(m.body, AgentCheckpoint)]
+    assert [c.step for c in checkpoints] == [10, 20, 30]
+    # The 256 KiB constant file went up once: later checkpoints send only state.json.
+    assert checkpoints[0].uploaded_bytes > 256 * 1024
+    assert all(c.uploaded_bytes < 100 for c in checkpoints[1:])
+    assert all(c.size_bytes > 256 * 1024 for c in checkpoints)
+    done = msgs[-1].body
+    assert isinstance(done, AgentCompleted)
+    assert done.step == 30 and done.outputs_prefix == layout.outputs_prefix(sub.job_id)
+    # The outputs are in S3, nested ones too; pruning kept checkpoint_keep=2 manifests.
+    result = get_json(s3, bucket, done.outputs_prefix + "result.json")
+    assert result["total"] == sum(range(1, 31)) and result["resumed_from"] is None
+    assert exists(s3, bucket, done.outputs_prefix + "nested/note.txt")
+    manifests = s3.list_objects_v2(Bucket=bucket, Prefix=layout.manifests_prefix(sub.job_id))
+    assert len(manifests["Contents"]) == 2
+    assert exists(s3, bucket, layout.handoff_key(sub.job_id, 1))
+    assert exists(s3, bucket, layout.logs_prefix(sub.job_id, 1) + "session.log")
+    # AND the researcher's environment reached the session byte for byte (no shell anywhere)
+    echoed = get_json(s3, bucket, done.outputs_prefix + "env.json")
+    assert {k: echoed[k] for k in SHELLISH} == SHELLISH
+    assert echoed["RESPOT_JOB_ID"] == sub.job_id and echoed["RESPOT_ATTEMPT"] == "1"
+
+
+def test_an_interrupted_attempt_hands_off_and_the_next_resumes_from_its_step(stage: Stage) -> None:
+    s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    sub = submit_job(
+        s3, bucket, hyperparameters={"steps": 250, "sleep": 0.02, "checkpoint_every": 1000}
+    )
+    first = stage.boot(sub.job_id, 1)
+    try:
+        # WHEN the spot interruption notice comes while the session is training
+        mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) >= 10, timeout=30
+        )
+        first.imds.schedule_interruption("terminate")
+        code = first.wait(30)
+    finally:
+        first.stop()
+    mailbox.poll()
+    # THEN the session checkpoints on the notice and stops; no step is lost
+    msgs = mailbox.of(1)
+    assert code == 0, first.log()
+    preempted = msgs[-1].body
+    assert isinstance(preempted, AgentPreempted), mailbox.kinds(1)
+    assert preempted.notice == "spot-interruption"
+    assert preempted.checkpoint_step is not None and 10 <= preempted.checkpoint_step < 250
+    assert preempted.step == preempted.checkpoint_step  # zero lost work
+    notice_ckpt = [m.body for m in msgs if isinstance(m.body, AgentCheckpoint)]
+    assert [(c.step, c.reason) for c in notice_ckpt] == [(preempted.checkpoint_step, "notice")]
+    handoff = get_json(s3, bucket, layout.handoff_key(sub.job_id, 1))
+    assert handoff["checkpoint_step"] == preempted.checkpoint_step
+    assert handoff["manifest_key"] == notice_ckpt[0].manifest_key
+
+    # WHEN attempt 2 starts on a new instance, told to await attempt 1's handoff
+    second = stage.boot(sub.job_id, 2, await_handoff=1)
+    try:
+        code = second.wait(60)
+    finally:
+        second.stop()
+    mailbox.poll()
+    # THEN it restores exactly that checkpoint and finishes with the uninterrupted result
+    msgs = mailbox.of(2)
+    assert code == 0, second.log()
+    started, done = msgs[0].body, msgs[-1].body
+    assert isinstance(started, AgentStarted) and isinstance(done, AgentCompleted)
+    assert started.restored_step == preempted.checkpoint_step
+    assert started.restored_manifest == notice_ckpt[0].manifest_key
+    assert started.setup_seconds < 10  # the handoff marker was there: no waiting
+    result = get_json(s3, bucket, done.outputs_prefix + "result.json")
+    assert result["resumed_from"] == preempted.checkpoint_step and result["attempt"] == 2
+    assert result["total"] == sum(range(1, 251))
+
+
+def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
+    stage: Stage,
+) -> None:
+    sub = submit_job(
+        stage.s3,
+        stage.bucket,
+        hyperparameters={
+            "steps": 100_000,
+            "sleep": 0.01,
+            "checkpoint_every": 20,
+            "ignore_notice": True,
+        },
+    )
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=30)
+        # A notice with two seconds to go: the agent stops the session after 1.5 s.
+        t0 = time.monotonic()
+        agent.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=2))
+        code = agent.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    assert code == 0, agent.log()
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    # Only periodic checkpoints exist; whatever came after the last one is reported as lost.
+    assert preempted.checkpoint_step is not None and preempted.checkpoint_step % 20 == 0
+    assert preempted.step is not None and preempted.step >= preempted.checkpoint_step
+    assert exists(stage.s3, stage.bucket, layout.handoff_key(sub.job_id, 1))
+    assert took < 12  # 1.5 s, then SIGTERM (ignored by this session) and SIGKILL 5 s later
+    assert "the session ignored the notice; stopping it" in agent.log()
+
+
+def test_a_rebalance_recommendation_checkpoints_without_stopping(stage: Stage) -> None:
+    s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    sub = submit_job(
+        s3, bucket, hyperparameters={"steps": 150, "sleep": 0.02, "checkpoint_every": 1000}
+    )
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) >= 5, timeout=30
+        )
+        agent.imds.recommend_rebalance()
+        code = agent.wait(60)
+    finally:
+        agent.stop()
+    mailbox.poll()
+    assert code == 0, agent.log()
+    bodies = [m.body for m in mailbox.of(1)]
+    checkpoints = [b for b in bodies if isinstance(b, AgentCheckpoint)]
+    assert len(checkpoints) == 1 and checkpoints[0].reason == "notice"
+    assert 5 <= checkpoints[0].step < 150
+    assert isinstance(bodies[-1], AgentCompleted) and bodies[-1].step == 150
+
+
+def test_a_session_that_raises_fails_the_attempt_with_its_traceback(stage: Stage) -> None:
+    s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    sub = submit_job(s3, bucket, hyperparameters={"steps": 50, "checkpoint_every": 3, "fail_at": 7})
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        code = agent.wait(60)
+    finally:
+        agent.stop()
+    mailbox.poll()
+    assert code == 1, agent.log()
+    failed = mailbox.of(1)[-1].body
+    assert isinstance(failed, AgentFailed), mailbox.kinds(1)
+    assert failed.reason == "the session raised ValueError: boom at step 7"
+    assert failed.exit_code == 1 and failed.step == 6
+    assert "Traceback (most recent call last):" in failed.log_tail
+    assert any('raise ValueError(f"boom at step {step}")' in line for line in failed.log_tail)
+    assert failed.log_tail[-1] == "ValueError: boom at step 7"
+    # The checkpoint taken before the crash is in S3 all the same.
+    assert any(isinstance(m.body, AgentCheckpoint) and m.body.step == 6 for m in mailbox.of(1))
+
+
+def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
+    mailbox = stage.mailbox
+    # No region in the environment either: the agent takes the instance's from IMDS.
+    agent = stage.boot("no-such-job", 1, without=("AWS_REGION", "AWS_DEFAULT_REGION"))
+    try:
+        code = agent.wait(60)
+    finally:
+        agent.stop()
+    mailbox.poll()
+    assert code == 1
+    [failed] = [m.body for m in mailbox.of(1)]
+    assert isinstance(failed, AgentFailed)
+    assert failed.reason.startswith("setup failed: cannot read the submission")
+
+
+def test_a_session_process_that_lingers_after_train_returns_still_completes(
+    stage: Stage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The agent in this process (to shorten its 30 s grace), with a real child and IMDS.
+    from infra.local.imds import ImdsServer
+    from respot.agent import runner
+    from respot.agent.config import AgentConfig
+    from respot.agent.imds import ImdsClient
+
+    monkeypatch.setattr(runner, "EXIT_GRACE_SECONDS", 0.5)
+    sub = submit_job(stage.s3, stage.bucket, hyperparameters={}, entry_point=LINGERING)
+    imds = ImdsServer(
+        instance_id="i-0lingering0000000",
+        instance_type="g5.xlarge",
+        availability_zone="us-east-1a",
+        tags={"respot:job-id": sub.job_id, "respot:attempt": "1"},
+    ).start()
+    config = AgentConfig(
+        bucket=stage.bucket,
+        agent_queue_url=stage.queue_url,
+        region="us-east-1",
+        imds_endpoint=imds.url,
+        work_dir=stage.work / "inproc",
+        heartbeat_seconds=0.5,
+        imds_poll_seconds=0.1,
+    )
+    sqs = stage.mailbox.sqs
+    try:
+        t0 = time.monotonic()
+        result = runner.Agent(config, s3=stage.s3, sqs=sqs, imds=ImdsClient(imds.url)).run()
+        took = time.monotonic() - t0
+    finally:
+        imds.stop()
+    stage.mailbox.poll()
+    assert result.outcome == "completed", result
+    assert isinstance(stage.mailbox.of(1)[-1].body, AgentCompleted)
+    assert took < 20

@@ -1,0 +1,202 @@
+"""CheckpointStore against a real moto server: upload, dedupe, restore, fallback, prune."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from boto3.s3.transfer import TransferConfig
+
+from respot import layout
+from respot.checkpoints import CheckpointStore
+from respot.exceptions import CheckpointError
+
+JOB = "ckpt-job"
+
+
+def write(root: Path, files: dict[str, bytes]) -> Path:
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return root
+
+
+def read_all(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def keys(s3: Any, bucket: str, prefix: str) -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+@pytest.fixture
+def store(s3: Any, bucket: str) -> CheckpointStore:
+    return CheckpointStore(bucket=bucket, job_id=JOB, client=s3)
+
+
+def test_upload_then_restore_round_trips_every_file(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # GIVEN a checkpoint directory with nested files, one of them empty
+    files = {"model.pt": os.urandom(3000), "opt/adam.bin": b"x" * 100, "empty": b""}
+    src = write(tmp_path / "src", files)
+    # WHEN it is uploaded as step 7 of attempt 2, then restored elsewhere
+    result = store.upload(src, step=7, attempt=2, reason="periodic")
+    restored = store.restore(tmp_path / "dest")
+    # THEN the manifest names every file with size and sha256, and the files come back equal
+    assert result.manifest_key == layout.manifest_key(JOB, 7, 2)
+    assert result.size_bytes == result.uploaded_bytes == 3100
+    body = json.loads(s3.get_object(Bucket=bucket, Key=result.manifest_key)["Body"].read())
+    assert body["step"] == 7 and body["attempt"] == 2 and body["reason"] == "periodic"
+    assert body["created_at"]
+    assert {f["path"]: (f["size"], f["sha256"]) for f in body["files"]} == {
+        rel: (len(data), hashlib.sha256(data).hexdigest()) for rel, data in files.items()
+    }
+    assert restored is not None and restored.step == 7 and restored.key == result.manifest_key
+    assert read_all(tmp_path / "dest") == files
+    blob_keys = keys(s3, bucket, layout.blob_key(JOB, ""))
+    assert blob_keys == sorted(
+        layout.blob_key(JOB, hashlib.sha256(d).hexdigest()) for d in files.values()
+    )
+
+
+def test_unchanged_files_are_not_sent_again_even_by_a_fresh_process(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    src = write(tmp_path / "src", {"big.bin": os.urandom(50_000), "small.json": b"{}"})
+    first = store.upload(src, step=1, attempt=1, reason="periodic")
+    # WHEN the same files are uploaded again by this store...
+    again = store.upload(src, step=2, attempt=1, reason="periodic")
+    # ...and by a new store (a new process that only knows S3, via HeadObject)
+    fresh = CheckpointStore(bucket=bucket, job_id=JOB, client=s3)
+    third = fresh.upload(src, step=3, attempt=2, reason="periodic")
+    # ...and after one small file changed
+    (src / "small.json").write_bytes(b'{"a": 1}')
+    fourth = fresh.upload(src, step=4, attempt=2, reason="periodic")
+    # THEN only new content is sent
+    assert first.uploaded_bytes == 50_002
+    assert again.uploaded_bytes == 0 and again.size_bytes == 50_002
+    assert third.uploaded_bytes == 0
+    assert fourth.uploaded_bytes == 8 and fourth.size_bytes == 50_008
+
+
+def test_checkpoint_without_manifest_never_counts(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # GIVEN a complete step 10 and a step 20 whose blobs are in S3 but whose manifest is not
+    write(tmp_path / "a", {"state": b"step 10"})
+    store.upload(tmp_path / "a", step=10, attempt=1, reason="periodic")
+    write(tmp_path / "b", {"state": b"step 20"})
+    partial = store.upload(tmp_path / "b", step=20, attempt=1, reason="periodic")
+    s3.delete_object(Bucket=bucket, Key=partial.manifest_key)
+    assert layout.blob_key(JOB, hashlib.sha256(b"step 20").hexdigest()) in keys(
+        s3, bucket, layout.checkpoints_prefix(JOB)
+    )
+    # WHEN the newest checkpoint is looked up and restored
+    latest = store.latest()
+    restored = CheckpointStore(bucket=bucket, job_id=JOB, client=s3).restore(tmp_path / "dest")
+    # THEN step 10 is the newest complete checkpoint
+    assert latest is not None and latest.step == 10
+    assert restored is not None and restored.step == 10
+    assert read_all(tmp_path / "dest") == {"state": b"step 10"}
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "missing", "truncated"])
+def test_a_bad_blob_in_the_newest_checkpoint_falls_back_to_the_previous_one(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path, damage: str
+) -> None:
+    write(tmp_path / "a", {"state": b"old state", "shared": b"same in both"})
+    store.upload(tmp_path / "a", step=1, attempt=1, reason="periodic")
+    write(tmp_path / "b", {"state": b"new state!", "shared": b"same in both"})
+    store.upload(tmp_path / "b", step=2, attempt=1, reason="periodic")
+    key = layout.blob_key(JOB, hashlib.sha256(b"new state!").hexdigest())
+    if damage == "corrupt":
+        s3.put_object(Bucket=bucket, Key=key, Body=b"NEW STATE!")  # same size, other bytes
+    elif damage == "missing":
+        s3.delete_object(Bucket=bucket, Key=key)
+    else:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"new")
+    # GIVEN a destination that already has files (from an earlier attempt)
+    write(tmp_path / "dest", {"stale": b"stale"})
+    restored = CheckpointStore(bucket=bucket, job_id=JOB, client=s3).restore(tmp_path / "dest")
+    assert restored is not None and restored.step == 1
+    assert read_all(tmp_path / "dest") == {"state": b"old state", "shared": b"same in both"}
+    # No temporary directories are left next to the destination.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dest"]
+
+
+def test_when_every_checkpoint_is_bad_restore_raises_and_leaves_dest_alone(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    write(tmp_path / "a", {"state": b"only"})
+    store.upload(tmp_path / "a", step=1, attempt=1, reason="periodic")
+    s3.delete_object(Bucket=bucket, Key=layout.blob_key(JOB, hashlib.sha256(b"only").hexdigest()))
+    write(tmp_path / "dest", {"keep": b"me"})
+    with pytest.raises(CheckpointError, match="none could be restored"):
+        store.restore(tmp_path / "dest")
+    assert read_all(tmp_path / "dest") == {"keep": b"me"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "dest"]
+
+
+def test_no_checkpoint_restores_nothing(store: CheckpointStore, tmp_path: Path) -> None:
+    assert store.latest() is None
+    assert store.restore(tmp_path / "dest") is None
+    assert not (tmp_path / "dest").exists()
+
+
+def test_a_manifest_naming_a_path_outside_the_checkpoint_is_never_restored(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    write(tmp_path / "a", {"state": b"good"})
+    store.upload(tmp_path / "a", step=1, attempt=1, reason="periodic")
+    evil = store.upload(tmp_path / "a", step=2, attempt=1, reason="periodic")
+    body = json.loads(s3.get_object(Bucket=bucket, Key=evil.manifest_key)["Body"].read())
+    body["files"][0]["path"] = "../../escaped"
+    s3.put_object(Bucket=bucket, Key=evil.manifest_key, Body=json.dumps(body).encode())
+    restored = store.restore(tmp_path / "work" / "dest")
+    assert restored is not None and restored.step == 1
+    assert not (tmp_path / "escaped").exists()
+
+
+def test_prune_keeps_the_newest_n_and_only_their_blobs(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    for step in range(1, 6):
+        write(tmp_path / f"s{step}", {"shared": b"constant", "state": f"step {step}".encode()})
+        store.upload(tmp_path / f"s{step}", step=step * 10, attempt=1, reason="periodic")
+    result = store.prune(keep=2)
+    assert result.manifests_deleted == 3 and result.blobs_deleted == 3
+    assert store.manifest_keys() == [
+        layout.manifest_key(JOB, 40, 1),
+        layout.manifest_key(JOB, 50, 1),
+    ]
+    expected = {hashlib.sha256(d).hexdigest() for d in (b"constant", b"step 4", b"step 5")}
+    assert set(keys(s3, bucket, layout.blob_key(JOB, ""))) == {
+        layout.blob_key(JOB, d) for d in expected
+    }
+    # The kept checkpoints still restore, and a pruned blob is sent again when needed.
+    assert store.restore(tmp_path / "dest") is not None
+    assert read_all(tmp_path / "dest")["state"] == b"step 5"
+    again = store.upload(tmp_path / "s1", step=60, attempt=1, reason="periodic")
+    assert again.uploaded_bytes == len(b"step 1")
+
+
+def test_big_files_go_up_and_down_in_parts(s3: Any, bucket: str, tmp_path: Path) -> None:
+    # 5 MiB is S3's smallest part: a 12 MiB file with that threshold is three parts.
+    config = TransferConfig(
+        multipart_threshold=5 * 1024**2, multipart_chunksize=5 * 1024**2, max_concurrency=4
+    )
+    store = CheckpointStore(bucket=bucket, job_id=JOB, client=s3, transfer_config=config)
+    data = os.urandom(12 * 1024**2)
+    write(tmp_path / "src", {"big.bin": data})
+    store.upload(tmp_path / "src", step=1, attempt=1, reason="periodic")
+    head = s3.head_object(Bucket=bucket, Key=layout.blob_key(JOB, hashlib.sha256(data).hexdigest()))
+    assert head["ETag"].strip('"').endswith("-3")  # a multipart upload's ETag counts its parts
+    assert store.restore(tmp_path / "dest") is not None
+    assert (tmp_path / "dest" / "big.bin").read_bytes() == data

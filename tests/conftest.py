@@ -1,0 +1,48 @@
+"""Shared fixtures: fake AWS credentials, a moto server on 127.0.0.1, the AWS sample events."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+AWS_EVENTS = SHARED / "aws-events"
+
+os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+
+
+def aws_event(name: str) -> dict[str, Any]:
+    """A sample event copied from the AWS documentation (../shared/aws-events/<name>.json)."""
+    data: dict[str, Any] = json.loads((AWS_EVENTS / f"{name}.json").read_text())
+    return data
+
+
+@pytest.fixture
+def aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials so that nothing can reach a real account."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_SECURITY_TOKEN", "testing")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A moto server on 127.0.0.1 shared by the session's tests (resources get random names)."""
+    from infra.local.cloud import MotoServer
+
+    server = MotoServer()
+    url = server.start()
+    yield url
+    server.stop()

@@ -1,0 +1,368 @@
+"""Every Lambda handler on the moto server, fed the sample events from the AWS documentation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+import lambdas._runtime as runtime
+from infra.local import cloud
+from infra.local.dispatcher import LambdaContext
+from lambdas import (
+    agent_events,
+    cancel,
+    instance_state,
+    reconcile,
+    spot_fulfillment,
+    spot_interruption,
+    submit,
+)
+from respot.config import ENV_DLQ_URL, ControlPlaneConfig
+from respot.control.service import ControlPlane
+from respot.core.states import JobState
+from respot.messages import (
+    AgentMessage,
+    AgentProgress,
+    AgentStarted,
+    CancelCommand,
+    JobSubmission,
+)
+from respot.spec import TrainingEnvVar
+from tests.conftest import aws_event
+
+CONTEXT = LambdaContext("test", 256, 60)
+
+
+class Env:
+    """A provisioned deployment on the moto server with the handlers' control plane installed."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.local = cloud.provision(endpoint, prefix=f"t{secrets.token_hex(4)}")
+        self.clients = {n: self.local.client(n) for n in ("dynamodb", "ec2", "s3", "sqs")}
+        config = ControlPlaneConfig.from_env(self.local.function_env("submit"))
+        self.control = ControlPlane.from_config(
+            config, session=cloud.session(), clients=self.clients
+        )
+        runtime.install(lambda: self.control)
+
+    def sqs_event(self, *bodies: str) -> dict[str, Any]:
+        sample = aws_event("lambda-sqs-event")["Records"][0]
+        records = []
+        for i, body in enumerate(bodies):
+            record = copy.deepcopy(sample)
+            record.update(messageId=f"m{i}", body=body)
+            records.append(record)
+        return {"Records": records}
+
+    def sns_envelope(self, message: str, command: str) -> str:
+        envelope = aws_event("sns-to-sqs-envelope")
+        envelope["Message"] = message
+        envelope["MessageAttributes"] = {"command": {"Type": "String", "Value": command}}
+        return json.dumps(envelope)
+
+    def ec2_event(self, name: str, instance_id: str, **detail: str) -> dict[str, Any]:
+        event = aws_event(name)
+        event["detail"]["instance-id"] = instance_id
+        event["detail"].update(detail)
+        return event
+
+    def instances(self, job_id: str) -> list[dict[str, Any]]:
+        reservations = self.clients["ec2"].describe_instances(
+            Filters=[{"Name": "tag:respot:job-id", "Values": [job_id]}]
+        )["Reservations"]
+        return [i for r in reservations for i in r["Instances"]]
+
+    def live_instances(self, job_id: str) -> list[str]:
+        return [
+            i["InstanceId"]
+            for i in self.instances(job_id)
+            if i["State"]["Name"] in ("pending", "running")
+        ]
+
+
+@pytest.fixture
+def env(
+    moto_endpoint: str, aws_credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
+    deployment = Env(moto_endpoint)
+    # The stack gives each queue-fed function the URL of its own queue's dead-letter queue.
+    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["jobs"])
+    yield deployment
+    runtime.install(None)
+
+
+def submission(job_id: str | None = None, **spec: Any) -> JobSubmission:
+    return JobSubmission(
+        job_id=job_id or f"job-{secrets.token_hex(4)}",
+        spec=TrainingEnvVar(name="demo", entry_point="pkg.mod:Session", **spec),
+        submitted_at=datetime.now(UTC),
+    )
+
+
+def submit_job(env: Env, **spec: Any) -> tuple[str, str]:
+    sub = submission(**spec)
+    response = submit.handler(
+        env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
+    )
+    assert response == {"batchItemFailures": []}
+    (instance_id,) = env.live_instances(sub.job_id)
+    return sub.job_id, instance_id
+
+
+def test_submit_records_the_job_and_launches_one_tagged_spot_instance(env: Env) -> None:
+    # GIVEN a submission inside an SNS envelope inside an SQS record (the real nesting)
+    job_id, instance_id = submit_job(env)
+    # THEN the job is REQUESTED, its spec is in S3 for the agent, the instance is spot and tagged
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.REQUESTED
+    assert record.current is not None and record.current.instance_id == instance_id
+    (instance,) = env.instances(job_id)
+    assert instance["InstanceLifecycle"] == "spot"
+    tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+    assert tags["respot:attempt"] == "1" and tags["respot:managed"] == env.local.name
+    body = (
+        env.clients["s3"]
+        .get_object(Bucket=env.local.bucket, Key=f"jobs/{job_id}/submission.json")["Body"]
+        .read()
+    )
+    assert JobSubmission.model_validate_json(body).job_id == job_id
+    assert env.control.jobs.instance_owner(instance_id) == (job_id, 1)
+
+
+def test_duplicate_delivery_launches_nothing_more(env: Env) -> None:
+    sub = submission()
+    body = env.sns_envelope(sub.model_dump_json(), "submit")
+    submit.handler(env.sqs_event(body, body), CONTEXT)
+    submit.handler(env.sqs_event(body), CONTEXT)
+    assert len(env.instances(sub.job_id)) == 1
+
+
+def test_poison_message_goes_to_the_dlq_with_its_reason(env: Env) -> None:
+    # GIVEN the sample SQS event as AWS documents it: its body is not a job at all
+    sample = aws_event("lambda-sqs-event")
+    response = submit.handler(sample, CONTEXT)
+    # THEN the batch succeeds (the poison is not retried) and the DLQ holds it with the reason
+    assert response == {"batchItemFailures": []}
+    messages = env.clients["sqs"].receive_message(
+        QueueUrl=env.local.dlq_urls["jobs"], MessageAttributeNames=["All"]
+    )["Messages"]
+    assert messages[0]["Body"] == "Message Body"
+    assert "JSON" in messages[0]["MessageAttributes"]["reason"]["StringValue"]
+
+
+def test_invalid_spec_is_poison_with_field_level_reason(env: Env) -> None:
+    message = json.dumps(
+        {
+            "command": "submit",
+            "job_id": "j",
+            "submitted_at": "2026-01-01T00:00:00Z",
+            "spec": {"name": "x", "entry_point": "nope"},
+        }
+    )
+    submit.handler(env.sqs_event(env.sns_envelope(message, "submit")), CONTEXT)
+    (dead,) = env.clients["sqs"].receive_message(
+        QueueUrl=env.local.dlq_urls["jobs"], MessageAttributeNames=["All"]
+    )["Messages"]
+    assert "entry_point" in dead["MessageAttributes"]["reason"]["StringValue"]
+
+
+def test_a_transient_failure_fails_only_its_record(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good, bad = submission(), submission()
+    real = env.control.submit
+
+    def flaky(sub: JobSubmission) -> Any:
+        if sub.job_id == bad.job_id:
+            raise ConnectionError("DynamoDB unreachable")
+        return real(sub)
+
+    monkeypatch.setattr(env.control, "submit", flaky)
+    event = env.sqs_event(
+        env.sns_envelope(good.model_dump_json(), "submit"),
+        env.sns_envelope(bad.model_dump_json(), "submit"),
+    )
+    response = submit.handler(event, CONTEXT)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m1"}]}
+    assert env.control.jobs.get(good.job_id) is not None
+
+
+def test_fulfilment_binds_and_agent_start_runs(env: Env) -> None:
+    job_id, iid = submit_job(env)
+    result = spot_fulfillment.handler(env.ec2_event("spot-request-fulfillment", iid), CONTEXT)
+    assert result["state"] == "STARTING"
+    message = AgentMessage(
+        job_id=job_id,
+        attempt=1,
+        instance_id=iid,
+        seq=1,
+        sent_at=datetime.now(UTC),
+        body=AgentStarted(),
+    )
+    progress = AgentMessage(
+        job_id=job_id,
+        attempt=1,
+        instance_id=iid,
+        seq=2,
+        sent_at=datetime.now(UTC),
+        body=AgentProgress(step=5, total_steps=9),
+    )
+    response = agent_events.handler(
+        env.sqs_event(message.model_dump_json(), progress.model_dump_json()), CONTEXT
+    )
+    assert response == {"batchItemFailures": []}
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.RUNNING
+    assert record.progress.step == 5
+
+
+def test_interruption_warning_replaces_the_instance_at_once(env: Env) -> None:
+    job_id, iid = submit_job(env)
+    spot_fulfillment.handler(env.ec2_event("spot-request-fulfillment", iid), CONTEXT)
+    result = spot_interruption.handler(env.ec2_event("spot-interruption-warning", iid), CONTEXT)
+    assert result["state"] == "REQUESTED"
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.interruptions == 1 and len(record.attempts) == 2
+    assert len(env.live_instances(job_id)) == 2  # the old one until EC2 takes it, and the new
+    again = spot_interruption.handler(env.ec2_event("spot-interruption-warning", iid), CONTEXT)
+    assert again["outcome"] == "duplicate"
+    assert len(env.instances(job_id)) == 2
+
+
+def test_rebalance_is_noted_without_moving_the_job(env: Env) -> None:
+    job_id, iid = submit_job(env)
+    spot_fulfillment.handler(env.ec2_event("spot-request-fulfillment", iid), CONTEXT)
+    spot_interruption.handler(env.ec2_event("rebalance-recommendation", iid), CONTEXT)
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.STARTING
+    assert record.timeline[-1].kind == "rebalance"
+
+
+def test_instance_terminated_without_notice_is_replaced(env: Env) -> None:
+    job_id, iid = submit_job(env)
+    instance_state.handler(env.ec2_event("instance-state-change", iid, state="running"), CONTEXT)
+    env.clients["ec2"].terminate_instances(InstanceIds=[iid])
+    result = instance_state.handler(
+        env.ec2_event("instance-state-change", iid, state="terminated"), CONTEXT
+    )
+    assert result["state"] == "REQUESTED"
+    assert len(env.live_instances(job_id)) == 1
+    assert env.live_instances(job_id) != [iid]
+    handoff = env.clients["s3"].get_object(
+        Bucket=env.local.bucket, Key=f"jobs/{job_id}/handoff/0001.json"
+    )
+    assert json.loads(handoff["Body"].read())["by"] == "control-plane"
+
+
+def test_cancel_terminates_every_instance(env: Env) -> None:
+    job_id, _ = submit_job(env)
+    command = CancelCommand(job_id=job_id, requested_at=datetime.now(UTC), requested_by="ana")
+    response = cancel.handler(
+        env.sqs_event(env.sns_envelope(command.model_dump_json(), "cancel")), CONTEXT
+    )
+    assert response == {"batchItemFailures": []}
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.CANCELLED
+    assert env.live_instances(job_id) == []
+
+
+def test_reconcile_looks_at_live_jobs_only(env: Env) -> None:
+    _job_id, _ = submit_job(env)
+    result = reconcile.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, CONTEXT)
+    assert result["jobs"] >= 1
+    assert sum(result["outcomes"].values()) == result["jobs"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "spot-request-fulfillment",
+        "spot-interruption-warning",
+        "rebalance-recommendation",
+        "instance-state-change",
+    ],
+)
+def test_documentation_samples_as_they_are_do_not_crash(env: Env, name: str) -> None:
+    # The samples name instances respot never launched and carry placeholder times.
+    handler = {
+        "spot-request-fulfillment": spot_fulfillment,
+        "spot-interruption-warning": spot_interruption,
+        "rebalance-recommendation": spot_interruption,
+        "instance-state-change": instance_state,
+    }[name].handler
+    result = handler(aws_event(name), CONTEXT)
+    assert result["outcome"].startswith("ignored")
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {},
+        {"detail-type": "EC2 Instance State-change Notification"},
+        {
+            "source": "aws.ec2",
+            "detail-type": "EC2 Spot Instance Interruption Warning",
+            "detail": {},
+        },
+        "not json",
+        [],
+    ],
+)
+def test_foreign_and_truncated_events_are_ignored(env: Env, event: Any) -> None:
+    result = spot_interruption.handler(event, CONTEXT)
+    assert result["outcome"].startswith("ignored")
+
+
+def test_reconcile_terminates_orphans_of_this_deployment_only(env: Env) -> None:
+    # GIVEN a live job, an instance of an unknown job, a second instance of the live job's
+    # attempt, and an instance of another deployment
+    job_id, owned = submit_job(env)
+    ec2 = env.clients["ec2"]
+
+    def launch(tags: dict[str, str]) -> str:
+        response = ec2.run_instances(
+            LaunchTemplate={"LaunchTemplateId": env.local.launch_template_id},
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ],
+        )
+        return str(response["Instances"][0]["InstanceId"])
+
+    forgotten = launch(
+        {"respot:managed": env.local.name, "respot:job-id": "gone-1", "respot:attempt": "1"}
+    )
+    duplicate = launch(
+        {"respot:managed": env.local.name, "respot:job-id": job_id, "respot:attempt": "1"}
+    )
+    foreign = launch(
+        {"respot:managed": "someone-else", "respot:job-id": "x", "respot:attempt": "1"}
+    )
+    config = ControlPlaneConfig.from_env(
+        {**env.local.function_env("reconcile"), "RESPOT_LAUNCH_TIMEOUT_SECONDS": "0"}
+    )
+    control = ControlPlane.from_config(config, session=cloud.session(), clients=env.clients)
+    # WHEN reconcile looks
+    orphans = control.terminate_orphans()
+    # THEN only this deployment's unowned instances go; "already gone" is fine the next time
+    assert sorted(orphans) == sorted([forgotten, duplicate])
+    states = {
+        i["InstanceId"]: i["State"]["Name"]
+        for r in ec2.describe_instances(InstanceIds=[owned, forgotten, duplicate, foreign])[
+            "Reservations"
+        ]
+        for i in r["Instances"]
+    }
+    assert states[owned] in ("pending", "running") and states[foreign] in ("pending", "running")
+    assert states[forgotten] == states[duplicate] == "terminated"
+    assert control.terminate_orphans() == []
