@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import pytest
+
 from respot.policy.model import Choice, Observation
 
 

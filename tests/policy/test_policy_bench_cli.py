@@ -7,10 +7,11 @@ import random
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from respot.cli import app
 from respot.policy.bench import BENCH_POLICIES, Cell, run_bench
 from respot.policy.model import Trace
-from typer.testing import CliRunner
 
 runner = CliRunner()
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from respot.policy import (
     Choice,
     Job,

@@ -7,6 +7,7 @@ import math
 import random
 
 import pytest
+
 from respot.policy import Choice, Job, make_policy, simulate
 from respot.policy.omniscient import optimal_costs, optimal_normalized_costs
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from respot.policy import Choice, Job, OnDemandPolicy, make_policy, on_demand_cost, simulate
 from respot.policy.model import Trace
 
