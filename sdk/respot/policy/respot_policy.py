@@ -18,11 +18,11 @@ The idea (docs/policy.md has the derivations and the state diagram):
    run that has lasted long tends to last (in both directions).
 
 The decisions, each a one-tick lookahead with these prices (G tick, d changeover, h hazard):
-- outage while behind: go on-demand iff lambda * (G - h * d) > p_od * G, i.e. unless the
-  outage is likely to end before an on-demand instance has paid for its changeover;
+- outage while behind: go on-demand iff lambda * (G - h * min(d, G)) > p_od * G, i.e.
+  unless the outage is likely to end before an on-demand instance has paid for itself;
 - spot back while on on-demand and behind: switch iff the tick of spot gained,
-  (p_od - p_s) * G, outweighs h * (2 d lambda - (p_od - p_s) * G), the expected loss of two
-  changeovers if the run ends at once; otherwise wait a tick and look again;
+  (p_od - p_s) * G, outweighs h * lambda * (min(d, G) + d), the expected slack lost to two
+  changeovers if the run ends at once; otherwise hold a tick and look again;
 - switch budget: with slack for n more on-demand -> spot -> on-demand round trips and
   N expected spot runs ahead, switch only into runs old enough that a fraction n / N of
   runs survive that long, so the last round trips go to the runs most likely to be long;
@@ -156,11 +156,14 @@ class RespotPolicy:
             return Decision(Choice.SPOT, Mode.EXPLOIT)
         age = stats.current_age(1)
         if behind:
-            # Switch now, or hold one more tick and look again? Holding gives up one tick of
-            # spot; switching loses two changeovers of slack if the run ends after this tick.
-            gain = (ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND) * obs.gap_seconds
+            # Switch now, or hold one more tick and look again? Switching saves a tick of
+            # on-demand price either way; if the run ends after this tick it costs the spot
+            # changeover paid so far (min(d, G)) and the on-demand one that follows (d).
+            gap = obs.gap_seconds
+            changeover = obs.changeover_seconds
+            gain = (ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND) * gap
             ends = stats.hazard(1, age, self.parameters.lindy_prior_runs)
-            if gain <= ends * (2 * obs.changeover_seconds * slack_price - gain):
+            if gain <= ends * slack_price * (min(changeover, gap) + changeover):
                 return Decision(Choice.ON_DEMAND, Mode.HOLD)
         if not self._switch_affordable(obs, stats, age):
             return Decision(Choice.ON_DEMAND, Mode.HOLD)
@@ -173,11 +176,13 @@ class RespotPolicy:
             return Decision(Choice.ON_DEMAND, Mode.CATCH_UP)
         if not behind:
             return Decision(Choice.NONE, Mode.WAIT)
-        # On-demand now, or wait one tick? Waiting costs a tick of slack; on-demand costs its
-        # changeover of slack, and a second one if the outage ends after this tick anyway.
+        # On-demand now, or wait one tick? Waiting costs a tick of slack for sure; on-demand
+        # costs a tick of price, and if the outage ends after this tick its changeover so far
+        # (min(d, G)) is lost too, so it saves G - min(d, G) of slack then, G otherwise.
         gap = obs.gap_seconds
         ends = stats.hazard(0, stats.current_age(0), self.parameters.lindy_prior_runs)
-        if slack_price * (gap - ends * obs.changeover_seconds) > ON_DEMAND_PRICE_PER_SECOND * gap:
+        saved = gap - ends * min(obs.changeover_seconds, gap)
+        if slack_price * saved > ON_DEMAND_PRICE_PER_SECOND * gap:
             return Decision(Choice.ON_DEMAND, Mode.CATCH_UP)
         return Decision(Choice.NONE, Mode.WAIT)
 
