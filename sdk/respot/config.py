@@ -29,6 +29,8 @@ ENV_ON_DEMAND_PRICES = "RESPOT_ON_DEMAND_PRICES"  # JSON: {"g5.xlarge": 1.006}
 ENV_HEARTBEAT_TIMEOUT = "RESPOT_HEARTBEAT_TIMEOUT_SECONDS"
 ENV_BOOT_TIMEOUT = "RESPOT_BOOT_TIMEOUT_SECONDS"
 ENV_LAUNCH_TIMEOUT = "RESPOT_LAUNCH_TIMEOUT_SECONDS"
+ENV_POLICY_TICK = "RESPOT_POLICY_TICK_SECONDS"  # the reconcile period (the deadline policy's tick)
+ENV_CHANGEOVER = "RESPOT_CHANGEOVER_SECONDS"  # expected cost of one instance change
 ENV_SLACK_SECRET_ARN = "RESPOT_SLACK_SECRET_ARN"  # noqa: S105 - a variable name, not a secret
 ENV_SLACK_CHANNEL = "RESPOT_SLACK_CHANNEL"
 # Where the notifier finds the Slack Web API (the local runtime's stand-in); unset on AWS.
@@ -65,6 +67,8 @@ class ControlPlaneConfig:
     boot_timeout: timedelta = timedelta(minutes=20)
     launch_timeout: timedelta = timedelta(minutes=3)
     progress_note_interval: timedelta = timedelta(minutes=10)
+    policy_tick: timedelta = timedelta(minutes=1)
+    changeover_estimate: timedelta = timedelta(minutes=6)
     deployment_name: str = "respot"
 
     @classmethod
@@ -110,6 +114,8 @@ class ControlPlaneConfig:
             heartbeat_timeout=seconds(ENV_HEARTBEAT_TIMEOUT, timedelta(minutes=10)),
             boot_timeout=seconds(ENV_BOOT_TIMEOUT, timedelta(minutes=20)),
             launch_timeout=seconds(ENV_LAUNCH_TIMEOUT, timedelta(minutes=3)),
+            policy_tick=seconds(ENV_POLICY_TICK, timedelta(minutes=1)),
+            changeover_estimate=seconds(ENV_CHANGEOVER, timedelta(minutes=6)),
             progress_note_interval=seconds(ENV_NOTIFY_PROGRESS_SECONDS, timedelta(minutes=10)),
             deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
         )
@@ -120,6 +126,8 @@ class ControlPlaneConfig:
             subnets=self.subnets,
             default_instance_types=self.default_instance_types,
             launch_timeout=self.launch_timeout,
+            policy_tick=self.policy_tick,
+            changeover_estimate=self.changeover_estimate,
             heartbeat_timeout=self.heartbeat_timeout,
             boot_timeout=self.boot_timeout,
             progress_note_interval=self.progress_note_interval,

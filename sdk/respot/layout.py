@@ -5,6 +5,7 @@ jobs/<job>/code/<sha256>.zip             the researcher's code, uploaded by run(
 jobs/<job>/checkpoints/blobs/<sha256>    checkpoint file contents, stored once by content
 jobs/<job>/checkpoints/manifests/<step>-<attempt>.json   a checkpoint; written last
 jobs/<job>/handoff/<attempt>.json        attempt will write no more checkpoints
+jobs/<job>/control/<attempt>.json        the control plane asks that attempt to stop
 jobs/<job>/outputs/...                   what the session left in output_dir at the end
 jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
 jobs/<job>/tensorboard/...               scalars from report()
@@ -65,6 +66,11 @@ def parse_manifest_key(key: str) -> tuple[int, int] | None:
 def handoff_key(job_id: str, attempt: int) -> str:
     """Marker: this attempt will write no more checkpoints (saved on notice, or gone)."""
     return f"{job_prefix(job_id)}handoff/{attempt:04d}.json"
+
+
+def control_key(job_id: str, attempt: int) -> str:
+    """A request from the control plane to one attempt's agent (checkpoint and stop)."""
+    return f"{job_prefix(job_id)}control/{attempt:04d}.json"
 
 
 def outputs_prefix(job_id: str) -> str:

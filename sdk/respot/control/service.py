@@ -24,7 +24,13 @@ from respot import layout
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.config import ControlPlaneConfig
-from respot.core.effects import Effect, LaunchInstance, ReleaseHandoff, TerminateInstances
+from respot.core.effects import (
+    Effect,
+    LaunchInstance,
+    ReleaseHandoff,
+    StopAttempt,
+    TerminateInstances,
+)
 from respot.core.events import (
     CancelRequested,
     CapacityLaunched,
@@ -308,6 +314,14 @@ class ControlPlane:
                 log.info("job %s: terminated %s (%s)", job_id, done, effect.reason)
             case ReleaseHandoff():
                 self._release_handoff(effect)
+            case StopAttempt():
+                body = {"notice": "stop", "reason": effect.reason, "at": self.clock().isoformat()}
+                self.s3.put_object(
+                    Bucket=self.bucket,
+                    Key=layout.control_key(effect.job_id, effect.attempt),
+                    Body=json.dumps(body).encode(),
+                    ContentType="application/json",
+                )
 
     def _release_handoff(self, effect: ReleaseHandoff) -> None:
         key = layout.handoff_key(effect.job_id, effect.attempt)

@@ -39,4 +39,13 @@ class ReleaseHandoff:
     attempt: int
 
 
-Effect = LaunchInstance | TerminateInstances | ReleaseHandoff
+@dataclass(frozen=True)
+class StopAttempt:
+    """Ask an attempt's agent to checkpoint and stop (a planned move to another market)."""
+
+    job_id: str
+    attempt: int
+    reason: str
+
+
+Effect = LaunchInstance | TerminateInstances | ReleaseHandoff | StopAttempt

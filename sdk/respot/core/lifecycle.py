@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from respot.core.cost import job_cost
-from respot.core.effects import Effect, LaunchInstance, ReleaseHandoff, TerminateInstances
+from respot.core.deadline import DeadlinePolicy, record_availability
+from respot.core.effects import (
+    Effect,
+    LaunchInstance,
+    ReleaseHandoff,
+    StopAttempt,
+    TerminateInstances,
+)
 from respot.core.events import (
     AgentReport,
     CancelRequested,
@@ -42,7 +49,7 @@ from respot.core.job import (
     Market,
     TimelineEntry,
 )
-from respot.core.placement import ControlSettings, MarketPolicy, SpotFirstPolicy, candidates
+from respot.core.placement import ControlSettings, MarketChoice, MarketPolicy, candidates
 from respot.core.states import JobState, Transition, can, next_state
 from respot.messages import (
     AgentCheckpoint,
@@ -87,9 +94,10 @@ def client_token(job_id: str, attempt: int, launch: int) -> str:
 class _Draft:
     """A mutable copy of a record plus what the decision collects while it is being made."""
 
-    def __init__(self, job: JobRecord, now: datetime) -> None:
+    def __init__(self, job: JobRecord, now: datetime, settings: ControlSettings) -> None:
         self.job = job.model_copy(deep=True)
         self.now = now
+        self.settings = settings
         self.effects: list[Effect] = []
         self.notes: list[TimelineEntry] = []
         self.follow_up: PlaceNow | None = None
@@ -124,12 +132,12 @@ def decide(
     market_policy: MarketPolicy | None = None,
 ) -> Decision:
     """Apply `event` to `job` (None if the job is not recorded yet) at time `now`."""
-    policy = market_policy or SpotFirstPolicy()
+    policy = market_policy or DeadlinePolicy()
     if isinstance(event, Submitted):
-        return _submitted(job, event, now)
+        return _submitted(job, event, now, settings)
     if job is None:
         return _unchanged("ignored: unknown job")
-    d = _Draft(job, now)
+    d = _Draft(job, now, settings)
     match event:
         case PlaceNow():
             return _place_now(d, event, settings, policy)
@@ -155,7 +163,9 @@ def decide(
 # ---- submission and placement ----------------------------------------------------------------
 
 
-def _submitted(job: JobRecord | None, event: Submitted, now: datetime) -> Decision:
+def _submitted(
+    job: JobRecord | None, event: Submitted, now: datetime, settings: ControlSettings
+) -> Decision:
     if job is not None:
         return _unchanged("duplicate")
     sub = event.submission
@@ -167,7 +177,7 @@ def _submitted(job: JobRecord | None, event: Submitted, now: datetime) -> Decisi
         submission=sub,
         waiting_since=now,
     )
-    d = _Draft(record, now)
+    d = _Draft(record, now, settings)
     spec = sub.spec
     d.note(
         "queued",
@@ -190,7 +200,12 @@ def _handoff_from(job: JobRecord) -> int | None:
 def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason: str) -> None:
     """From QUEUED or INTERRUPTED: request capacity for a new attempt, wait, or fail."""
     job = d.job
-    choice = policy.choose(job, d.now, settings)
+    switch_to = job.policy.pop("switch_to", None)
+    job.policy.pop("switching", None)
+    if switch_to is not None:
+        choice = MarketChoice(Market(switch_to), job.policy.get("market_reason", "switch"))
+    else:
+        choice = policy.choose(job, d.now, settings)
     if choice.fail:
         _finish(d, Transition.FAIL, AttemptEnd.FAILED, choice.reason)
         return
@@ -289,6 +304,8 @@ def _launched(d: _Draft, event: CapacityLaunched) -> Decision:
     att.spot_request_id = event.spot_request_id or att.spot_request_id
     att.price_per_hour = event.price_per_hour
     att.launched_at = d.now
+    if att.placement.market is Market.SPOT:
+        record_availability(job, d.now, d.settings, seen=True)
     if job.state.is_terminal() or att.end is not None:
         att.end = att.end or AttemptEnd.SUPERSEDED
         att.ended_at = att.ended_at or d.now
@@ -329,6 +346,8 @@ def _unavailable(
         )
         return d.decision()
     # Every pool of this market refused: give the attempt back and wait for the next tick.
+    if att.placement.market is Market.SPOT:
+        record_availability(job, d.now, settings, seen=False)
     job.policy["last_capacity_errors"] = att.tried[-10:]
     job.policy["capacity_misses"] = int(job.policy.get("capacity_misses", 0)) + 1
     job.attempts.pop()
@@ -412,6 +431,7 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
     if att.notice_at is not None:
         return _unchanged("duplicate")
     att.instance_id = event.instance_id
+    record_availability(job, d.now, d.settings, seen=False)
     _interrupt(d, att, "interruption notice", noticed=True)
     return d.decision()
 
@@ -425,12 +445,26 @@ def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
         return
     if not noticed and att.instance_id is None and job.state is JobState.REQUESTED:
         return
-    job.interruptions += 1
+    planned = job.policy.get("switching") == att.number
+    if not planned:
+        job.interruptions += 1
     d.go(Transition.INTERRUPT)
     job.waiting_since = d.now
     checkpoint_step = job.checkpoint.step if job.checkpoint else None
     # Heartbeats lag: the step reached is at least the newest checkpoint's.
     step = max(job.progress.step or 0, checkpoint_step or 0) if job.progress.step else None
+    if planned:
+        d.note(
+            "switched",
+            f"{att.instance_id} stopped at step {step} for the switch to "
+            f"{job.policy.get('switch_to')}",
+            attempt=att.number,
+            instance_id=att.instance_id,
+            step=step,
+            checkpoint_step=checkpoint_step,
+        )
+        d.follow_up = PlaceNow("switching market")
+        return
     d.note(
         "interrupted",
         f"{why} for {att.instance_id} at step {step}; newest checkpoint step {checkpoint_step}",
@@ -782,4 +816,27 @@ def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decisio
             d, att, f"no heartbeat for {int((now - silent_since).total_seconds())}s", noticed=False
         )
         return d.decision()
+    if (
+        spec.deadline is not None
+        and job.state is JobState.RUNNING
+        and "switching" not in job.policy
+    ):
+        # The deadline policy may want the job off spot before the deadline is at risk.
+        switch = DeadlinePolicy().switch_running(job, now, settings)
+        if switch is not None and switch.market is not None:
+            job.policy.update(
+                switching=att.number,
+                switch_to=switch.market.value,
+                market=switch.market.value,
+                market_reason=switch.reason,
+            )
+            d.effects.append(StopAttempt(job.job_id, att.number, switch.reason))
+            d.note(
+                "fallback",
+                f"moving to {switch.market.value} to keep the deadline ({switch.reason}): "
+                f"{att.instance_id} checkpoints and stops",
+                reason=switch.reason,
+                attempt=att.number,
+            )
+            return d.decision()
     return _unchanged("ignored: healthy")
