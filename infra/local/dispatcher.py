@@ -260,7 +260,8 @@ class Dispatcher:
     def pending_messages(self) -> int:
         """Messages visible or in flight on every queue the dispatcher reads."""
         total = 0
-        urls = [*self.deployment.queue_urls.values(), *self.deployment.rule_queue_urls.values()]
+        rules = [self.deployment.rule_queue_urls[r.name] for r in self.wiring.rules]
+        urls = [*self.deployment.queue_urls.values(), *rules]
         for url in urls:
             attrs = self._sqs.get_queue_attributes(
                 QueueUrl=url,

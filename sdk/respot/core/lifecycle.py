@@ -538,9 +538,12 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
                 d.go(Transition.START)
         case AgentCheckpoint():
             att.checkpoint_step = max(att.checkpoint_step or 0, body.step)
+            first_notice = body.reason == "notice" and att.notice_checkpoint_at is None
+            if first_notice:
+                att.notice_checkpoint_at = msg.sent_at
             if job.checkpoint is None or body.step >= job.checkpoint.step:
                 if job.checkpoint and job.checkpoint.manifest_key == body.manifest_key:
-                    return _unchanged("duplicate")
+                    return d.decision() if first_notice else _unchanged("duplicate")
                 job.checkpoint = CheckpointInfo(
                     step=body.step, manifest_key=body.manifest_key, attempt=att.number, at=d.now
                 )
@@ -556,7 +559,7 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
                     uploaded_bytes=body.uploaded_bytes,
                     size_bytes=body.size_bytes,
                 )
-            else:
+            elif not first_notice:
                 return _unchanged("ignored: older checkpoint")
         case AgentPreempted():
             if att.end is not None:
