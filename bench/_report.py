@@ -58,6 +58,8 @@ def machine() -> dict[str, Any]:
         "cpu": model,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        # The machine may be shared with other work: the load says how busy it was.
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -85,7 +87,7 @@ def write(name: str, payload: dict[str, Any], markdown: str, *, command: str) ->
     m = payload["machine"]
     header = (
         f"# {name}\n\n`{command}` — {m['date']}, {m['cores']} cores ({m['cpu']}), "
-        f"Python {m['python']}\n\n"
+        f"Python {m['python']}, load average {m['load_average_1_5_15']}\n\n"
     )
     (RESULTS / f"{name}.md").write_text(header + markdown.strip() + "\n")
     return path

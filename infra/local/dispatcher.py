@@ -37,6 +37,7 @@ class Invocation:
     seconds: float
     records: int
     ok: bool
+    message_ids: tuple[str, ...] = ()  # SQS message ids handled (benchmarks count them)
 
 
 class LambdaContext:
@@ -119,7 +120,9 @@ class Dispatcher:
             self._handlers[function] = module.handler
         return self._handlers[function]
 
-    def invoke(self, function: str, event: Any, records: int = 1) -> Any:
+    def invoke(
+        self, function: str, event: Any, records: int = 1, message_ids: tuple[str, ...] = ()
+    ) -> Any:
         """Call a function's handler with `event`, timing it."""
         spec = self.wiring.function(function)
         context = LambdaContext(function, spec.memory_mb, spec.timeout_seconds)
@@ -134,7 +137,9 @@ class Dispatcher:
         finally:
             with self._lock:
                 self._busy -= 1
-            inv = Invocation(function, started, time.monotonic() - started, records, ok)
+            inv = Invocation(
+                function, started, time.monotonic() - started, records, ok, message_ids
+            )
             with self._lock:
                 self.invocations.append(inv)
             if self.on_invocation is not None:
@@ -210,7 +215,8 @@ class Dispatcher:
                 continue
             event = {"Records": [_lambda_record(m, arn, self.deployment.region) for m in messages]}
             try:
-                result = self.invoke(function, event, records=len(messages))
+                ids = tuple(m["MessageId"] for m in messages)
+                result = self.invoke(function, event, records=len(messages), message_ids=ids)
             except Exception as exc:
                 log.exception("%s failed on a batch of %d from %s", function, len(messages), name)
                 with self._lock:
@@ -229,7 +235,7 @@ class Dispatcher:
             for message in self._receive(url, 10):
                 try:
                     event = json.loads(message["Body"])
-                    self.invoke(function, event)
+                    self.invoke(function, event, message_ids=(message["MessageId"],))
                 except Exception as exc:
                     log.exception("%s failed on an event of rule %s", function, name)
                     with self._lock:

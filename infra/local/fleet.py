@@ -216,7 +216,10 @@ class InstanceFleet:
                 "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
                 "AWS_DEFAULT_REGION": self.deployment.region,
                 "AWS_REGION": self.deployment.region,
-                "AWS_ENDPOINT_URL": self.deployment.endpoint_url,
+                # agent_env may point agents elsewhere (the cost benchmark counts them apart).
+                "AWS_ENDPOINT_URL": self.agent_env.get(
+                    "AWS_ENDPOINT_URL", self.deployment.endpoint_url
+                ),
                 "AWS_EC2_METADATA_SERVICE_ENDPOINT": inst.imds.url,
                 "RESPOT_BUCKET": self.deployment.bucket,
                 "RESPOT_AGENT_QUEUE_URL": self.deployment.queue_urls["agent-events"],

@@ -1,0 +1,254 @@
+"""Cold start of every Lambda handler: import time, first control plane, and the bundle's size.
+
+    .venv/bin/python -m bench.coldstart [--repeat 5] [--json]
+
+For each function of WIRING, in a fresh interpreter each time (`python -X importtime`):
+- import time of its handler module (the cumulative time of the module's own line), and the
+  heaviest top-level imports under it;
+- the first call's extra work: building the control plane (boto3 and its four clients) from
+  a Lambda-like environment (no request is sent);
+and the Lambda asset: built the way the stack builds it (`infra.bundling`, when present; else
+the same recipe: `pip install --target --platform manylinux2014_aarch64 --python-version
+3.12` of the handlers' third-party packages next to `sdk/respot` and `lambdas/`), measured
+unzipped and zipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from bench import _report
+from infra.wiring import WIRING
+
+REPO = Path(__file__).resolve().parents[1]
+_LINE = re.compile(r"^import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)$")
+
+FIRST_CALL = """
+import time
+t0 = time.perf_counter()
+import {module}
+t1 = time.perf_counter()
+from lambdas._runtime import control_plane
+control_plane()
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+LAMBDA_ENV = {
+    "RESPOT_TABLE": "respot-jobs",
+    "RESPOT_BUCKET": "respot-artifacts",
+    "RESPOT_LAUNCH_TEMPLATE_ID": "lt-0123456789abcdef0",
+    "RESPOT_SUBNETS": '[{"subnet_id": "subnet-1", "availability_zone": "us-east-1a"}]',
+    "RESPOT_INSTANCE_TYPES": "g5.xlarge",
+    "RESPOT_AGENT_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/agent-events",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+}
+
+
+def import_profile(module: str) -> tuple[float, list[tuple[str, float]]]:
+    """(seconds to import `module`, [(top-level import, seconds)] heaviest first)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    total = 0.0
+    children: dict[str, float] = {}
+    depth_of_module: int | None = None
+    lines = [m for m in (_LINE.match(x) for x in proc.stderr.splitlines()) if m]
+    for m in lines:
+        if m.group(4) == module:
+            total = int(m.group(2)) / 1e6
+            depth_of_module = len(m.group(3))
+    if depth_of_module is not None:
+        for m in lines:
+            if len(m.group(3)) == depth_of_module + 2:
+                name = m.group(4)
+                children[name] = children.get(name, 0.0) + int(m.group(2)) / 1e6
+    heavy = sorted(children.items(), key=lambda kv: kv[1], reverse=True)[:6]
+    return total, heavy
+
+
+def first_call(module: str) -> tuple[float, float]:
+    """(import seconds, control plane build seconds), wall clock, in a fresh interpreter."""
+    env = {**os.environ, **LAMBDA_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-c", FIRST_CALL.format(module=module)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        env=env,
+    )
+    a, b = proc.stdout.split()[-2:]
+    return float(a), float(b)
+
+
+def _tree_bytes(root: Path) -> tuple[int, int]:
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def build_bundle(out: Path) -> str:
+    """Build the Lambda asset into `out`; returns how it was built."""
+    try:
+        from infra import bundling  # type: ignore[attr-defined]
+    except ImportError:
+        bundling = None
+    if bundling is not None and hasattr(bundling, "lambda_code_asset"):
+        asset = bundling.lambda_code_asset()
+        asset.try_bundle(str(out))
+        return "infra.bundling.lambda_code_asset"
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+        if m:
+            pins[m.group(1).lower()] = m.group(2)
+    packages = [f"{n}=={pins[n]}" for n in ("aws-lambda-powertools", "pydantic", "slack-sdk")]
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+            str(out),
+            "--platform",
+            "manylinux2014_aarch64",
+            "--python-version",
+            "3.12",
+            "--only-binary=:all:",
+            *packages,
+        ],
+        check=True,
+    )
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "sdk" / "respot", out / "respot", ignore=ignore)
+    shutil.copytree(REPO / "lambdas", out / "lambdas", ignore=ignore)
+    return "pip install --target (the recipe of infra/bundling.py) + sdk/respot + lambdas"
+
+
+def bundle_size() -> dict[str, Any]:
+    """Unzipped and zipped size of the Lambda asset, and its biggest top-level entries."""
+    work = Path(tempfile.mkdtemp(prefix="respot-bundle-"))
+    try:
+        out = work / "asset"
+        out.mkdir()
+        how = build_bundle(out)
+        unzipped, count = _tree_bytes(out)
+        archive = work / "asset.zip"
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+            for p in sorted(out.rglob("*")):
+                if p.is_file():
+                    z.write(p, p.relative_to(out).as_posix())
+        biggest = sorted(
+            (
+                (p.name, _tree_bytes(p)[0] if p.is_dir() else p.stat().st_size)
+                for p in out.iterdir()
+            ),
+            key=lambda kv: kv[1],
+            reverse=True,
+        )[:8]
+        return {
+            "built_with": how,
+            "unzipped_bytes": unzipped,
+            "files": count,
+            "zipped_bytes": archive.stat().st_size,
+            "biggest": [{"name": n, "bytes": b} for n, b in biggest],
+            "lambda_limits": {"zipped_bytes": 50 * 2**20, "unzipped_bytes": 250 * 2**20},
+        }
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-bundle", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--name", default="coldstart", help="results file name")
+    args = parser.parse_args(argv)
+    rows = []
+    for fn in WIRING.functions:
+        imports = [import_profile(fn.module) for _ in range(args.repeat)]
+        calls = [first_call(fn.module) for _ in range(args.repeat)]
+        rows.append(
+            {
+                "function": fn.name,
+                "module": fn.module,
+                "memory_mb": fn.memory_mb,
+                "import_seconds": round(statistics.median(i[0] for i in imports), 4),
+                "import_wall_seconds": round(statistics.median(c[0] for c in calls), 4),
+                "control_plane_seconds": round(statistics.median(c[1] for c in calls), 4),
+                "heaviest_imports": [
+                    {"module": m, "seconds": round(s, 4)} for m, s in imports[len(imports) // 2][1]
+                ],
+            }
+        )
+        print(f"{fn.module}: import {rows[-1]['import_seconds']:.3f}s", flush=True)
+    payload: dict[str, Any] = {"repeat": args.repeat, "handlers": rows}
+    if not args.no_bundle:
+        payload["bundle"] = bundle_size()
+    md = markdown(payload)
+    if not args.no_write:
+        command = "python -m bench.coldstart " + " ".join(argv or sys.argv[1:])
+        _report.write(args.name, payload, md, command=command)
+    print(json.dumps(payload, indent=1) if args.json else md)
+    return 0
+
+
+def markdown(p: dict[str, Any]) -> str:
+    """The results as markdown."""
+    table = _report.table(
+        [
+            "function",
+            "import (s, -X importtime)",
+            "import (s, wall)",
+            "first control plane (s)",
+            "heaviest imports under the handler",
+        ],
+        [
+            [
+                r["function"],
+                r["import_seconds"],
+                r["import_wall_seconds"],
+                r["control_plane_seconds"],
+                ", ".join(f"{h['module']} {h['seconds']:.3f}" for h in r["heaviest_imports"][:4]),
+            ]
+            for r in p["handlers"]
+        ],
+    )
+    out = [f"Median of {p['repeat']} fresh interpreters per handler.", "", table]
+    if "bundle" in p:
+        b = p["bundle"]
+        out += [
+            "",
+            f"Lambda asset ({b['built_with']}): {b['unzipped_bytes'] / 2**20:.1f} MiB unzipped in "
+            f"{b['files']} files, {b['zipped_bytes'] / 2**20:.1f} MiB zipped (limits: 50 MiB "
+            "zipped upload, 250 MiB unzipped). Biggest entries: "
+            + ", ".join(f"{x['name']} {x['bytes'] / 2**20:.1f} MiB" for x in b["biggest"]),
+        ]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
