@@ -58,8 +58,21 @@ LAMBDA_ENV = {
 }
 
 
+# Subtrees worth watching in a handler's import (cumulative seconds, first time imported).
+WATCHED = (
+    "pydantic",
+    "respot.spec",
+    "respot.core",
+    "respot.client",
+    "aws_lambda_powertools.logging",
+    "aws_lambda_powertools.utilities.batch",
+    "boto3",
+    "botocore",
+)
+
+
 def import_profile(module: str) -> tuple[float, list[tuple[str, float]]]:
-    """(seconds to import `module`, [(top-level import, seconds)] heaviest first)."""
+    """(seconds to import `module`, [(watched subtree, seconds)] heaviest first)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
         capture_output=True,
@@ -68,19 +81,16 @@ def import_profile(module: str) -> tuple[float, list[tuple[str, float]]]:
         cwd=REPO,
     )
     total = 0.0
-    children: dict[str, float] = {}
-    depth_of_module: int | None = None
-    lines = [m for m in (_LINE.match(x) for x in proc.stderr.splitlines()) if m]
-    for m in lines:
-        if m.group(4) == module:
-            total = int(m.group(2)) / 1e6
-            depth_of_module = len(m.group(3))
-    if depth_of_module is not None:
-        for m in lines:
-            if len(m.group(3)) == depth_of_module + 2:
-                name = m.group(4)
-                children[name] = children.get(name, 0.0) + int(m.group(2)) / 1e6
-    heavy = sorted(children.items(), key=lambda kv: kv[1], reverse=True)[:6]
+    watched: dict[str, float] = {}
+    for m in (_LINE.match(x) for x in proc.stderr.splitlines()):
+        if m is None:
+            continue
+        name, cumulative = m.group(4), int(m.group(2)) / 1e6
+        if name == module:
+            total = cumulative
+        if name in WATCHED and name not in watched:
+            watched[name] = cumulative
+    heavy = sorted(watched.items(), key=lambda kv: kv[1], reverse=True)
     return total, heavy
 
 
@@ -189,14 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     for fn in WIRING.functions:
-        imports = [import_profile(fn.module) for _ in range(args.repeat)]
+        imports = sorted(
+            (import_profile(fn.module) for _ in range(args.repeat)), key=lambda i: i[0]
+        )
         calls = [first_call(fn.module) for _ in range(args.repeat)]
         rows.append(
             {
                 "function": fn.name,
                 "module": fn.module,
                 "memory_mb": fn.memory_mb,
-                "import_seconds": round(statistics.median(i[0] for i in imports), 4),
+                "import_seconds": round(imports[len(imports) // 2][0], 4),
                 "import_wall_seconds": round(statistics.median(c[0] for c in calls), 4),
                 "control_plane_seconds": round(statistics.median(c[1] for c in calls), 4),
                 "heaviest_imports": [
@@ -224,7 +236,7 @@ def markdown(p: dict[str, Any]) -> str:
             "import (s, -X importtime)",
             "import (s, wall)",
             "first control plane (s)",
-            "heaviest imports under the handler",
+            "what it imports (cumulative s)",
         ],
         [
             [
@@ -232,7 +244,7 @@ def markdown(p: dict[str, Any]) -> str:
                 r["import_seconds"],
                 r["import_wall_seconds"],
                 r["control_plane_seconds"],
-                ", ".join(f"{h['module']} {h['seconds']:.3f}" for h in r["heaviest_imports"][:4]),
+                ", ".join(f"{h['module']} {h['seconds']:.3f}" for h in r["heaviest_imports"]),
             ]
             for r in p["handlers"]
         ],

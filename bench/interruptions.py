@@ -45,7 +45,7 @@ from respot.messages import new_job_id
 TIME_SCALE = 1.0 / 30.0  # the two-minute notice lasts 4 s, a 20 s poll 0.67 s
 POLL_SECONDS = 20.0  # SkyPilot: JOB_STATUS_CHECK_GAP_SECONDS = 20 (sky/jobs/utils.py)
 # Simulated seconds after boot at which attempt k of job j is interrupted (cycled).
-INTERRUPT_AFTER_BOOT = (150.0, 210.0, 180.0, 240.0, 165.0, 225.0)
+INTERRUPT_AFTER_BOOT = (360.0, 450.0, 405.0, 480.0, 390.0, 435.0)
 JOB_TIMEOUT_SECONDS = 300.0
 # The example job at its own defaults (examples/digits/job.yaml: ~35 s of training on one core)
 # so that every attempt is interrupted in both modes.
@@ -62,7 +62,7 @@ class Changeover:
     mode: str
     job_id: str
     attempt: int
-    steps_lost: int | None
+    steps_lost: int
     training_lost_s: float | None  # steps lost x the job's seconds per step
     notice_handled_to_requested_s: float | None  # respot only: the handler's reaction
     notice_to_requested_s: float | None  # from EC2 putting the warning on the bus
@@ -105,9 +105,8 @@ def changeovers(
         killed = _wall(old_inst.ended_at, mono_to_wall)
         launched = _wall(new_inst.launched_at, mono_to_wall) if new_inst else None
         booted = _wall(new_inst.booted_at, mono_to_wall) if new_inst else None
-        lost = None
-        if old.last_step is not None:
-            lost = max(old.last_step - (new.restored_step or 0), 0)
+        # No step reported before the end: the session had not trained yet (still setting up).
+        lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
         total = _secs(notice, new.started_at)
         ec2 = _secs(launched, booted)
         poll = None
@@ -129,7 +128,7 @@ def changeovers(
                 job_id=record.job_id,
                 attempt=old.number,
                 steps_lost=lost,
-                training_lost_s=None if lost is None or per_step is None else lost * per_step,
+                training_lost_s=None if per_step is None else lost * per_step,
                 notice_handled_to_requested_s=_secs(old.notice_at, new.requested_at),
                 notice_to_requested_s=_secs(notice, new.requested_at),
                 notice_to_checkpoint_s=_secs(notice, old.notice_checkpoint_at),

@@ -13,12 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    process_partial_response,
-)
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from respot.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
@@ -92,9 +86,16 @@ def sqs_batch(
     moved to the dead-letter queue with the reason and count as done) and anything else for
     failures worth retrying (they stay on the queue).
     """
+    # Imported here: only the SQS-triggered functions pay for Powertools' batch utility.
+    from aws_lambda_powertools.utilities.batch import (
+        BatchProcessor,
+        EventType,
+        process_partial_response,
+    )
+
     processor = BatchProcessor(event_type=EventType.SQS)
 
-    def record_handler(record: SQSRecord) -> None:
+    def record_handler(record: Any) -> None:
         try:
             handle(record.body)
         except PoisonMessageError as exc:
