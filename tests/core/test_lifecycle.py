@@ -426,3 +426,32 @@ def test_max_runtime_stops_the_job() -> None:
 def test_unknown_job_is_ignored() -> None:
     decision = decide(None, PlaceNow("x"), now=T0, settings=SETTINGS)
     assert decision.record is None and decision.outcome.startswith("ignored")
+
+
+def test_the_notice_checkpoint_keeps_when_it_was_complete_in_s3() -> None:
+    # GIVEN a running job whose newest checkpoint (step 50) is newer than the notice one
+    d = started_job()
+    assert d.job is not None
+
+    def checkpoint(step: int, reason: str, seq: int, sent: float) -> AgentReport:
+        body = AgentCheckpoint(
+            step=step,
+            manifest_key=f"m{step}",
+            size_bytes=10,
+            uploaded_bytes=10,
+            upload_seconds=0.1,
+            reason=reason,  # type: ignore[arg-type]
+        )
+        return AgentReport(agent(d.job or "", 1, "i-1", body, seq=seq, sent=sent))
+
+    d.apply(checkpoint(50, "periodic", 2, 10.0), 10)
+    assert d.job.attempts[0].notice_checkpoint_at is None  # periodic ones never set it
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 20)
+    # WHEN an older notice checkpoint arrives, then the same message again
+    d.apply(checkpoint(45, "notice", 3, 21.5), 22)
+    first = d.job.attempts[0].notice_checkpoint_at
+    d.apply(checkpoint(45, "notice", 3, 23.0), 24)
+    # THEN the attempt keeps the agent's send time of the first one; the job keeps step 50
+    assert first == at(21.5)
+    assert d.job.attempts[0].notice_checkpoint_at == at(21.5)
+    assert d.job.checkpoint is not None and d.job.checkpoint.step == 50
