@@ -3,7 +3,7 @@
 One process per instance (the real agent) does not fit 1,000 instances on two cores, so
 `SimulatedAgents` plays every instance's agent from a few threads: it sends the same
 `AgentMessage`s, to the same agent-events queue, that a real agent sends — started (with the
-step of the job's newest checkpoint), a heartbeat every 30 s simulated, a checkpoint every
+step of the job's newest checkpoint), a heartbeat every 60 s simulated, a checkpoint every
 `checkpoint_every` simulated seconds, then completed; on the interruption notice a notice
 checkpoint, the handoff marker in S3 and preempted, then the instance shuts itself down. Only
 the instance's work is simulated: the control plane, the handlers, the queues, the EventBridge
@@ -62,7 +62,7 @@ class SimulatedAgents:
         scale: TimeScale,
         total_steps: int = 600,
         steps_per_second: float = 1.0,  # simulated
-        heartbeat_seconds: float = 30.0,  # simulated
+        heartbeat_seconds: float = 60.0,  # simulated
         checkpoint_every_seconds: float = 120.0,  # simulated
         setup_seconds: float = 5.0,  # simulated: code, data, restore
         workers: int = 8,

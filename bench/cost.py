@@ -21,10 +21,10 @@ What is priced, and how (prices and sources: bench/prices.py):
   (counted, at INFO) plus ~350 bytes of START/END/REPORT lines per invocation.
 - Free and not counted: EC2 API calls, EC2's own events, SNS -> SQS delivery, SSM parameter.
 
-The local runtime compresses time (1/30): heartbeats (every 30 s simulated) and reconcile ticks
+The local runtime compresses time (1/30): heartbeats (every 60 s simulated) and reconcile ticks
 (every 60 s) keep their simulated rate, but checkpoints follow training steps, which run at
 real speed. So per job-hour figures are not read off the run: they are computed from the
-real intervals (3600/30 = 120 heartbeats and 60 ticks an hour, checkpoints at
+real intervals (3600/60 = 60 heartbeats and 60 ticks an hour, checkpoints at
 `--checkpoints-per-hour`) times the unit cost of one heartbeat, tick and checkpoint measured
 in the run; the fixed cost of a job (submit, placement, starts, completion) and of each
 interruption is what remains of the run's bill once its heartbeats, ticks and checkpoints are
@@ -54,6 +54,7 @@ from infra.local.dispatcher import Invocation
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import HEARTBEAT_SECONDS, LocalRuntime, RuntimeOptions
 from infra.wiring import WIRING
+from respot.core.lifecycle import CHECKPOINT_NOTES_KEPT
 from respot.messages import new_job_id
 
 TIME_SCALE = 1.0 / 30.0
@@ -65,7 +66,6 @@ INTERRUPT_AFTER_BOOT = 240.0  # simulated seconds
 HYPERPARAMETERS: dict[str, Any] = {"hidden": 512, "checkpoint_every": 300}
 DEFAULT_CHECKPOINTS_PER_HOUR = 6.0  # a checkpoint every 10 minutes on a real GPU job
 ENTRY_BYTES = 330  # one timeline entry on the job record, about (checkpoint notes)
-TIMELINE_LIMIT = 400
 IDLE_POLLERS = (2, 5)  # Lambda's idle SQS pollers per event source mapping (AWS docs)
 LONG_POLL_SECONDS = 20
 
@@ -478,10 +478,13 @@ def per_hour(
     return hour, parts
 
 
-def aged_item_bytes(base: float, hours: float, checkpoints_per_hour: float) -> float:
-    """The job item after `hours`: one timeline entry per checkpoint, up to the limit."""
-    entries = min(hours * checkpoints_per_hour, TIMELINE_LIMIT)
-    return base + entries * ENTRY_BYTES
+def aged_item_bytes(
+    base: float, run_checkpoints: int, hours: float, checkpoints_per_hour: float
+) -> float:
+    """The job item after `hours`: the run's item plus the checkpoint lines the record keeps
+    beyond those the run already had (CHECKPOINT_NOTES_KEPT of them at most)."""
+    kept = min(hours * checkpoints_per_hour, CHECKPOINT_NOTES_KEPT)
+    return base + max(kept - min(run_checkpoints, CHECKPOINT_NOTES_KEPT), 0) * ENTRY_BYTES
 
 
 def idle_month(run: Run) -> dict[str, Any]:
@@ -546,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     # A job of H hours with N interruptions: fixed + N x per interruption + H x per hour.
     example_hours = hit.simulated_hours
     example = fixed0 + per_interruption.scaled(args.interruptions) + hour.scaled(example_hours)
-    day_item = aged_item_bytes(f0.item_bytes, 24, args.checkpoints_per_hour)
+    day_item = aged_item_bytes(f0.item_bytes, f0.checkpoints, 24, args.checkpoints_per_hour)
     hb_day = message_unit(base, day_item)
     day_hour, _ = per_hour(hb_day, tick_unit(base, day_item), ckpt, args.checkpoints_per_hour)
     idle = idle_month(base)

@@ -182,7 +182,7 @@ def run_scale(
         instance_agent=agents,
         pollers_per_queue=pollers,
         endpoint_proxy=remember,
-        # Simulated agents report every 30 s simulated; keep the control plane's patience.
+        # Simulated agents report every 60 s simulated; keep the control plane's patience.
         heartbeat_timeout_seconds=3600.0,
         boot_timeout_seconds=3600.0,
         launch_timeout_seconds=900.0,

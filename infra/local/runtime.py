@@ -39,7 +39,7 @@ from respot.spec import TrainingEnvVar
 
 log = logging.getLogger("respot.local")
 
-HEARTBEAT_SECONDS = 30.0  # simulated; the agent's default on EC2
+HEARTBEAT_SECONDS = 60.0  # simulated; the agent's default on EC2
 IMDS_POLL_SECONDS = 2.0
 HANDOFF_WAIT_SECONDS = 150.0
 

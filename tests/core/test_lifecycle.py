@@ -455,3 +455,32 @@ def test_the_notice_checkpoint_keeps_when_it_was_complete_in_s3() -> None:
     assert first == at(21.5)
     assert d.job.attempts[0].notice_checkpoint_at == at(21.5)
     assert d.job.checkpoint is not None and d.job.checkpoint.step == 50
+
+
+def test_the_record_keeps_only_the_newest_periodic_checkpoint_lines() -> None:
+    # GIVEN a running job that saves ten periodic checkpoints, then one on its notice
+    d = started_job()
+    assert d.job is not None
+    sent_notes = []
+    for n in range(1, 11):
+        body = AgentCheckpoint(
+            step=10 * n, manifest_key=f"m{n}", size_bytes=1, uploaded_bytes=1, upload_seconds=0.1
+        )
+        decision = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=n + 1)), 10 + n)
+        sent_notes += [e for e in decision.notes if e.kind == "checkpoint"]
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 30)
+    notice = AgentCheckpoint(
+        step=105,
+        manifest_key="m105",
+        size_bytes=1,
+        uploaded_bytes=1,
+        upload_seconds=0.1,
+        reason="notice",
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", notice, seq=20)), 31)
+    # THEN every checkpoint was a note for the notifier, but the record keeps the newest
+    # CHECKPOINT_NOTES_KEPT periodic lines and the notice one (the record stays small)
+    assert len(sent_notes) == 10
+    kept = [e.data["step"] for e in d.job.timeline if e.kind == "checkpoint"]
+    assert kept == [80, 90, 100, 105]
+    assert d.job.checkpoint is not None and d.job.checkpoint.step == 105

@@ -56,6 +56,10 @@ JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
 HANDOFF_TAG = "respot:await-handoff"
 MANAGED_TAG = "respot:managed"
+# Periodic checkpoint lines kept on the job record (the notifier still gets every one). The
+# whole record is written on every heartbeat and DynamoDB bills each started KB: a timeline
+# growing by a line per checkpoint made a day-old job's heartbeats 4-5x dearer (bench.cost).
+CHECKPOINT_NOTES_KEPT = 3
 
 
 @dataclass
@@ -547,6 +551,8 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
                 job.checkpoint = CheckpointInfo(
                     step=body.step, manifest_key=body.manifest_key, attempt=att.number, at=d.now
                 )
+                if body.reason == "periodic":
+                    _drop_old_checkpoint_notes(job)
                 d.note(
                     "checkpoint",
                     f"checkpoint at step {body.step} complete in S3 "
@@ -598,6 +604,17 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
         case AgentFailed():
             _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
+
+
+def _drop_old_checkpoint_notes(job: JobRecord) -> None:
+    """Keep room for one more periodic checkpoint line within CHECKPOINT_NOTES_KEPT."""
+    periodic = [
+        i
+        for i, e in enumerate(job.timeline)
+        if e.kind == "checkpoint" and e.data.get("reason") == "periodic"
+    ]
+    for i in reversed(periodic[: max(len(periodic) - CHECKPOINT_NOTES_KEPT + 1, 0)]):
+        del job.timeline[i]
 
 
 def _finish(
