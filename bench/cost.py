@@ -643,7 +643,7 @@ def markdown(p: dict[str, Any]) -> str:
         "",
         "Per job-hour by cause: "
         + ", ".join(f"{k} {_usd(v)}" for k, v in p["per_job_hour_parts_usd"].items())
-        + "; after 24 h of checkpoints the job record is bigger: "
+        + "; a day-old job (its record carries what a day of checkpoints leaves on it): "
         + f"{_usd(p['per_job_hour_after_24h_usd'])} an hour.",
         "",
         "Billed while no job runs (per month):",
