@@ -304,6 +304,20 @@ def run_scale(
             ),
         }
     all_h = [h for h in done if h.invocation.function != "reconcile"]
+    # Bursts: how fast the 1,000 submissions and the simultaneous reclaims went through.
+    subs = [h.invocation for h in done if h.invocation.function == "submit"]
+    sub_span = max((i.started + i.seconds for i in subs), default=submitted) - submitted
+    notices = [
+        i.started + i.seconds - reclaim_at
+        for h in done
+        if (i := h.invocation).function == "spot_interruption" and i.started >= reclaim_at
+    ]
+    ends = sorted(h.invocation.started + h.invocation.seconds for h in done if h.invocation.ok)
+    peak, lo = 0, 0
+    for hi, end in enumerate(ends):
+        while ends[lo] < end - 10.0:
+            lo += 1
+        peak = max(peak, hi - lo + 1)
     result: dict[str, Any] = {
         "parameters": {
             "jobs": jobs,
@@ -320,6 +334,17 @@ def run_scale(
         "wall_seconds_submit_to_all_terminal": round(window, 1),
         "events_handled": records,
         "events_per_second": round(records / window, 1) if window > 0 else None,
+        "peak_invocations_per_second_10s": round(peak / 10.0, 1),
+        "submission_burst": {
+            "jobs": jobs,
+            "seconds_until_all_recorded_and_requested": round(sub_span, 1),
+            "jobs_per_second": round(jobs / sub_span, 1) if sub_span > 0 else None,
+        },
+        "reclaim_burst": {
+            "notices": noticed,
+            "handled": len(notices),
+            "reclaim_to_replacement_requested_s": _pcts(notices),
+        },
         "handler_latency_all_but_reconcile_s": _pcts([h.invocation.seconds for h in all_h]),
         "handler_latency_without_aws_s": _pcts(
             [max(h.invocation.seconds - h.aws_seconds, 0) for h in all_h]
@@ -376,6 +401,7 @@ def _r(v: float | None) -> float | None:
 def markdown(r: dict[str, Any]) -> str:
     """The results as markdown."""
     p, c = r["parameters"], r["checks"]
+    sb, rb = r["submission_burst"], r["reclaim_burst"]["reclaim_to_replacement_requested_s"]
     rows = [
         [
             fn,
@@ -403,9 +429,15 @@ def markdown(r: dict[str, Any]) -> str:
             f"events expected {c['rule_events_expected']}, handled {c['rule_events_handled']}; "
             f"dead letters {c['dead_letters']}; left on queues {c['messages_left_on_queues']}; "
             f"handler failures {c['handler_failures']}",
-            f"- **{r['events_per_second']} events/s** handled ({r['events_handled']} in "
-            f"{r['wall_seconds_submit_to_all_terminal']} s from the first submission to the last "
-            "terminal state)",
+            f"- **{r['events_per_second']} events/s** handled on average ({r['events_handled']} "
+            f"in {r['wall_seconds_submit_to_all_terminal']} s from the first submission to the "
+            f"last terminal state; the pace is set by the simulated jobs), peak "
+            f"{r['peak_invocations_per_second_10s']} invocations/s over 10 s",
+            f"- submission burst: {r['submission_burst']['jobs']} jobs recorded and their "
+            f"capacity requested in {sb['seconds_until_all_recorded_and_requested']}"
+            f" s (**{sb['jobs_per_second']} jobs/s**)",
+            f"- reclaim burst: {r['reclaim_burst']['handled']} notices handled; notice -> "
+            f"replacement requested p50 {rb['p50']} s, **p99 {rb['p99']} s**, max {rb['max']} s",
             f"- handler latency (all but reconcile): p50 "
             f"{r['handler_latency_all_but_reconcile_s']['p50']} s, **p99 "
             f"{r['handler_latency_all_but_reconcile_s']['p99']} s**; without the time inside AWS "
