@@ -148,7 +148,7 @@ class Dispatcher:
     # ---- loops -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start one thread per queue poller, rule and schedule."""
+        """Start `pollers_per_queue` threads per queue and per rule, one per schedule."""
         for q in self.wiring.queues:
             url = self.deployment.queue_urls[q.name]
             for _ in range(self.pollers_per_queue):
@@ -157,7 +157,9 @@ class Dispatcher:
                 )
         for rule in self.wiring.rules:
             url = self.deployment.rule_queue_urls[rule.name]
-            self._spawn(f"rule-{rule.name}", self._poll_rule, rule.name, url, rule.function)
+            # EventBridge invokes a function for many events at once: as many readers here.
+            for _ in range(self.pollers_per_queue):
+                self._spawn(f"rule-{rule.name}", self._poll_rule, rule.name, url, rule.function)
         for schedule in self.wiring.schedules:
             self._spawn(
                 f"schedule-{schedule.name}",
