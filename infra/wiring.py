@@ -28,10 +28,11 @@ class Grant(enum.StrEnum):
     JOBS_TABLE_READ_WRITE = "jobs-table-read-write"
     BUCKET_JOBS_READ_WRITE = "bucket-jobs-read-write"  # objects under jobs/ only
     EC2_LAUNCH = "ec2-launch"  # RunInstances from respot's launch template, tags, PassRole
-    EC2_TERMINATE = "ec2-terminate"  # only instances tagged respot:managed=true
+    EC2_TERMINATE = "ec2-terminate"  # only instances tagged respot:managed=<this stack>
     EC2_DESCRIBE = "ec2-describe"  # DescribeInstances, DescribeSpotPriceHistory
     NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
     DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
+    SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
 
 
 CONTROL_GRANTS = frozenset(

@@ -76,15 +76,16 @@ def dead_letter(body: str, reason: str, source: str) -> None:
 def sqs_batch(
     event: dict[str, Any],
     context: Any,
-    handle: Callable[[str], None],
+    handle: Callable[[str], None] | Callable[[SQSRecord], None],
     *,
     source: str,
+    pass_record: bool = False,
 ) -> dict[str, Any]:
     """Process an SQS batch record by record, reporting only the failed ones back to SQS.
 
-    `handle(body)` raises `PoisonMessageError` for messages that can never succeed (they are
-    moved to the dead-letter queue with the reason and count as done) and anything else for
-    failures worth retrying (they stay on the queue).
+    `handle(body)` (or `handle(record)` with `pass_record`) raises `PoisonMessageError` for
+    messages that can never succeed (they are moved to the dead-letter queue with the reason
+    and count as done) and anything else for failures worth retrying (they stay on the queue).
     """
     # Imported here: only the SQS-triggered functions pay for Powertools' batch utility.
     from aws_lambda_powertools.utilities.batch import (
@@ -97,7 +98,7 @@ def sqs_batch(
 
     def record_handler(record: Any) -> None:
         try:
-            handle(record.body)
+            handle(record if pass_record else record.body)  # type: ignore[arg-type]
         except PoisonMessageError as exc:
             logger.warning("poison message %s: %s", record.message_id, exc)
             dead_letter(record.body, str(exc), source)

@@ -1,24 +1,42 @@
 """Lambda `agent_events`: applies what agents report (start, progress, checkpoints, the end).
 
-Trigger: SQS `agent-events`, sent to by instances; batches with partial failures.
+Trigger: SQS `agent-events`, sent to by instances; batches with partial failures. On AWS every
+message must come from the instance it speaks for: SQS stamps each message with the sender's
+`<role id>:<session name>`, and an instance profile's session is named after the instance.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from respot.config import ENV_AGENT_ROLE_ID
 from respot.core.events import AgentReport
 from respot.messages import AgentMessage
 
 
-def _report(body: str) -> None:
+def check_sender(message: AgentMessage, sender_id: str | None, role_id: str | None) -> None:
+    """Refuse a message not sent by the instance it names (no check without a role id)."""
+    if not role_id:
+        return
+    expected = f"{role_id}:{message.instance_id}"
+    if sender_id != expected:
+        raise PoisonMessageError(
+            f"agent message for {message.job_id} names {message.instance_id} but was sent by "
+            f"{sender_id!r}; only that instance's role session may speak for it"
+        )
+
+
+def _report(record: SQSRecord) -> None:
     try:
-        message = AgentMessage.model_validate_json(body)
+        message = AgentMessage.model_validate_json(record.body)
     except ValidationError as exc:
         raise PoisonMessageError(f"not an agent message: {exc.errors()[0]['msg']}") from exc
+    check_sender(message, record.attributes.sender_id, os.environ.get(ENV_AGENT_ROLE_ID))
     result = control_plane().apply(message.job_id, AgentReport(message))
     logger.debug(
         "agent",
@@ -29,4 +47,4 @@ def _report(body: str) -> None:
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """SQS batch -> one agent report per record."""
-    return sqs_batch(event, context, _report, source="agent-events")
+    return sqs_batch(event, context, _report, source="agent-events", pass_record=True)

@@ -16,6 +16,7 @@ AWS_EVENTS = SHARED / "aws-events"
 
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 
 

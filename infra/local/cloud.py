@@ -88,6 +88,7 @@ class LocalDeployment:
     rule_queue_urls: dict[str, str] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict)
     parameter_name: str = DEFAULT_PARAMETER
+    name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
 
     def client(self, service: str) -> Any:
         """A new boto3 client for the emulator."""
@@ -123,6 +124,7 @@ class LocalDeployment:
             cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
             cfg.ENV_DLQ_URL: dlq,
+            cfg.ENV_DEPLOYMENT_NAME: self.name,
         }
 
 
@@ -240,6 +242,7 @@ def provision(
         dlq_urls=dlq_urls,
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
+        name=prefix,
     )
     ssm.put_parameter(
         Name=local.parameter_name,

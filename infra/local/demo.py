@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.local.fleet import FleetTiming
-from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot import layout
+from respot.client import JobHandle
 from respot.core.job import JobRecord, TimelineEntry
 from respot.spec import DataSourceEnvVar, TrainingEnvVar
 
@@ -30,7 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "digits"
 DATA_BUCKET = "respot-demo-data"
 TIME_SCALE = 1.0 / 30.0  # the two-minute notice lasts 4 s, a one-minute tick 2 s
-INTERRUPT_AFTER_BOOT = 360.0  # simulated seconds after an instance boots (12 s real)
 HYPERPARAMETERS: dict[str, Any] = {"hidden": 512}  # ~13 s of training alone on one core
 
 
@@ -60,6 +59,47 @@ class DemoResult:
     weights_identical_to_uninterrupted: bool
     wall_seconds: float
     details: list[Interruption] = field(default_factory=list)
+
+
+def interruption_points(count: int) -> list[float]:
+    """Fractions of the job's steps at which to interrupt it: evenly spread, e.g. 1/3, 2/3."""
+    return [(k + 1) / (count + 1) for k in range(count)]
+
+
+class ProgressChaos:
+    """Interrupts the job's spot instance when its progress passes each given fraction.
+
+    Timing interruptions by progress rather than by the clock makes the demo show the same
+    story on a fast machine and on a loaded one: each interruption lands mid-training, after
+    a checkpoint, however long the instance took to start.
+    """
+
+    def __init__(self, rt: LocalRuntime, handle: JobHandle, fractions: list[float]) -> None:
+        self.rt, self.handle = rt, handle
+        self.pending = sorted(fractions)
+        self.done: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="demo-chaos", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        assert self.rt.fleet is not None
+        while self.pending and not self._stop.wait(0.1):
+            record = self.handle.record()
+            if record is None or record.state.value != "RUNNING":
+                continue
+            step, total = record.progress.step, record.progress.total_steps
+            current = record.current
+            if not step or not total or current is None or current.instance_id is None:
+                continue
+            due = step / total >= self.pending[0] and record.checkpoint is not None
+            if due and self.rt.fleet.interrupt(current.instance_id):
+                self.done.append((self.pending.pop(0), step))
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def demo_spec(seed: int = 7, hyperparameters: dict[str, Any] | None = None) -> TrainingEnvVar:
@@ -141,7 +181,6 @@ def interruptions_of(
 def run_demo(
     *,
     time_scale: float = TIME_SCALE,
-    interrupt_after_boot: float = INTERRUPT_AFTER_BOOT,
     interruptions: int = 2,
     timeout_seconds: float = 170.0,
     echo: bool = True,
@@ -150,11 +189,8 @@ def run_demo(
     """Run the demo and return its result."""
     t0 = time.monotonic()
     timing = FleetTiming()
-    chaos = ChaosSchedule(after_boot={n: interrupt_after_boot for n in range(1, interruptions + 1)})
     scratch = Path(tempfile.mkdtemp(prefix="respot-demo-"))
-    options = RuntimeOptions(
-        time_scale=time_scale, timing=timing, chaos=chaos, work_root=scratch / "runtime"
-    )
+    options = RuntimeOptions(time_scale=time_scale, timing=timing, work_root=scratch / "runtime")
 
     def say(text: str) -> None:
         if echo:
@@ -176,13 +212,17 @@ def run_demo(
         say("training the same job uninterrupted in a separate process, for comparison")
         handle = rt.run(spec)
         say(f"submitted {handle.job_id}")
+        director = ProgressChaos(rt, handle, interruption_points(interruptions))
 
         def on_event(entry: TimelineEntry) -> None:
             if entry.kind == "progress":
                 return
             say(f"{entry.kind:<12} {entry.text}")
 
-        status = handle.wait(timeout=timeout_seconds, poll_seconds=0.2, on_event=on_event)
+        try:
+            status = handle.wait(timeout=timeout_seconds, poll_seconds=0.2, on_event=on_event)
+        finally:
+            director.stop()
         record = status.record
         assert record is not None
         weights = ""

@@ -31,6 +31,12 @@ ENV_BOOT_TIMEOUT = "RESPOT_BOOT_TIMEOUT_SECONDS"
 ENV_LAUNCH_TIMEOUT = "RESPOT_LAUNCH_TIMEOUT_SECONDS"
 ENV_SLACK_SECRET_ARN = "RESPOT_SLACK_SECRET_ARN"  # noqa: S105 - a variable name, not a secret
 ENV_SLACK_CHANNEL = "RESPOT_SLACK_CHANNEL"
+# The value of the respot:managed tag on this deployment's instances (the stack name): cleanup
+# and the terminate permission are scoped to it, so two deployments never touch each other.
+ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
+# The unique id (AROA...) of the instances' role: agent messages must carry the SQS SenderId
+# "<that id>:<instance id>" of the instance they speak for. Unset (local runtime): no check.
+ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
 
 
 class ConfigError(RespotError):
@@ -54,6 +60,7 @@ class ControlPlaneConfig:
     heartbeat_timeout: timedelta = timedelta(minutes=10)
     boot_timeout: timedelta = timedelta(minutes=20)
     launch_timeout: timedelta = timedelta(minutes=3)
+    deployment_name: str = "respot"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -98,6 +105,7 @@ class ControlPlaneConfig:
             heartbeat_timeout=seconds(ENV_HEARTBEAT_TIMEOUT, timedelta(minutes=10)),
             boot_timeout=seconds(ENV_BOOT_TIMEOUT, timedelta(minutes=20)),
             launch_timeout=seconds(ENV_LAUNCH_TIMEOUT, timedelta(minutes=3)),
+            deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
         )
 
     def settings(self) -> ControlSettings:
@@ -108,4 +116,5 @@ class ControlPlaneConfig:
             launch_timeout=self.launch_timeout,
             heartbeat_timeout=self.heartbeat_timeout,
             boot_timeout=self.boot_timeout,
+            on_demand_prices=dict(self.on_demand_prices),
         )

@@ -34,6 +34,7 @@ _ISO_DURATION = re.compile(
     re.IGNORECASE,
 )
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+MAX_DURATION_SECONDS = 366 * 86400
 
 
 def parse_duration(value: Any) -> timedelta:
@@ -61,8 +62,10 @@ def parse_duration(value: Any) -> timedelta:
             seconds = sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in parts)
     else:
         raise ValueError("a duration is a number of seconds or text such as '90m' or '4h'")
-    if seconds <= 0:
+    if not seconds > 0:
         raise ValueError("a duration must be positive")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError("a duration must be at most 366 days; write e.g. '30d'")
     return timedelta(seconds=seconds)
 
 

@@ -484,3 +484,22 @@ def test_the_record_keeps_only_the_newest_periodic_checkpoint_lines() -> None:
     kept = [e.data["step"] for e in d.job.timeline if e.kind == "checkpoint"]
     assert kept == [80, 90, 100, 105]
     assert d.job.checkpoint is not None and d.job.checkpoint.step == 105
+
+
+def test_budget_spent_stops_the_job_and_keeps_the_checkpoint() -> None:
+    # GIVEN a job with a $1 budget running on a $0.30/h spot instance
+    d = started_job()
+    assert d.job is not None
+    d.job = d.job.model_copy(update={"submission": submission(budget_usd=1.0)})
+    for hours in (3, 4):
+        t = hours * 3600
+        d.apply(
+            AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=hours), seq=hours, sent=t)), t
+        )
+        d.apply(ReconcileTick(at(t)), t)
+        if hours == 3:  # $0.90 spent: still within the budget
+            assert d.state is JobState.RUNNING
+    # THEN at $1.20 the job stops with the reason, and its instance is terminated
+    assert d.state is JobState.FAILED
+    assert "budget" in (d.job.reason or "") and "checkpoint" in (d.job.reason or "")
+    assert "i-1" in d.terminated()

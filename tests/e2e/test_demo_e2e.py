@@ -16,7 +16,6 @@ def test_interrupted_digits_job_matches_the_uninterrupted_weights() -> None:
     # GIVEN a smaller model than the demo's, so that the test is quick, interrupted twice
     result = run_demo(
         hyperparameters={"hidden": 256, "checkpoint_every": 200},
-        interrupt_after_boot=180.0,
         interruptions=2,
         timeout_seconds=150.0,
         echo=False,

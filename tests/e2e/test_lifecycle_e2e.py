@@ -7,59 +7,27 @@ order, so each test here also checks that duplicates and reordering do no harm.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot import layout
-from respot.core.job import AttemptEnd, JobRecord, Market
+from respot.core.job import AttemptEnd, Market
 from respot.messages import new_job_id
-from respot.spec import TrainingEnvVar
+from tests.e2e.helpers import (
+    Invariants,
+    assert_launches_match_attempts,
+    counting_spec,
+    expected_total,
+    output,
+    wait_no_live_instances,
+)
 
 pytestmark = pytest.mark.e2e
 
-SESSIONS = Path(__file__).parent / "sessions"
 SCALE = 1.0 / 30.0  # a two-minute notice lasts 4 s
-
-
-class Invariants:
-    """Samples the fleet: a job never has two instances training at once."""
-
-    def __init__(self, rt: LocalRuntime) -> None:
-        self.rt = rt
-        self.violations: list[str] = []
-        self.max_live: dict[str, int] = defaultdict(int)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        assert self.rt.fleet is not None
-        while not self._stop.wait(0.05):
-            training: dict[str, int] = defaultdict(int)
-            for inst in self.rt.fleet.live():
-                if inst.job_id is None:
-                    continue
-                self.max_live[inst.job_id] = max(
-                    self.max_live[inst.job_id],
-                    sum(1 for i in self.rt.fleet.live() if i.job_id == inst.job_id),
-                )
-                if inst.noticed_at is None:
-                    training[inst.job_id] += 1
-            self.violations.extend(
-                f"{job}: {n} un-noticed live instances" for job, n in training.items() if n > 1
-            )
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 @pytest.fixture(scope="module")
@@ -78,47 +46,6 @@ def invariants(rt: LocalRuntime) -> Iterator[Invariants]:
     yield watch
     watch.stop()
     assert watch.violations == []
-
-
-def counting_spec(name: str, **fields: Any) -> TrainingEnvVar:
-    hyper = {"steps": 240, "step_seconds": 0.02, "checkpoint_every": 40}
-    hyper.update(fields.pop("hyperparameters", {}))
-    return TrainingEnvVar(
-        name=name,
-        entry_point=fields.pop("entry_point", "e2esessions.counting:CountingSession"),
-        source_dir=str(SESSIONS),
-        hyperparameters=hyper,
-        seed=fields.pop("seed", 2),
-        **fields,
-    )
-
-
-def expected_total(steps: int, seed: int) -> int:
-    return (seed + 1) * steps * (steps + 1) // 2
-
-
-def output(rt: LocalRuntime, job_id: str, name: str) -> str:
-    body = rt.client("s3").get_object(
-        Bucket=rt.sdk_deployment().bucket, Key=f"{layout.outputs_prefix(job_id)}{name}"
-    )["Body"]
-    return str(body.read().decode())
-
-
-def wait_no_live_instances(rt: LocalRuntime, job_id: str, timeout: float = 15.0) -> None:
-    assert rt.fleet is not None
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if not [i for i in rt.fleet.live() if i.job_id == job_id]:
-            return
-        time.sleep(0.1)
-    live = [i.instance_id for i in rt.fleet.live() if i.job_id == job_id]
-    raise AssertionError(f"instances of {job_id} still running: {live}")
-
-
-def assert_launches_match_attempts(rt: LocalRuntime, record: JobRecord) -> None:
-    assert rt.fleet is not None
-    instances = rt.fleet.of_job(record.job_id)
-    assert [i.instance_id for i in instances] == [a.instance_id for a in record.attempts]
 
 
 def test_interrupted_jobs_complete_exactly_once_with_their_work_intact(

@@ -125,7 +125,7 @@ def test_submit_records_the_job_and_launches_one_tagged_spot_instance(env: Env) 
     (instance,) = env.instances(job_id)
     assert instance["InstanceLifecycle"] == "spot"
     tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
-    assert tags["respot:attempt"] == "1" and tags["respot:managed"] == "true"
+    assert tags["respot:attempt"] == "1" and tags["respot:managed"] == env.local.name
     body = (
         env.clients["s3"]
         .get_object(Bucket=env.local.bucket, Key=f"jobs/{job_id}/submission.json")["Body"]
@@ -317,3 +317,52 @@ def test_documentation_samples_as_they_are_do_not_crash(env: Env, name: str) -> 
 def test_foreign_and_truncated_events_are_ignored(env: Env, event: Any) -> None:
     result = spot_interruption.handler(event, CONTEXT)
     assert result["outcome"].startswith("ignored")
+
+
+def test_reconcile_terminates_orphans_of_this_deployment_only(env: Env) -> None:
+    # GIVEN a live job, an instance of an unknown job, a second instance of the live job's
+    # attempt, and an instance of another deployment
+    job_id, owned = submit_job(env)
+    ec2 = env.clients["ec2"]
+
+    def launch(tags: dict[str, str]) -> str:
+        response = ec2.run_instances(
+            LaunchTemplate={"LaunchTemplateId": env.local.launch_template_id},
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ],
+        )
+        return str(response["Instances"][0]["InstanceId"])
+
+    forgotten = launch(
+        {"respot:managed": env.local.name, "respot:job-id": "gone-1", "respot:attempt": "1"}
+    )
+    duplicate = launch(
+        {"respot:managed": env.local.name, "respot:job-id": job_id, "respot:attempt": "1"}
+    )
+    foreign = launch(
+        {"respot:managed": "someone-else", "respot:job-id": "x", "respot:attempt": "1"}
+    )
+    config = ControlPlaneConfig.from_env(
+        {**env.local.function_env("reconcile"), "RESPOT_LAUNCH_TIMEOUT_SECONDS": "0"}
+    )
+    control = ControlPlane.from_config(config, session=cloud.session(), clients=env.clients)
+    # WHEN reconcile looks
+    orphans = control.terminate_orphans()
+    # THEN only this deployment's unowned instances go; "already gone" is fine the next time
+    assert sorted(orphans) == sorted([forgotten, duplicate])
+    states = {
+        i["InstanceId"]: i["State"]["Name"]
+        for r in ec2.describe_instances(InstanceIds=[owned, forgotten, duplicate, foreign])[
+            "Reservations"
+        ]
+        for i in r["Instances"]
+    }
+    assert states[owned] in ("pending", "running") and states[foreign] in ("pending", "running")
+    assert states[forgotten] == states[duplicate] == "terminated"
+    assert control.terminate_orphans() == []

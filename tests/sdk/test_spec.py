@@ -112,3 +112,9 @@ def test_oversize_message_is_refused_before_sending() -> None:
     sub = JobSubmission(job_id="j", spec=spec, submitted_at=datetime.now(UTC))
     with pytest.raises(MessageTooLargeError, match="S3"):
         encode(sub)
+
+
+def test_absurd_durations_are_refused_not_crashed_on() -> None:
+    # Found by tests/property: 1e14 seconds overflowed timedelta.
+    (line,) = problems(estimated_runtime=86_400_000_000_000)
+    assert line.startswith("estimated_runtime") and "366 days" in line

@@ -51,6 +51,7 @@ class Ec2Capacity:
         launch_template_id: str,
         launch_template_version: str = "$Latest",
         on_demand_prices: dict[str, float] | None = None,
+        deployment_name: str = "respot",
         client: EC2Client | Any = None,
     ) -> None:
         if client is None:
@@ -61,6 +62,7 @@ class Ec2Capacity:
         self.launch_template_id = launch_template_id
         self.launch_template_version = launch_template_version
         self.on_demand_prices = on_demand_prices or {}
+        self.deployment_name = deployment_name
 
     def launch(self, effect: LaunchInstance) -> CapacityLaunched | CapacityUnavailable:
         """Ask for one instance; a refusal for lack of capacity comes back as an event."""
@@ -68,7 +70,7 @@ class Ec2Capacity:
         tags = [
             {"Key": JOB_TAG, "Value": effect.job_id},
             {"Key": ATTEMPT_TAG, "Value": str(effect.attempt)},
-            {"Key": MANAGED_TAG, "Value": "true"},
+            {"Key": MANAGED_TAG, "Value": self.deployment_name},
             {"Key": "Name", "Value": f"respot {effect.job_id} #{effect.attempt}"},
         ]
         if effect.await_handoff_from is not None:
@@ -177,12 +179,12 @@ class Ec2Capacity:
         return None
 
     def managed_instances(self) -> list[dict[str, Any]]:
-        """Every live instance tagged respot:managed=true (for orphan clean-up)."""
+        """Every instance of this deployment not yet terminated (for orphan clean-up)."""
         paginator = self.client.get_paginator("describe_instances")
         found = []
         for page in paginator.paginate(
             Filters=[
-                {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+                {"Name": f"tag:{MANAGED_TAG}", "Values": [self.deployment_name]},
                 {
                     "Name": "instance-state-name",
                     "Values": ["pending", "running", "stopping", "stopped"],

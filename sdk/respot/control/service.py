@@ -38,7 +38,7 @@ from respot.core.events import (
     Submitted,
 )
 from respot.core.job import JobRecord, TimelineEntry
-from respot.core.lifecycle import Decision, decide
+from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
 from respot.core.placement import ControlSettings, MarketPolicy, SpotFirstPolicy
 from respot.exceptions import ConcurrentUpdateError
 from respot.messages import CancelCommand, JobSubmission
@@ -129,14 +129,23 @@ class ControlPlane:
             import boto3
 
             session = boto3.session.Session()
+        from botocore.config import Config
+
+        # Standard retries back off on throttling (EC2 RequestLimitExceeded, DynamoDB
+        # ProvisionedThroughputExceeded) before an error reaches the lifecycle.
+        retrying = Config(
+            retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30
+        )
         for name in ("dynamodb", "ec2", "s3", "sqs"):
-            clients.setdefault(name, session.client(name))
+            if name not in clients:
+                clients[name] = session.client(name, config=retrying)
         return cls(
             jobs=JobTable(config.table_name, clients["dynamodb"]),
             capacity=Ec2Capacity(
                 launch_template_id=config.launch_template_id,
                 launch_template_version=config.launch_template_version,
                 on_demand_prices=config.on_demand_prices,
+                deployment_name=config.deployment_name,
                 client=clients["ec2"],
             ),
             s3=clients["s3"],
@@ -179,14 +188,54 @@ class ControlPlane:
         return self.apply(job_id, replace(event, attempt=attempt))
 
     def reconcile(self) -> list[Applied]:
-        """The scheduled look at every live job."""
+        """The scheduled look at every live job, then at instances no live job owns."""
         results = []
         for job_id in list(self.jobs.live_job_ids()):
             try:
                 results.append(self.apply(job_id, ReconcileTick(self.clock())))
             except Exception:  # one broken job must not stop the others being looked at
                 log.exception("reconcile of job %s failed", job_id)
+        try:
+            self.terminate_orphans()
+        except Exception:
+            log.exception("orphan clean-up failed; the next tick tries again")
         return results
+
+    def terminate_orphans(self) -> list[str]:
+        """Terminate this deployment's instances that no open attempt of a live job owns.
+
+        The forgotten GPU that bills all weekend: an instance of a finished or unknown job,
+        of an attempt that already ended, or a second instance of one attempt. Instances
+        younger than the launch timeout are left alone: their launch may not be recorded yet.
+        """
+        now = self.clock()
+        orphans: list[str] = []
+        for instance in self.capacity.managed_instances():
+            instance_id = instance["InstanceId"]
+            launched = instance.get("LaunchTime")
+            if isinstance(launched, datetime) and now - launched < self.settings.launch_timeout:
+                continue
+            tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+            job_id = tags.get(JOB_TAG)
+            attempt = tags.get(ATTEMPT_TAG, "")
+            record = self.jobs.get(job_id) if job_id else None
+            if record is not None and not record.state.is_terminal() and attempt.isdigit():
+                owner = record.attempt(int(attempt))
+                if (
+                    owner is not None
+                    and owner.end is None
+                    and owner.instance_id
+                    in (
+                        None,
+                        instance_id,
+                    )
+                ):
+                    continue
+            orphans.append(instance_id)
+        if orphans:
+            done = self.capacity.terminate(orphans)
+            log.warning("terminated orphaned instances %s", done, extra={"orphans": done})
+        return orphans
 
     # ---- the loop ----------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ class Attempt(BaseModel):
     started_at: datetime | None = None
     restored_step: int | None = None
     restore_seconds: float | None = None
+    last_heard_at: datetime | None = None  # the newest message of this attempt's agent
     notice_at: datetime | None = None
     # When the checkpoint saved on the interruption notice was complete in S3 (the agent's
     # send time of its AgentCheckpoint, right after the manifest was written).

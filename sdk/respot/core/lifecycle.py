@@ -19,6 +19,7 @@ import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from respot.core.cost import job_cost
 from respot.core.effects import Effect, LaunchInstance, ReleaseHandoff, TerminateInstances
 from respot.core.events import (
     AgentReport,
@@ -498,6 +499,7 @@ def _agent(d: _Draft, event: AgentReport) -> Decision:
         return _unchanged("ignored: job is over", d.effects)
     att.instance_id = msg.instance_id
     job.last_heartbeat_at = max(job.last_heartbeat_at or msg.sent_at, msg.sent_at)
+    att.last_heard_at = max(att.last_heard_at or msg.sent_at, msg.sent_at)
     current = att is job.current
 
     match body:
@@ -670,6 +672,17 @@ def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decisio
             f"max_runtime of {spec.max_runtime} exceeded; the newest checkpoint is kept in S3",
         )
         return d.decision()
+    if spec.budget_usd is not None:
+        spent = job_cost(job, now, settings.on_demand_prices).paid_usd
+        if spent >= spec.budget_usd:
+            _finish(
+                d,
+                Transition.FAIL,
+                AttemptEnd.FAILED,
+                f"budget of ${spec.budget_usd:.2f} spent (${spent:.2f}); the newest checkpoint is "
+                "kept in S3: raise budget_usd and run again to continue",
+            )
+            return d.decision()
     if job.state in (JobState.QUEUED, JobState.INTERRUPTED):
         return Decision(None, [], "follow-up", PlaceNow("scheduled tick"))
     att = job.current
@@ -683,9 +696,12 @@ def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decisio
             d.effects.append(_launch_effect(job, att))
             return d.decision()
         return _unchanged("ignored: launch in flight")
-    silent_since = job.last_heartbeat_at or att.bound_at or att.launched_at or att.requested_at
+    # Silent instances: a RUNNING agent that stopped reporting, or an instance that never got
+    # as far as its agent's first report (stuck pending, broken boot).
+    silent_since = att.last_heard_at or att.bound_at or att.launched_at or att.requested_at
     limit = settings.heartbeat_timeout if job.state is JobState.RUNNING else settings.boot_timeout
-    if job.state in (JobState.STARTING, JobState.RUNNING) and now - silent_since >= limit:
+    watched = (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+    if job.state in watched and att.instance_id and now - silent_since >= limit:
         d.terminate([att.instance_id or ""], "no heartbeat")
         att.end = AttemptEnd.LOST
         att.ended_at = now

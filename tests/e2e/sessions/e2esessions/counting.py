@@ -43,6 +43,11 @@ class CountingSession(TrainingSession):
         (self.output_dir / "hparams.json").write_text(json.dumps(self.hparams))
 
     def _save(self, state: dict[str, int]) -> None:
+        ballast_mb = int(self.hparams.get("ballast_mb", 0))
+        if ballast_mb:
+            # A big file that changes with every checkpoint, so that uploads take a while.
+            block = (f"step {state['step']} ".encode() * 64)[:1024]
+            (self.checkpoint_dir / "ballast.bin").write_bytes(block * (1024 * ballast_mb))
         tmp = self.checkpoint_dir / "state.json.tmp"
         tmp.write_text(json.dumps(state))
         tmp.replace(self.checkpoint_dir / "state.json")

@@ -1,0 +1,19 @@
+"""The constructs the respot stack is composed of, one per concern."""
+
+from infra.constructs.fleet import FixedImage, Fleet
+from infra.constructs.functions import ControlFunctions
+from infra.constructs.messaging import Messaging
+from infra.constructs.network import Network, SubnetPlacement
+from infra.constructs.researchers import ResearcherAccess
+from infra.constructs.storage import JobStore
+
+__all__ = [
+    "ControlFunctions",
+    "FixedImage",
+    "Fleet",
+    "JobStore",
+    "Messaging",
+    "Network",
+    "ResearcherAccess",
+    "SubnetPlacement",
+]

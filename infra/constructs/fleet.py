@@ -1,0 +1,242 @@
+"""The GPU instances' side: launch template, instance role, security group and bootstrap.
+
+Every instance respot launches comes from this launch template (the control plane's IAM
+allows no other): IMDSv2 only, instance tags readable through IMDS (the agent reads its job
+id and attempt there), no key pair, no inbound port, an encrypted gp3 root volume, and a
+fixed bootstrap script that installs the agent package and runs `python3 -m respot.agent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import jsii
+from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack, Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.bundling import LocalAsset, agent_package_asset
+from infra.grants import job_objects, list_job_objects
+from infra.nag import suppress
+from respot import layout
+from respot.agent import config as agent_config
+from respot.core.lifecycle import MANAGED_TAG
+
+BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[1] / "bootstrap" / "agent-bootstrap.sh"
+ENV_FILE = "/etc/respot/respot.env"
+# Containers on the instance need a second hop to reach IMDS; nothing further away may.
+IMDS_HOP_LIMIT = 2
+LOG_RETENTION = logs.RetentionDays.ONE_MONTH
+# What the agent writes under a job's prefix (see respot.layout); it only reads the rest.
+AGENT_WRITES = ("checkpoints", "handoff", "outputs", "logs", "tensorboard")
+
+
+def _data_bucket_resources(bucket: str) -> tuple[str, str, str | None]:
+    """(bucket ARN, object ARN pattern, key prefix or None) of a data bucket ARN or name."""
+    if not bucket.startswith("arn:"):
+        bucket = f"arn:{Aws.PARTITION}:s3:::{bucket}"
+    bucket_arn, _, prefix = bucket.partition("/")
+    prefix = prefix.strip("/")
+    objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
+    return bucket_arn, objects, prefix or None
+
+
+@jsii.implements(ec2.IMachineImage)
+class FixedImage:
+    """One AMI id given by the platform team (the same id in whichever region is deployed)."""
+
+    def __init__(self, ami_id: str) -> None:
+        self.ami_id = ami_id
+
+    def get_image(self, scope: Construct) -> ec2.MachineImageConfig:
+        return ec2.MachineImageConfig(
+            image_id=self.ami_id,
+            os_type=ec2.OperatingSystemType.LINUX,
+            user_data=ec2.UserData.for_linux(),
+        )
+
+
+class Fleet(Construct):
+    """Launch template, instance role and profile, security group and agent package."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        bucket: s3.IBucket,
+        agent_queue: sqs.IQueue,
+        machine_image: ec2.IMachineImage,
+        data_buckets: Sequence[str] = (),
+        root_volume_gb: int = 200,
+        root_device_name: str = "/dev/sda1",
+        log_group_name: str = "/respot/jobs",
+        agent_asset: LocalAsset | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        jobs = layout.JOBS_PREFIX  # "jobs/"
+
+        self.log_group = logs.LogGroup(
+            self,
+            "JobLogs",
+            log_group_name=log_group_name,
+            retention=LOG_RETENTION,
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+
+        asset = agent_asset or agent_package_asset()
+        self.agent_package = s3_assets.Asset(self, "AgentPackage", **asset.asset_options())
+
+        # ---- instance role: the job's own objects, its data, the agent queue, its logs
+        self.role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="respot GPU instances: read jobs/, write checkpoints and outputs",
+        )
+        self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
+        policy = iam.Policy(self, "InstancePolicy", roles=[self.role])
+        policy.add_statements(
+            job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
+            iam.PolicyStatement(
+                sid="WriteJobResults",
+                actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                resources=[bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES],
+            ),
+            list_job_objects(bucket),
+            iam.PolicyStatement(
+                sid="ReadAgentPackage",
+                actions=["s3:GetObject"],
+                resources=[
+                    f"arn:{Aws.PARTITION}:s3:::{self.agent_package.s3_bucket_name}/"
+                    f"{self.agent_package.s3_object_key}"
+                ],
+            ),
+            iam.PolicyStatement(
+                sid="SendAgentEvents",
+                actions=["sqs:SendMessage"],
+                resources=[agent_queue.queue_arn],
+            ),
+            iam.PolicyStatement(
+                sid="WriteJobLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[self.log_group.log_group_arn],
+            ),
+        )
+        for bucket_ref in data_buckets:
+            bucket_arn, objects, prefix = _data_bucket_resources(bucket_ref)
+            policy.add_statements(
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[objects]),
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{prefix}/*"]}} if prefix else None,
+                ),
+            )
+        suppress(
+            policy,
+            "IAM5",
+            "An instance learns its job at boot (from its tags), so its role covers every "
+            "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
+            "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
+            "docs/security.md says how this could be narrowed to one job.",
+            applies_to=[
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
+                r"tensorboard)/\*$",
+            ],
+        )
+        if data_buckets:
+            suppress(
+                policy,
+                "IAM5",
+                "Training data: the platform team named these buckets (data_bucket_arns); "
+                "instances only read objects under them.",
+                applies_to=[r"^Resource::arn:.*:s3:::[^<>]*/\*$"],
+            )
+
+        # ---- no inbound at all; out only to HTTPS (AWS APIs, S3, package indexes) and HTTP
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="respot GPU instances: no inbound; outbound HTTPS and HTTP only",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS: AWS APIs, S3, package indexes"
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(80), "HTTP: Ubuntu package mirrors"
+        )
+
+        # ---- the bootstrap: deployment values in a file, then a fixed script
+        self.agent_environment: dict[str, str] = {
+            agent_config.ENV_BUCKET: bucket.bucket_name,
+            agent_config.ENV_AGENT_QUEUE_URL: agent_queue.queue_url,
+            "AWS_REGION": Aws.REGION,
+            "AWS_DEFAULT_REGION": Aws.REGION,
+            agent_config.ENV_SHUTDOWN: "poweroff",
+            "RESPOT_LOG_GROUP": self.log_group.log_group_name,
+            "RESPOT_AGENT_ASSET_BUCKET": self.agent_package.s3_bucket_name,
+            "RESPOT_AGENT_ASSET_KEY": self.agent_package.s3_object_key,
+        }
+        user_data = ec2.UserData.for_linux()
+        user_data.add_commands(
+            "install -d -m 0755 /etc/respot",
+            # A quoted heredoc: the shell expands nothing in these lines.
+            f"cat > {ENV_FILE} <<'RESPOT_ENV'",
+            *(f"{name}={value}" for name, value in self.agent_environment.items()),
+            "RESPOT_ENV",
+            BOOTSTRAP_SCRIPT.read_text(),
+        )
+        self.user_data = user_data
+
+        self.image_id = machine_image.get_image(self).image_id
+        self.launch_template = ec2.LaunchTemplate(
+            self,
+            "LaunchTemplate",
+            machine_image=machine_image,
+            user_data=user_data,
+            instance_profile=self.instance_profile,
+            security_group=self.security_group,
+            require_imdsv2=True,
+            http_tokens=ec2.LaunchTemplateHttpTokens.REQUIRED,
+            http_endpoint=True,
+            http_put_response_hop_limit=IMDS_HOP_LIMIT,
+            instance_metadata_tags=True,
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
+            detailed_monitoring=False,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=root_device_name,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        root_volume_gb,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        encrypted=True,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+            version_description="respot GPU worker",
+        )
+        # Instances (and volumes) carry the tag the control plane may terminate by.
+        Tags.of(self.launch_template).add(MANAGED_TAG, stack.stack_name)
+        template_id = self.launch_template.launch_template_id
+        if template_id is None:  # only imported templates lack one
+            raise RuntimeError("the launch template has no id")
+        self.launch_template_id: str = template_id
+        self.launch_template_arn = stack.format_arn(
+            service="ec2",
+            resource="launch-template",
+            resource_name=template_id,
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )

@@ -1,0 +1,137 @@
+"""How researchers find and use a deployment: the discovery parameter, their policy, outputs.
+
+The SDK reads one SSM parameter (`/respot/deployment` by default) to learn the topic, table,
+bucket and agent queue. What a researcher may do is one managed policy the platform team
+attaches to researcher roles, and, when it lists them, the topic's own policy refuses
+`sns:Publish` to anyone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Aws, CfnOutput, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra.grants import job_objects, list_job_objects
+from infra.nag import suppress
+from respot import layout
+
+RESEARCHER_POLICY_NAME = "RespotResearcherPolicy"
+
+
+class ResearcherAccess(Construct):
+    """The deployment parameter, `RespotResearcherPolicy`, the topic policy and the outputs."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        topic: sns.ITopic,
+        table: dynamodb.ITable,
+        index_names: Sequence[str],
+        bucket: s3.IBucket,
+        agent_queue: sqs.IQueue,
+        parameter_name: str,
+        policy_name: str = RESEARCHER_POLICY_NAME,
+        publisher_role_arns: Sequence[str] = (),
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        jobs = layout.JOBS_PREFIX
+
+        self.deployment = {
+            "stack": stack.stack_name,
+            "region": Aws.REGION,
+            "topic_arn": topic.topic_arn,
+            "table_name": table.table_name,
+            "bucket": bucket.bucket_name,
+            "agent_queue_url": agent_queue.queue_url,
+        }
+        self.parameter = ssm.StringParameter(
+            self,
+            "Deployment",
+            parameter_name=parameter_name,
+            description="respot deployment: where the SDK publishes jobs and reads their state",
+            string_value=stack.to_json_string(self.deployment),
+            tier=ssm.ParameterTier.STANDARD,
+        )
+
+        self.policy = iam.ManagedPolicy(
+            self,
+            "ResearcherPolicy",
+            managed_policy_name=policy_name,
+            description="respot: submit and follow jobs (attach to researcher roles)",
+            statements=[
+                iam.PolicyStatement(
+                    sid="PublishJobCommands", actions=["sns:Publish"], resources=[topic.topic_arn]
+                ),
+                iam.PolicyStatement(
+                    sid="FindDeployment",
+                    actions=["ssm:GetParameter"],
+                    resources=[self.parameter.parameter_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="ReadJobRecords",
+                    actions=["dynamodb:GetItem", "dynamodb:Query"],
+                    resources=[
+                        table.table_arn,
+                        *(f"{table.table_arn}/index/{name}" for name in index_names),
+                    ],
+                ),
+                iam.PolicyStatement(
+                    sid="UploadJobCode",
+                    actions=["s3:PutObject"],
+                    resources=[bucket.arn_for_objects(f"{jobs}*/code/*")],
+                ),
+                job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
+                list_job_objects(bucket),
+            ],
+        )
+        suppress(
+            self.policy,
+            "IAM5",
+            "Researchers submit and follow many jobs: they upload code only under "
+            "jobs/<job>/code/ and read objects under jobs/ (checkpoints, outputs, logs). "
+            "Nothing outside jobs/ and no write elsewhere.",
+            applies_to=[
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/code/\*$",
+            ],
+        )
+
+        if publisher_role_arns:
+            topic.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="ResearchersPublish",
+                    principals=[iam.ArnPrincipal(arn) for arn in publisher_role_arns],
+                    actions=["sns:Publish"],
+                    resources=[topic.topic_arn],
+                )
+            )
+            topic.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid="OnlyResearchersPublish",
+                    effect=iam.Effect.DENY,
+                    principals=[iam.AnyPrincipal()],
+                    actions=["sns:Publish"],
+                    resources=[topic.topic_arn],
+                    conditions={"ArnNotLike": {"aws:PrincipalArn": list(publisher_role_arns)}},
+                )
+            )
+
+        outputs = {
+            **self.deployment,
+            "deployment_parameter": self.parameter.parameter_name,
+            "researcher_policy_arn": self.policy.managed_policy_arn,
+        }
+        for key, value in outputs.items():
+            output_id = key.title().replace("_", "")  # "topic_arn" -> "TopicArn"
+            CfnOutput(self, output_id, key=output_id, value=value)

@@ -1,0 +1,271 @@
+"""What each wiring `Grant` means in IAM: least-privilege statements for one function.
+
+`policy_for(grant, ...)` is the only place a `Grant` becomes IAM; the stack applies it to
+every function's role. A grant without an entry here fails the synth, so a new grant in
+`infra/wiring.py` cannot silently give nothing (or everything). Where a statement needs a
+wildcard resource, the grant names it with the reason, which becomes its cdk-nag suppression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
+
+from infra.wiring import Grant
+from respot import layout
+from respot.core.lifecycle import MANAGED_TAG
+
+# The table adapter's calls: compare-and-set writes, reads and the `live` index query.
+# (TransactWriteItems is authorized per item by these same actions.)
+TABLE_ACTIONS = (
+    "dynamodb:BatchGetItem",
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+)
+BUCKET_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")
+# Resource types RunInstances touches when it launches from the template (spot included).
+LAUNCHED_RESOURCE_TYPES = ("instance", "volume", "network-interface", "spot-instances-request")
+SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - a grant name the notify function will carry
+
+
+@dataclass(frozen=True)
+class GrantTargets:
+    """The resources grants refer to."""
+
+    stack: Stack
+    table: dynamodb.ITable
+    index_names: tuple[str, ...]
+    bucket: s3.IBucket
+    launch_template_arn: str
+    instance_role: iam.IRole
+    subnet_ids: tuple[str, ...]
+    security_group_id: str
+    image_id: str
+    slack_secret: secretsmanager.ISecret
+    notify_queue: sqs.IQueue | None = None
+    # function name -> the dead-letter queue of the queue that feeds it
+    dead_letter_queues: Mapping[str, sqs.IQueue] = field(default_factory=dict)
+
+    def ec2_arn(self, resource: str, name: str, *, account: str | None = None) -> str:
+        """arn:<partition>:ec2:<region>:<account>:<resource>/<name>."""
+        return self.stack.format_arn(
+            service="ec2",
+            resource=resource,
+            resource_name=name,
+            account=account,
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
+
+class GrantError(KeyError):
+    """A function carries a grant the stack cannot express or satisfy."""
+
+
+@dataclass(frozen=True)
+class GrantPolicy:
+    """The statements of one grant, and why each wildcard resource in them is right."""
+
+    statements: list[iam.PolicyStatement]
+    # (regex over cdk-nag's "Resource::..." finding, the reason written into the suppression)
+    wildcards: tuple[tuple[str, str], ...] = ()
+
+
+_JOB_OBJECTS = (
+    r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
+    "The control plane handles every job, so it reads and writes objects under jobs/ "
+    "(submissions, handoff markers, manifests) and lists the bucket, which holds only jobs/; "
+    "nothing else in the bucket.",
+)
+_LAUNCHED = (
+    r"^Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:"
+    r"(instance|volume|network-interface|spot-instances-request)/\*$",
+    "Instances, volumes, network interfaces and spot requests do not exist before the "
+    "launch, so their ids cannot be named: RunInstances is allowed only together with "
+    "respot's launch template (condition ec2:LaunchTemplate), CreateTags only inside "
+    "RunInstances (ec2:CreateAction), TerminateInstances only on instances tagged "
+    "respot:managed=<this stack's name> (aws:ResourceTag).",
+)
+_DESCRIBE = (
+    r"^Resource::\*$",
+    "ec2:DescribeInstances and ec2:DescribeSpotPriceHistory support no resource-level "
+    "permissions: AWS accepts only Resource *. They are read-only.",
+)
+
+
+def _table(t: GrantTargets, function: str) -> GrantPolicy:
+    return GrantPolicy(
+        [
+            iam.PolicyStatement(
+                sid="JobsTableReadWrite",
+                actions=list(TABLE_ACTIONS),
+                resources=[
+                    t.table.table_arn,
+                    *(f"{t.table.table_arn}/index/{name}" for name in t.index_names),
+                ],
+            )
+        ]
+    )
+
+
+def job_objects(bucket: s3.IBucket, sid: str, *actions: str) -> iam.PolicyStatement:
+    """`actions` on the objects under jobs/ (every job's; see docs/security.md)."""
+    return iam.PolicyStatement(
+        sid=sid, actions=list(actions), resources=[bucket.arn_for_objects(f"{layout.JOBS_PREFIX}*")]
+    )
+
+
+def list_job_objects(bucket: s3.IBucket) -> iam.PolicyStatement:
+    """s3:ListBucket on the jobs bucket, which holds nothing but jobs/.
+
+    No s3:prefix condition: S3 answers HeadObject on a missing key with 404 only to callers
+    allowed s3:ListBucket on the bucket, and respot asks "is it there yet?" often (checkpoint
+    blobs stored once by content, handoff markers). With a prefix condition that answer
+    becomes 403 AccessDenied.
+    """
+    return iam.PolicyStatement(
+        sid="ListJobObjects", actions=["s3:ListBucket"], resources=[bucket.bucket_arn]
+    )
+
+
+def _bucket(t: GrantTargets, function: str) -> GrantPolicy:
+    statements = [
+        job_objects(t.bucket, "ReadWriteJobObjects", *BUCKET_OBJECT_ACTIONS),
+        list_job_objects(t.bucket),
+    ]
+    return GrantPolicy(statements, (_JOB_OBJECTS,))
+
+
+def _launch(t: GrantTargets, function: str) -> GrantPolicy:
+    launched = [t.ec2_arn(kind, "*") for kind in LAUNCHED_RESOURCE_TYPES]
+    statements = [
+        iam.PolicyStatement(
+            sid="RunFromRespotLaunchTemplate",
+            actions=["ec2:RunInstances"],
+            resources=[
+                t.launch_template_arn,
+                *launched,
+                *(t.ec2_arn("subnet", subnet) for subnet in t.subnet_ids),
+                t.ec2_arn("security-group", t.security_group_id),
+                t.ec2_arn("image", t.image_id, account=""),
+            ],
+            # Every resource of the call must come with respot's launch template.
+            conditions={"ArnLike": {"ec2:LaunchTemplate": t.launch_template_arn}},
+        ),
+        iam.PolicyStatement(
+            sid="TagOnLaunchOnly",
+            actions=["ec2:CreateTags"],
+            resources=launched,
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        ),
+        iam.PolicyStatement(
+            sid="PassInstanceRole",
+            actions=["iam:PassRole"],
+            resources=[t.instance_role.role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        ),
+        iam.PolicyStatement(
+            # The first spot launch of an account creates EC2's spot service-linked role.
+            sid="CreateSpotServiceLinkedRole",
+            actions=["iam:CreateServiceLinkedRole"],
+            resources=[
+                f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/"
+                "spot.amazonaws.com/AWSServiceRoleForEC2Spot"
+            ],
+            conditions={"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}},
+        ),
+    ]
+    return GrantPolicy(statements, (_LAUNCHED,))
+
+
+def _terminate(t: GrantTargets, function: str) -> GrantPolicy:
+    statements = [
+        iam.PolicyStatement(
+            sid="TerminateRespotInstances",
+            actions=["ec2:TerminateInstances"],
+            resources=[t.ec2_arn("instance", "*")],
+            conditions={"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}},
+        )
+    ]
+    return GrantPolicy(statements, (_LAUNCHED,))
+
+
+def _describe(t: GrantTargets, function: str) -> GrantPolicy:
+    statements = [
+        iam.PolicyStatement(
+            sid="DescribeInstancesAndSpotPrices",
+            actions=["ec2:DescribeInstances", "ec2:DescribeSpotPriceHistory"],
+            resources=["*"],  # these Describe calls support no resource-level permission
+        )
+    ]
+    return GrantPolicy(statements, (_DESCRIBE,))
+
+
+def _send(sid: str, queue: sqs.IQueue) -> GrantPolicy:
+    return GrantPolicy(
+        [iam.PolicyStatement(sid=sid, actions=["sqs:SendMessage"], resources=[queue.queue_arn])]
+    )
+
+
+def _notify(t: GrantTargets, function: str) -> GrantPolicy:
+    # The notifications queue joins the wiring later; until then this grant allows nothing.
+    if t.notify_queue is None:
+        return GrantPolicy([])
+    return _send("SendNotifications", t.notify_queue)
+
+
+def _dead_letters(t: GrantTargets, function: str) -> GrantPolicy:
+    queue = t.dead_letter_queues.get(function)
+    if queue is None:
+        raise GrantError(f"{function} has {Grant.DLQ_SEND} but no queue feeds it")
+    return _send("SendPoisonToDeadLetters", queue)
+
+
+def _slack(t: GrantTargets, function: str) -> GrantPolicy:
+    return GrantPolicy(
+        [
+            iam.PolicyStatement(
+                sid="ReadSlackToken",
+                actions=["secretsmanager:GetSecretValue"],
+                resources=[t.slack_secret.secret_arn],
+            )
+        ]
+    )
+
+
+_BUILDERS: dict[str, Callable[[GrantTargets, str], GrantPolicy]] = {
+    Grant.JOBS_TABLE_READ_WRITE: _table,
+    Grant.BUCKET_JOBS_READ_WRITE: _bucket,
+    Grant.EC2_LAUNCH: _launch,
+    Grant.EC2_TERMINATE: _terminate,
+    Grant.EC2_DESCRIBE: _describe,
+    Grant.NOTIFY_SEND: _notify,
+    Grant.DLQ_SEND: _dead_letters,
+    SLACK_SECRET_READ: _slack,
+}
+
+
+def policy_for(grant: str, *, function: str, targets: GrantTargets) -> GrantPolicy:
+    """The IAM statements `grant` stands for, for the function called `function`."""
+    try:
+        builder = _BUILDERS[grant]
+    except KeyError:
+        raise GrantError(
+            f"{function} carries grant {grant!r}, which infra/grants.py does not define"
+        ) from None
+    return builder(targets, function)
+
+
+def known_grants() -> frozenset[str]:
+    """Every grant value the stack can express."""
+    return frozenset(_BUILDERS)

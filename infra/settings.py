@@ -1,0 +1,217 @@
+"""What the platform team chooses at deploy time: CDK context values, read and checked once.
+
+Every key is optional; `docs/deploy.md` lists them with examples. Values come from `cdk.json`
+(typed JSON) or from `cdk deploy -c key=value` (always a string), so list and mapping values
+also accept JSON text, and lists accept comma-separated text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# The Deep Learning Base AMI (NVIDIA driver, CUDA, Python 3.12 at /usr/bin/python3.12).
+DEFAULT_AMI_PARAMETER = (
+    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
+)
+DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g4dn.xlarge")
+DEFAULT_ROOT_VOLUME_GB = 200
+DEFAULT_ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs; Amazon Linux uses /dev/xvda
+MAX_ROOT_VOLUME_GB = 16384  # the gp3 limit
+
+CONTEXT_KEYS = (
+    "stage",
+    "vpc_id",
+    "subnet_ids",
+    "instance_types",
+    "ami_id",
+    "ami_parameter",
+    "root_volume_gb",
+    "root_device_name",
+    "slack_channel",
+    "allowed_publisher_role_arns",
+    "data_bucket_arns",
+    "on_demand_prices",
+    "deployment_parameter",
+    "alarm_topic_arn",
+)
+
+_TEXT_KEYS = {
+    "stage",
+    "vpc_id",
+    "ami_id",
+    "ami_parameter",
+    "root_device_name",
+    "slack_channel",
+    "deployment_parameter",
+    "alarm_topic_arn",
+}
+_LIST_KEYS = {"instance_types", "allowed_publisher_role_arns", "data_bucket_arns"}
+
+_STAGE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,24}$")
+_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+_AMI = re.compile(r"^ami-[0-9a-f]{8,17}$")
+_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_ARN = re.compile(r"^arn:aws[a-z-]*:")
+_PARAMETER = re.compile(r"^/[A-Za-z0-9_./-]{1,1000}$")
+
+
+class DeploySettingsError(ValueError):
+    """A context value is missing, malformed or inconsistent with another one."""
+
+
+@dataclass(frozen=True)
+class DeploySettings:
+    """The deploy-time choices the stack is built from."""
+
+    stage: str | None = None
+    vpc_id: str | None = None
+    subnets: Mapping[str, str] = field(default_factory=dict)  # subnet id -> availability zone
+    instance_types: tuple[str, ...] = DEFAULT_INSTANCE_TYPES
+    ami_id: str | None = None
+    ami_parameter: str = DEFAULT_AMI_PARAMETER
+    root_volume_gb: int = DEFAULT_ROOT_VOLUME_GB
+    root_device_name: str = DEFAULT_ROOT_DEVICE
+    slack_channel: str | None = None
+    allowed_publisher_role_arns: tuple[str, ...] = ()
+    data_bucket_arns: tuple[str, ...] = ()  # bucket ARNs (a /prefix narrows) or bucket names
+    on_demand_prices: Mapping[str, float] = field(default_factory=dict)
+    deployment_parameter: str | None = None
+    alarm_topic_arn: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stage is not None and not _STAGE.match(self.stage):
+            raise DeploySettingsError(
+                f"stage {self.stage!r}: use a letter then up to 24 letters, digits or '-'"
+            )
+        if (self.vpc_id is None) != (not self.subnets):
+            raise DeploySettingsError(
+                "give vpc_id and subnet_ids together, or neither (the stack then creates a VPC)"
+            )
+        if self.vpc_id is not None and not _VPC.match(self.vpc_id):
+            raise DeploySettingsError(f"vpc_id {self.vpc_id!r} is not a VPC id (vpc-...)")
+        for subnet_id, zone in self.subnets.items():
+            if not _SUBNET.match(subnet_id) or not _AZ.match(zone):
+                raise DeploySettingsError(
+                    f"subnet_ids entry {subnet_id!r}: {zone!r} must map a subnet id to its "
+                    'availability zone, e.g. {"subnet-0abc12345": "us-east-1a"}'
+                )
+        if not self.instance_types or not all(_INSTANCE_TYPE.match(t) for t in self.instance_types):
+            raise DeploySettingsError(
+                f"instance_types {list(self.instance_types)!r}: give EC2 types such as g5.xlarge"
+            )
+        if self.ami_id is not None and not _AMI.match(self.ami_id):
+            raise DeploySettingsError(f"ami_id {self.ami_id!r} is not an AMI id (ami-...)")
+        if not _PARAMETER.match(self.ami_parameter):
+            raise DeploySettingsError(f"ami_parameter {self.ami_parameter!r} is not an SSM name")
+        if not 8 <= self.root_volume_gb <= MAX_ROOT_VOLUME_GB:
+            raise DeploySettingsError(
+                f"root_volume_gb {self.root_volume_gb}: give 8..{MAX_ROOT_VOLUME_GB}"
+            )
+        if not self.root_device_name.startswith("/dev/"):
+            raise DeploySettingsError(f"root_device_name {self.root_device_name!r}: /dev/...")
+        for arn in self.allowed_publisher_role_arns:
+            if not _ARN.match(arn) or ":iam::" not in arn:
+                raise DeploySettingsError(f"allowed_publisher_role_arns: {arn!r} is not an IAM ARN")
+        for bucket in self.data_bucket_arns:
+            if not (_BUCKET_NAME.match(bucket) or (_ARN.match(bucket) and ":s3:::" in bucket)):
+                raise DeploySettingsError(
+                    f"data_bucket_arns: {bucket!r} is neither an S3 bucket ARN nor a bucket name"
+                )
+        if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
+            raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
+        for name, price in self.on_demand_prices.items():
+            if not _INSTANCE_TYPE.match(name) or not price > 0:
+                raise DeploySettingsError(
+                    f"on_demand_prices {name!r}: {price!r}; map instance types to USD per hour"
+                )
+        if self.deployment_parameter is not None and not _PARAMETER.match(
+            self.deployment_parameter
+        ):
+            raise DeploySettingsError(
+                f"deployment_parameter {self.deployment_parameter!r}: an SSM name such as "
+                "/respot/deployment"
+            )
+
+    @property
+    def stack_name(self) -> str:
+        """`Respot`, or `Respot-<stage>` when a stage is given."""
+        return f"Respot-{self.stage}" if self.stage else "Respot"
+
+    @property
+    def name_prefix(self) -> str:
+        """The prefix of the few physical names respot fixes (parameter, secret, policy)."""
+        return f"respot/{self.stage}" if self.stage else "respot"
+
+    @property
+    def deployment_parameter_name(self) -> str:
+        """Where the SDK finds this deployment."""
+        return self.deployment_parameter or f"/{self.name_prefix}/deployment"
+
+    @classmethod
+    def from_context(cls, get: Callable[[str], Any]) -> DeploySettings:
+        """Read every context key through `get` (e.g. `app.node.try_get_context`)."""
+        raw = {key: value for key in CONTEXT_KEYS if (value := get(key)) not in (None, "")}
+        values: dict[str, Any] = {}
+        for key in _TEXT_KEYS & raw.keys():
+            values[key] = str(raw[key])
+        for key in _LIST_KEYS & raw.keys():
+            values[key] = _strings(raw[key], key)
+        if "subnet_ids" in raw:
+            values["subnets"] = _subnets(raw["subnet_ids"])
+        if "root_volume_gb" in raw:
+            try:
+                values["root_volume_gb"] = int(raw["root_volume_gb"])
+            except (TypeError, ValueError) as exc:
+                raise DeploySettingsError(
+                    f"root_volume_gb {raw['root_volume_gb']!r} is not a number"
+                ) from exc
+        if "on_demand_prices" in raw:
+            prices = _mapping(raw["on_demand_prices"], "on_demand_prices")
+            try:
+                values["on_demand_prices"] = {str(k): float(v) for k, v in prices.items()}
+            except (TypeError, ValueError) as exc:
+                raise DeploySettingsError(f"on_demand_prices: {exc}") from exc
+        return cls(**values)
+
+
+def _json(value: str, key: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise DeploySettingsError(f"{key}: {value!r} is not valid JSON ({exc})") from exc
+
+
+def _strings(value: Any, key: str) -> tuple[str, ...]:
+    """A list from JSON, a JSON string of a list, or comma-separated text."""
+    if isinstance(value, str):
+        text = value.strip()
+        value = _json(text, key) if text.startswith("[") else text.split(",")
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise DeploySettingsError(f"{key}: give a list of strings, got {value!r}")
+    return tuple(v.strip() for v in value if v.strip())
+
+
+def _mapping(value: Any, key: str) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = _json(value, key)
+    if not isinstance(value, dict):
+        raise DeploySettingsError(f"{key}: give a JSON object, got {value!r}")
+    return value
+
+
+def _subnets(value: Any) -> dict[str, str]:
+    """`{"subnet-...": "us-east-1a"}`: the placement policy needs each subnet's zone."""
+    if isinstance(value, list | tuple) or (isinstance(value, str) and not value.strip()[:1] == "{"):
+        raise DeploySettingsError(
+            "subnet_ids must map each subnet id to its availability zone, e.g. "
+            '{"subnet-0abc12345": "us-east-1a", "subnet-0def67890": "us-east-1b"}: '
+            "spot capacity and prices are per zone"
+        )
+    return {str(k): str(v) for k, v in _mapping(value, "subnet_ids").items()}

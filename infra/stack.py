@@ -1,0 +1,207 @@
+"""The respot stack: per-concern constructs composed from `WIRING`, and the grants in one place.
+
+Everything event-shaped (topic filters, queues, rules, schedules, functions, grants) comes
+from `infra.wiring.WIRING`; everything deployment-shaped (VPC, instance types, AMI, Slack,
+who may submit) comes from `DeploySettings`. A queue or function added to the wiring shows
+up here with its dead-letter queue, alarm, mapping, role and log group, with no edit below.
+The notifications queue is such an extension: when the wiring names a queue
+`NOTIFY_QUEUE`, every function gets its URL and `Grant.NOTIFY_SEND` allows sending to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import SecretValue, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.bundling import LocalAsset, agent_package_asset, lambda_code_asset
+from infra.constructs import (
+    ControlFunctions,
+    FixedImage,
+    Fleet,
+    JobStore,
+    Messaging,
+    Network,
+    ResearcherAccess,
+)
+from infra.grants import GrantTargets, policy_for
+from infra.nag import suppress
+from infra.settings import DeploySettings
+from infra.wiring import WIRING, Grant, Wiring
+from respot import config
+
+NOTIFY_QUEUE = "notifications"
+POWERTOOLS_ENVIRONMENT = {
+    "POWERTOOLS_SERVICE_NAME": "respot",
+    "POWERTOOLS_METRICS_NAMESPACE": "respot",
+}
+
+
+class RespotStack(Stack):
+    """Everything respot runs on in one AWS account and region."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: DeploySettings | None = None,
+        wiring: Wiring = WIRING,
+        lambda_asset: LocalAsset | None = None,
+        agent_asset: LocalAsset | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        settings = settings or DeploySettings()
+        self.settings = settings
+
+        self.store = JobStore(self, "Store", wiring=wiring)
+        self.network = Network(
+            self,
+            "Network",
+            vpc_id=settings.vpc_id,
+            subnets=settings.subnets,
+            flow_log_bucket=self.store.log_bucket,
+        )
+        alarm_topic = (
+            sns.Topic.from_topic_arn(self, "AlarmTopic", settings.alarm_topic_arn)
+            if settings.alarm_topic_arn
+            else None
+        )
+        self.messaging = Messaging(self, "Messaging", wiring=wiring, alarm_topic=alarm_topic)
+        self.fleet = Fleet(
+            self,
+            "Fleet",
+            vpc=self.network.vpc,
+            bucket=self.store.bucket,
+            agent_queue=self.messaging.agent_queue,
+            machine_image=self._machine_image(settings),
+            data_buckets=settings.data_bucket_arns,
+            root_volume_gb=settings.root_volume_gb,
+            root_device_name=settings.root_device_name,
+            log_group_name=f"/{settings.name_prefix}/jobs",
+            agent_asset=agent_asset or agent_package_asset(),
+        )
+
+        self.slack_secret = secretsmanager.Secret(
+            self,
+            "SlackSecret",
+            secret_name=f"{settings.name_prefix}/slack",
+            description='respot Slack bot token: {"bot_token": "xoxb-..."} (see docs/deploy.md)',
+            # A placeholder, not a secret: the platform team puts the token in afterwards.
+            secret_object_value={"bot_token": SecretValue.unsafe_plain_text("")},
+        )
+        suppress(
+            self.slack_secret,
+            "SMG4",
+            "A Slack bot token is issued and revoked in Slack, not by AWS: there is no API "
+            "a rotation function could call. Rotate by putting a new token in (docs/deploy.md).",
+        )
+
+        notify_queue = self.messaging.queues.get(NOTIFY_QUEUE)
+        self.functions = ControlFunctions(
+            self,
+            "Functions",
+            wiring=wiring,
+            code=lambda_.Code.from_asset(**(lambda_asset or lambda_code_asset()).asset_options()),
+            environment=self._function_environment(settings, notify_queue),
+            queues=self.messaging.queues,
+            event_dead_letters=self.messaging.event_dead_letters,
+        )
+        self._grant(wiring, notify_queue)
+
+        self.researchers = ResearcherAccess(
+            self,
+            "Researchers",
+            topic=self.messaging.topic,
+            table=self.store.table,
+            index_names=self.store.index_names,
+            bucket=self.store.bucket,
+            agent_queue=self.messaging.agent_queue,
+            parameter_name=settings.deployment_parameter_name,
+            policy_name=(
+                f"RespotResearcherPolicy-{settings.stage}"
+                if settings.stage
+                else "RespotResearcherPolicy"
+            ),
+            publisher_role_arns=settings.allowed_publisher_role_arns,
+        )
+
+    def _machine_image(self, settings: DeploySettings) -> ec2.IMachineImage:
+        if settings.ami_id:
+            return FixedImage(settings.ami_id)
+        return ec2.MachineImage.from_ssm_parameter(settings.ami_parameter)
+
+    def _function_environment(
+        self, settings: DeploySettings, notify_queue: sqs.IQueue | None
+    ) -> dict[str, str]:
+        """What every control-plane function reads through `respot.config`."""
+        env = {
+            config.ENV_TABLE: self.store.table.table_name,
+            config.ENV_BUCKET: self.store.bucket.bucket_name,
+            config.ENV_LAUNCH_TEMPLATE_ID: self.fleet.launch_template_id,
+            config.ENV_LAUNCH_TEMPLATE_VERSION: self.fleet.launch_template.latest_version_number,
+            config.ENV_SUBNETS: self.to_json_string(
+                [
+                    {"subnet_id": p.subnet_id, "availability_zone": p.availability_zone}
+                    for p in self.network.placements
+                ]
+            ),
+            config.ENV_INSTANCE_TYPES: ",".join(settings.instance_types),
+            config.ENV_AGENT_QUEUE_URL: self.messaging.agent_queue.queue_url,
+            config.ENV_DEPLOYMENT_NAME: self.stack_name,
+            config.ENV_SLACK_SECRET_ARN: self.slack_secret.secret_arn,
+            **POWERTOOLS_ENVIRONMENT,
+        }
+        if settings.slack_channel:
+            env[config.ENV_SLACK_CHANNEL] = settings.slack_channel
+        if settings.on_demand_prices:
+            env[config.ENV_ON_DEMAND_PRICES] = self.to_json_string(dict(settings.on_demand_prices))
+        if notify_queue is not None:
+            env[config.ENV_NOTIFY_QUEUE_URL] = notify_queue.queue_url
+        return env
+
+    def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:
+        """Every function's role gets exactly the statements its wiring grants stand for."""
+        dead_letters_of = {
+            q.function: self.messaging.dead_letter_queues[q.name] for q in wiring.queues
+        }
+        targets = GrantTargets(
+            stack=self,
+            table=self.store.table,
+            index_names=self.store.index_names,
+            bucket=self.store.bucket,
+            launch_template_arn=self.fleet.launch_template_arn,
+            instance_role=self.fleet.role,
+            subnet_ids=tuple(p.subnet_id for p in self.network.placements),
+            security_group_id=self.fleet.security_group.security_group_id,
+            image_id=self.fleet.image_id,
+            slack_secret=self.slack_secret,
+            notify_queue=notify_queue,
+            dead_letter_queues=dead_letters_of,
+        )
+        for spec in wiring.functions:
+            role = self.functions.roles[spec.name]
+            wildcards: dict[str, str] = {}
+            for grant in sorted(spec.grants):
+                policy = policy_for(grant, function=spec.name, targets=targets)
+                for statement in policy.statements:
+                    role.add_to_policy(statement)
+                wildcards.update(policy.wildcards)
+            for pattern, reason in sorted(wildcards.items()):
+                suppress(role, "IAM5", reason, applies_to=[pattern])
+            if Grant.DLQ_SEND in spec.grants:
+                self.functions.functions[spec.name].add_environment(
+                    config.ENV_DLQ_URL, dead_letters_of[spec.name].queue_url
+                )
+            if any(q.function == spec.name and q.fed_by_agents for q in wiring.queues):
+                # Messages from instances must come from the instance they name (SenderId).
+                self.functions.functions[spec.name].add_environment(
+                    config.ENV_AGENT_ROLE_ID, self.fleet.role.role_id
+                )

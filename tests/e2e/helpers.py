@@ -1,0 +1,96 @@
+"""What the end-to-end tests share: job specs of the test sessions, S3 reads, invariants."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from infra.local.runtime import LocalRuntime
+from respot import layout
+from respot.core.job import JobRecord
+from respot.spec import TrainingEnvVar
+
+SESSIONS = Path(__file__).parent / "sessions"
+
+
+class Invariants:
+    """Samples the fleet: a job never has two instances training at once."""
+
+    def __init__(self, rt: LocalRuntime) -> None:
+        self.rt = rt
+        self.violations: list[str] = []
+        self.max_live: dict[str, int] = defaultdict(int)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        assert self.rt.fleet is not None
+        while not self._stop.wait(0.05):
+            live = self.rt.fleet.live()
+            training: dict[str, int] = defaultdict(int)
+            per_job: dict[str, int] = defaultdict(int)
+            for inst in live:
+                if inst.job_id is None:
+                    continue
+                per_job[inst.job_id] += 1
+                if inst.noticed_at is None:
+                    training[inst.job_id] += 1
+            for job, n in per_job.items():
+                self.max_live[job] = max(self.max_live[job], n)
+            self.violations.extend(
+                f"{job}: {n} un-noticed live instances" for job, n in training.items() if n > 1
+            )
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def counting_spec(name: str, **fields: Any) -> TrainingEnvVar:
+    """A CountingSession job (see sessions/e2esessions/counting.py)."""
+    hyper = {"steps": 240, "step_seconds": 0.02, "checkpoint_every": 40}
+    hyper.update(fields.pop("hyperparameters", {}))
+    return TrainingEnvVar(
+        name=name,
+        entry_point=fields.pop("entry_point", "e2esessions.counting:CountingSession"),
+        source_dir=str(SESSIONS),
+        hyperparameters=hyper,
+        seed=fields.pop("seed", 2),
+        **fields,
+    )
+
+
+def expected_total(steps: int, seed: int) -> int:
+    """What an uninterrupted CountingSession ends with."""
+    return (seed + 1) * steps * (steps + 1) // 2
+
+
+def output(rt: LocalRuntime, job_id: str, name: str) -> str:
+    """An output file of a finished job, from S3."""
+    body = rt.client("s3").get_object(
+        Bucket=rt.sdk_deployment().bucket, Key=f"{layout.outputs_prefix(job_id)}{name}"
+    )["Body"]
+    return str(body.read().decode())
+
+
+def wait_no_live_instances(rt: LocalRuntime, job_id: str, timeout: float = 15.0) -> None:
+    """Fail unless every instance of the job is gone within `timeout` seconds."""
+    assert rt.fleet is not None
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not [i for i in rt.fleet.live() if i.job_id == job_id]:
+            return
+        time.sleep(0.1)
+    live = [i.instance_id for i in rt.fleet.live() if i.job_id == job_id]
+    raise AssertionError(f"instances of {job_id} still running: {live}")
+
+
+def assert_launches_match_attempts(rt: LocalRuntime, record: JobRecord) -> None:
+    """Every instance EC2 started for the job is one of its attempts, in order."""
+    assert rt.fleet is not None
+    instances = rt.fleet.of_job(record.job_id)
+    assert [i.instance_id for i in instances] == [a.instance_id for a in record.attempts]

@@ -1,0 +1,185 @@
+"""Chaos, end to end: everything AWS really does, at once, to several jobs.
+
+- a spot market driven by real AWS availability traces (../shared/traces, 2022-10-26),
+  time-compressed: each 10-minute tick of a trace lasts one simulated minute (2 s here),
+  so pools come and go and running spot instances get their two-minute warnings;
+- every EC2 event put on the bus twice, in a shuffled order;
+- one agent killed in the middle of a checkpoint upload (blobs in S3, no manifest yet);
+- one handler invocation that crashes after its write and before its effects (the
+  replacement launch), as a Lambda that dies mid-transition would.
+Every job must complete with the same result as an uninterrupted run, no instance may be
+left running, and no job may ever have two instances training at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import lambdas._runtime as lambda_runtime
+from infra.local.market import Trace
+from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot import layout
+from respot.core.effects import LaunchInstance
+from respot.core.job import AttemptEnd
+from respot.messages import new_job_id
+from tests.conftest import SHARED
+from tests.e2e.helpers import (
+    Invariants,
+    assert_launches_match_attempts,
+    counting_spec,
+    expected_total,
+    output,
+    wait_no_live_instances,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TRACES = SHARED / "traces" / "aws-2022-10-26"
+# (file, first tick): windows of the real traces where capacity comes and goes.
+WINDOWS = [
+    ("us-west-2a_v100_1.json", 264),
+    ("us-west-2b_v100_1.json", 3),
+    ("us-west-2a_k80_1.json", 236),
+    ("us-west-2b_k80_8.json", 42),
+]
+STEPS = 400
+
+
+def real_traces() -> list[Trace]:
+    traces = []
+    for name, start in WINDOWS:
+        data = json.loads((TRACES / name).read_text())["data"]
+        traces.append(Trace(f"{name}@{start}", 60, tuple(int(x) for x in data[start:])))
+    return traces
+
+
+class MidUploadKiller:
+    """Kills a job's instance while a checkpoint's blobs are in S3 but its manifest is not."""
+
+    def __init__(self, rt: LocalRuntime, job_id: str) -> None:
+        self.rt, self.job_id = rt, job_id
+        self.killed_step: int | None = None
+        self.killed_instance: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _keys(self, prefix: str) -> set[str]:
+        s3 = self.rt.client("s3")
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.rt.sdk_deployment().bucket, Prefix=prefix
+        )
+        return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+    def _loop(self) -> None:
+        assert self.rt.fleet is not None
+        blobs_prefix = f"{layout.checkpoints_prefix(self.job_id)}blobs/"
+        manifests_prefix = layout.manifests_prefix(self.job_id)
+        s3 = self.rt.client("s3")
+        seen_blobs = self._keys(blobs_prefix)
+        while not self._stop.wait(0.01) and self.killed_step is None:
+            blobs = self._keys(blobs_prefix)
+            new = blobs - seen_blobs
+            if not new:
+                continue
+            manifests = self._keys(manifests_prefix)
+            for key in new:
+                body = s3.get_object(Bucket=self.rt.sdk_deployment().bucket, Key=key)["Body"]
+                head = body.read(200)
+                if not head.startswith(b'{"step"'):
+                    continue  # the ballast blob; the state blob tells the step
+                step = json.loads(head)["step"]
+                done = any(
+                    layout.parse_manifest_key(m) and layout.parse_manifest_key(m)[0] == step  # type: ignore[index]
+                    for m in manifests
+                )
+                live = [
+                    i
+                    for i in self.rt.fleet.live()
+                    if i.job_id == self.job_id and i.noticed_at is None
+                ]
+                if not done and live and step > 40:
+                    self.rt.fleet.terminate(live[0].instance_id, "killed mid-upload")
+                    self.killed_step, self.killed_instance = step, live[0].instance_id
+                    return
+            seen_blobs = blobs
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def rt() -> Iterator[LocalRuntime]:
+    options = RuntimeOptions(
+        time_scale=1.0 / 30.0,
+        traces=real_traces(),
+        duplicate_events=True,
+        reorder_events=True,
+    )
+    with LocalRuntime(options) as runtime:
+        yield runtime
+
+
+def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
+    # GIVEN a handler that will die once between its write and its replacement launch
+    control = lambda_runtime.control_plane()
+    real_run = control._run
+    crashed: list[int] = []
+
+    def crash_once(job_id: str, effect: Any, depth: int) -> None:
+        if isinstance(effect, LaunchInstance) and effect.attempt >= 2 and not crashed:
+            crashed.append(effect.attempt)
+            raise RuntimeError("injected crash after the write, before the launch")
+        real_run(job_id, effect, depth)
+
+    control._run = crash_once  # type: ignore[method-assign]
+    watch = Invariants(rt)
+    # AND five jobs at once, one of them with big checkpoints whose upload will be cut
+    specs = [
+        counting_spec(
+            f"chaos-{n}",
+            seed=n,
+            max_spot_wait="6s",
+            hyperparameters={
+                "steps": STEPS,
+                "checkpoint_every": 25,
+                "ballast_mb": 24 if n == 0 else 0,
+            },
+        )
+        for n in range(5)
+    ]
+    ids = [new_job_id(s.name) for s in specs]
+    killer = MidUploadKiller(rt, ids[0])
+    try:
+        handles = [rt.run(spec, job_id=job_id) for spec, job_id in zip(specs, ids, strict=True)]
+        results = [h.wait(timeout=150, poll_seconds=0.5) for h in handles]
+    finally:
+        killer.stop()
+        watch.stop()
+    # THEN every job completed with the result of an uninterrupted run
+    for n, (handle, status) in enumerate(zip(handles, results, strict=True)):
+        record = status.record
+        assert record is not None and status.state == "COMPLETED", record.timeline[-5:]
+        assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(STEPS, n)
+        assert_launches_match_attempts(rt, record)
+    # AND no instance is left running, and no job ever had two instances training
+    for handle in handles:
+        wait_no_live_instances(rt, handle.job_id)
+    assert watch.violations == []
+    # AND the chaos really happened: interruptions, the mid-upload kill, the crash
+    assert sum(s.record.interruptions for s in results if s.record) >= 2
+    assert killer.killed_step is not None, "the checkpoint upload was never caught mid-way"
+    killed = results[0].record
+    assert killed is not None
+    lost = next(a for a in killed.attempts if a.instance_id == killer.killed_instance)
+    after = killed.attempt(lost.number + 1)
+    assert lost.end is AttemptEnd.LOST and after is not None
+    # the half-uploaded checkpoint was never restored: the one before it was
+    assert after.restored_step is not None and after.restored_step < killer.killed_step
+    assert crashed, "no replacement launch happened, so the crash was never injected"
