@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
 from respot.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.exceptions import RespotError
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "respot"))
 
@@ -96,7 +99,7 @@ def sqs_batch(
 
     processor = BatchProcessor(event_type=EventType.SQS)
 
-    def record_handler(record: Any) -> None:
+    def record_handler(record: SQSRecord) -> None:
         try:
             handle(record if pass_record else record.body)  # type: ignore[arg-type]
         except PoisonMessageError as exc:
