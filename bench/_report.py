@@ -60,7 +60,33 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         # The machine may be shared with other work: the load says how busy it was.
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "commit": _commit(),
     }
+
+
+def _commit() -> str | None:
+    """The checkout's commit (with '+changes' if the tree differs from it), or None."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            check=False,
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return f"{head}+changes" if head and dirty else head or None
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
