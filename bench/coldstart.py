@@ -7,10 +7,9 @@ For each function of WIRING, in a fresh interpreter each time (`python -X import
   heaviest top-level imports under it;
 - the first call's extra work: building the control plane (boto3 and its four clients) from
   a Lambda-like environment (no request is sent);
-and the Lambda asset: built the way the stack builds it (`infra.bundling`, when present; else
-the same recipe: `pip install --target --platform manylinux2014_aarch64 --python-version
-3.12` of the handlers' third-party packages next to `sdk/respot` and `lambdas/`), measured
-unzipped and zipped.
+and the Lambda asset: built the way the stack builds it (`infra.bundling`: the handlers'
+third-party packages fetched for the Lambda platform, next to `sdk/respot` and `lambdas/`),
+measured unzipped and zipped.
 """
 
 from __future__ import annotations
@@ -115,44 +114,22 @@ def _tree_bytes(root: Path) -> tuple[int, int]:
 
 
 def build_bundle(out: Path) -> str:
-    """Build the Lambda asset into `out`; returns how it was built."""
-    try:
-        from infra import bundling  # type: ignore[attr-defined]
-    except ImportError:
-        bundling = None
-    if bundling is not None and hasattr(bundling, "lambda_code_asset"):
-        asset = bundling.lambda_code_asset()
-        asset.try_bundle(str(out))
-        return "infra.bundling.lambda_code_asset"
-    pins = {}
-    for line in (REPO / "requirements.txt").read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line.strip())
-        if m:
-            pins[m.group(1).lower()] = m.group(2)
-    packages = [f"{n}=={pins[n]}" for n in ("aws-lambda-powertools", "pydantic", "slack-sdk")]
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--target",
-            str(out),
-            "--platform",
-            "manylinux2014_aarch64",
-            "--python-version",
-            "3.12",
-            "--only-binary=:all:",
-            *packages,
-        ],
-        check=True,
+    """Build the Lambda asset into `out` the way infra/bundling.py does; returns the recipe."""
+    from infra import bundling
+
+    deps = bundling.third_party(
+        bundling.pinned(bundling.LAMBDA_REQUIREMENTS),
+        platform=bundling.LAMBDA_PLATFORM,
+        python=bundling.LAMBDA_PYTHON,
     )
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(deps, out, dirs_exist_ok=True)
     shutil.copytree(REPO / "sdk" / "respot", out / "respot", ignore=ignore)
     shutil.copytree(REPO / "lambdas", out / "lambdas", ignore=ignore)
-    return "pip install --target (the recipe of infra/bundling.py) + sdk/respot + lambdas"
+    return (
+        f"infra.bundling: {', '.join(bundling.LAMBDA_REQUIREMENTS)} for "
+        f"{bundling.LAMBDA_PLATFORM} / Python {bundling.LAMBDA_PYTHON}, + sdk/respot + lambdas"
+    )
 
 
 def bundle_size() -> dict[str, Any]:

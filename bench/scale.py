@@ -214,10 +214,14 @@ def run_scale(
         say(f"published {len(ids)} submissions in {time.monotonic() - submitted:.1f}s")
         # Wait until every job trains, then reclaim `reclaims` instances at once.
         deadline = submitted + timeout_seconds
+        last_said = time.monotonic()
         while time.monotonic() < deadline:
             booted = [i for i in rt.fleet.live() if i.booted_at is not None]
             if len(booted) >= jobs:
                 break
+            if time.monotonic() - last_said > 30:
+                last_said = time.monotonic()
+                say(f"{len(booted)} of {jobs} instances booted")
             time.sleep(1.0)
         say(f"{len(booted)} instances booted")
         victims = [i for i in rt.fleet.live() if i.booted_at is not None][:reclaims]
@@ -229,6 +233,9 @@ def run_scale(
         counts: Counter[str] = Counter()
         while time.monotonic() < deadline:
             time.sleep(3.0)
+            if time.monotonic() - last_said > 30:
+                last_said = time.monotonic()
+                say(f"{agents.sent['completed']} of {jobs} jobs completed")
             if agents.sent["completed"] < jobs:
                 continue
             counts = states(rt, holder["moto"])
