@@ -10,6 +10,7 @@ from bench import prices
 from bench.cost import Bill, bill_invocations, bill_requests, dynamodb_units, per_hour
 from bench.proxy import Request
 from infra.local.dispatcher import Invocation
+from infra.local.runtime import HEARTBEAT_SECONDS
 
 
 def req(service: str, operation: str, **detail: object) -> Request:
@@ -63,7 +64,10 @@ def test_a_job_hour_counts_real_intervals_not_the_compressed_run() -> None:
     hb, tick, ckpt = Bill(sqs_requests=3), Bill(lambda_requests=1), Bill(s3_put_class=10)
     # WHEN an hour is priced with a checkpoint every ten minutes
     hour, parts = per_hour(hb, tick, ckpt, checkpoints_per_hour=6)
-    # THEN it holds 120 heartbeats (every 30 s), 60 ticks (every 60 s) and 6 checkpoints
-    assert hour.sqs_requests == 360 and hour.lambda_requests == 60 and hour.s3_put_class == 60
-    assert parts["heartbeats"] == pytest.approx(prices.usd("sqs_request", 360))
+    # THEN it holds 60 heartbeats (the agent's every 60 s), 60 ticks (every 60 s), 6 checkpoints
+    beats = 3600 / HEARTBEAT_SECONDS
+    assert beats == 60
+    assert hour.sqs_requests == 3 * beats and hour.lambda_requests == 60
+    assert hour.s3_put_class == 60
+    assert parts["heartbeats"] == pytest.approx(prices.usd("sqs_request", 3 * beats))
     assert math.isclose(sum(parts.values()), hour.dollars()["total"])
