@@ -215,9 +215,13 @@ def lambda_code_asset(root: Path = REPO_ROOT) -> LocalAsset:
     return _local_asset((layout,), root)
 
 
+# Packages the agent uses when present: TensorBoard event files from report() (docs/agent.md).
+AGENT_EXTRAS = ("tensorboard",)
+
+
 def agent_package_asset(root: Path = REPO_ROOT) -> LocalAsset:
     """The agent for the instances: `site-<python>/` holds respot and its packages, per Python."""
-    requirements = pinned(package_dependencies(root), root)
+    requirements = pinned((*package_dependencies(root), *AGENT_EXTRAS), root)
     layouts = tuple(
         _Layout(
             subdir=f"site-{python}",

@@ -36,7 +36,6 @@ TABLE_ACTIONS = (
 BUCKET_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")
 # Resource types RunInstances touches when it launches from the template (spot included).
 LAUNCHED_RESOURCE_TYPES = ("instance", "volume", "network-interface", "spot-instances-request")
-SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - a grant name the notify function will carry
 
 
 @dataclass(frozen=True)
@@ -218,7 +217,7 @@ def _send(sid: str, queue: sqs.IQueue) -> GrantPolicy:
 
 
 def _notify(t: GrantTargets, function: str) -> GrantPolicy:
-    # The notifications queue joins the wiring later; until then this grant allows nothing.
+    # A wiring without a notifications queue (as in some construct tests): nothing to send to.
     if t.notify_queue is None:
         return GrantPolicy([])
     return _send("SendNotifications", t.notify_queue)
@@ -251,7 +250,7 @@ _BUILDERS: dict[str, Callable[[GrantTargets, str], GrantPolicy]] = {
     Grant.EC2_DESCRIBE: _describe,
     Grant.NOTIFY_SEND: _notify,
     Grant.DLQ_SEND: _dead_letters,
-    SLACK_SECRET_READ: _slack,
+    Grant.SLACK_SECRET_READ: _slack,
 }
 
 

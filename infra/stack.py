@@ -125,6 +125,7 @@ class RespotStack(Stack):
             bucket=self.store.bucket,
             agent_queue=self.messaging.agent_queue,
             parameter_name=settings.deployment_parameter_name,
+            job_logs=self.fleet.log_group,
             policy_name=(
                 f"RespotResearcherPolicy-{settings.stage}"
                 if settings.stage

@@ -13,6 +13,8 @@ local runtime's resources say the same thing. It is plain data: importing it cos
         EC2 Instance Rebalance Recommendation            --> lambdas.spot_interruption
         EC2 Instance State-change Notification           --> lambdas.instance_state
     schedule every minute                                --> lambdas.reconcile
+    control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
+        (message group = job id: one job's news is posted in order, never concurrently)
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class Queue:
     visibility_timeout_seconds: int = 360
     retention_days: int = 14
     fed_by_agents: bool = False  # instances may send to it
+    # FIFO (name ends in .fifo, its dead-letter queue too): senders give a message group and a
+    # deduplication id; a group's messages are handled one at a time, in order.
+    fifo: bool = False
 
 
 @dataclass(frozen=True)
@@ -185,11 +190,29 @@ WIRING = Wiring(
             timeout_seconds=300,
             description="Per-minute look at every live job: policy, stuck requests, orphans",
         ),
+        Function(
+            "notify",
+            "lambdas.notify",
+            frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_SECRET_READ, Grant.DLQ_SEND}),
+            timeout_seconds=30,
+            description="Posts each job's news to its Slack thread",
+        ),
     ),
     queues=(
         Queue("jobs", "submit", topic_filter={"command": ["submit"]}),
         Queue("cancel", "cancel", topic_filter={"command": ["cancel"]}),
         Queue("agent-events", "agent_events", fed_by_agents=True, max_batching_window_seconds=1),
+        # One message per invocation: a Slack failure retries only that message, after the
+        # visibility timeout (6x the function's), up to 20 times: about an hour of Slack outage
+        # is absorbed before a message reaches the dead-letter queue. (See docs/slack.md.)
+        Queue(
+            "notifications",
+            "notify",
+            batch_size=1,
+            max_receive_count=20,
+            visibility_timeout_seconds=180,
+            fifo=True,
+        ),
     ),
     rules=(
         Rule(

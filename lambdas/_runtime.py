@@ -7,6 +7,7 @@ in a control plane built on their own clients (e.g. pointed at the moto server).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -26,6 +27,7 @@ logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "respot"))
 _factory: Callable[[], ControlPlane] | None = None
 _control_plane: ControlPlane | None = None
 _dead_letters: Callable[[str, str, str], None] | None = None
+_sqs: Any = None
 
 
 class PoisonMessageError(RespotError):
@@ -63,9 +65,30 @@ def dead_letter(body: str, reason: str, source: str) -> None:
     if not url:
         # Without a DLQ to write to, fail the record: SQS redrive moves it there after retries.
         raise PoisonMessageError(reason)
-    sqs = control_plane().notifications.client
-    if sqs is None:
-        raise PoisonMessageError(reason)
+    send_dead_letter(_sqs_client(), url, body, reason, source)
+
+
+def _sqs_client() -> Any:
+    """The control plane's SQS client if this container has (or was given) one, else its own."""
+    global _sqs  # noqa: PLW0603 - one per container
+    if _control_plane is not None or _factory is not None:
+        client = control_plane().notifications.client
+        if client is not None:
+            return client
+    if _sqs is None:
+        import boto3
+
+        _sqs = boto3.client("sqs")
+    return _sqs
+
+
+def send_dead_letter(sqs: Any, url: str, body: str, reason: str, source: str) -> None:
+    """Put a message on a dead-letter queue with its reason (FIFO queues need a group too)."""
+    fifo: dict[str, str] = {}
+    if url.endswith(".fifo"):
+        # Order does not matter among dead letters; the same poison twice is one dead letter.
+        digest = hashlib.sha256(f"{source}\n{reason}\n{body}".encode()).hexdigest()
+        fifo = {"MessageGroupId": source, "MessageDeduplicationId": digest}
     sqs.send_message(
         QueueUrl=url,
         MessageBody=body,
@@ -73,6 +96,7 @@ def dead_letter(body: str, reason: str, source: str) -> None:
             "reason": {"DataType": "String", "StringValue": reason[:1000]},
             "source": {"DataType": "String", "StringValue": source},
         },
+        **fifo,
     )
 
 
@@ -83,21 +107,33 @@ def sqs_batch(
     *,
     source: str,
     pass_record: bool = False,
+    fifo: bool = False,
 ) -> dict[str, Any]:
     """Process an SQS batch record by record, reporting only the failed ones back to SQS.
 
     `handle(body)` (or `handle(record)` with `pass_record`) raises `PoisonMessageError` for
     messages that can never succeed (they are moved to the dead-letter queue with the reason
     and count as done) and anything else for failures worth retrying (they stay on the queue).
+    With `fifo`, a failed record also fails the later records of its message group, so that
+    they are retried after it, in order, and a batch whose every record failed is reported
+    record by record, not raised.
     """
     # Imported here: only the SQS-triggered functions pay for Powertools' batch utility.
     from aws_lambda_powertools.utilities.batch import (
         BatchProcessor,
         EventType,
+        SqsFifoPartialProcessor,
         process_partial_response,
     )
 
-    processor = BatchProcessor(event_type=EventType.SQS)
+    processor: BatchProcessor
+    if fifo:
+        processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+        # Report every failed record instead of raising when all failed: a message waiting
+        # for its turn is not a Lambda error (the function's error metric stays meaningful).
+        processor.raise_on_entire_batch_failure = False
+    else:
+        processor = BatchProcessor(event_type=EventType.SQS)
 
     def record_handler(record: SQSRecord) -> None:
         try:

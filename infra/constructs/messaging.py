@@ -62,7 +62,16 @@ class Messaging(Construct):
         self.dead_letter_queues: dict[str, sqs.Queue] = {}
         for spec in wiring.queues:
             cid = pascal_id(spec.name)
-            dead_letters = _queue(self, f"{cid}DeadLetters", retention_period=DEAD_LETTER_RETENTION)
+            # A FIFO queue needs a FIFO dead-letter queue; senders give deduplication ids, so
+            # content-based deduplication stays off. CDK names FIFO queues <...>.fifo itself.
+            fifo: dict[str, object] = (
+                {"fifo": True, "content_based_deduplication": False} if spec.fifo else {}
+            )
+            if spec.fifo and spec.topic_filter is not None:
+                raise ValueError(f"queue {spec.name}: the jobs topic is standard, not FIFO")
+            dead_letters = _queue(
+                self, f"{cid}DeadLetters", retention_period=DEAD_LETTER_RETENTION, **fifo
+            )
             queue = _queue(
                 self,
                 f"{cid}Queue",
@@ -71,6 +80,7 @@ class Messaging(Construct):
                 dead_letter_queue=sqs.DeadLetterQueue(
                     queue=dead_letters, max_receive_count=spec.max_receive_count
                 ),
+                **fifo,
             )
             if spec.topic_filter is not None:
                 # Raw delivery stays off: the handlers parse the SNS envelope.

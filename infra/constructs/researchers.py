@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from aws_cdk import Aws, CfnOutput, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -40,6 +41,7 @@ class ResearcherAccess(Construct):
         bucket: s3.IBucket,
         agent_queue: sqs.IQueue,
         parameter_name: str,
+        job_logs: logs.ILogGroup | None = None,
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
     ) -> None:
@@ -55,6 +57,8 @@ class ResearcherAccess(Construct):
             "bucket": bucket.bucket_name,
             "agent_queue_url": agent_queue.queue_url,
         }
+        if job_logs is not None:  # where `respot logs` reads training output
+            self.deployment["log_group"] = job_logs.log_group_name
         self.parameter = ssm.StringParameter(
             self,
             "Deployment",
@@ -80,7 +84,8 @@ class ResearcherAccess(Construct):
                 ),
                 iam.PolicyStatement(
                     sid="ReadJobRecords",
-                    actions=["dynamodb:GetItem", "dynamodb:Query"],
+                    # Scan: `respot ls` and `respot cost` list a team's recent jobs.
+                    actions=["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
                     resources=[
                         table.table_arn,
                         *(f"{table.table_arn}/index/{name}" for name in index_names),
@@ -95,6 +100,15 @@ class ResearcherAccess(Construct):
                 list_job_objects(bucket),
             ],
         )
+        if job_logs is not None:
+            # `respot logs`: list a job's streams and read them (the ARN covers its streams).
+            self.policy.add_statements(
+                iam.PolicyStatement(
+                    sid="ReadJobLogs",
+                    actions=["logs:DescribeLogStreams", "logs:GetLogEvents"],
+                    resources=[job_logs.log_group_arn],
+                )
+            )
         suppress(
             self.policy,
             "IAM5",

@@ -2,10 +2,11 @@
 
 `provision` creates, from `infra.wiring.WIRING` (the same description the CDK stack reads),
 the jobs topic, every queue with its dead-letter queue and topic subscription filter, the
-job table with its `live` index, the bucket, the launch template, and one EventBridge rule
-per wiring rule. moto cannot invoke Lambda targets, so each rule targets a queue of its own
-(`<prefix>-rule-<name>`) that the dispatcher reads and hands to the rule's function: the
-rule's pattern is still matched by the emulator, exactly as written in the wiring.
+job table with its `live` index, the bucket, the launch template, the Slack token secret
+(empty, as the stack creates it) and one EventBridge rule per wiring rule. moto cannot
+invoke Lambda targets, so each rule targets a queue of its own (`<prefix>-rule-<name>`)
+that the dispatcher reads and hands to the rule's function: the rule's pattern is still
+matched by the emulator, exactly as written in the wiring.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ class LocalDeployment:
     rule_queue_urls: dict[str, str] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict)
     parameter_name: str = DEFAULT_PARAMETER
+    slack_secret_arn: str = ""
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
+    log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
 
     def client(self, service: str) -> Any:
         """A new boto3 client for the emulator."""
@@ -104,6 +107,7 @@ class LocalDeployment:
             stack="local",
             agent_queue_url=self.queue_urls["agent-events"],
             endpoint_url=self.endpoint_url,
+            log_group=self.log_group,
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
@@ -124,6 +128,7 @@ class LocalDeployment:
             cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
             cfg.ENV_DLQ_URL: dlq,
+            cfg.ENV_SLACK_SECRET_ARN: self.slack_secret_arn,
             cfg.ENV_DEPLOYMENT_NAME: self.name,
         }
 
@@ -144,17 +149,25 @@ def provision(
 ) -> LocalDeployment:
     """Create respot's resources in the emulator from the wiring."""
     sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
-    s3, ec2, ssm = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm"))
+    s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
+    secrets = client("secretsmanager", endpoint_url)
 
     topic_arn = sns.create_topic(Name=f"{prefix}-{wiring.topic_name}")["TopicArn"]
     queue_urls: dict[str, str] = {}
     dlq_urls: dict[str, str] = {}
     for q in wiring.queues:
-        dlq_url = sqs.create_queue(QueueName=f"{prefix}-{q.name}-dlq")["QueueUrl"]
+        # A FIFO queue's name ends in .fifo and its dead-letter queue must be FIFO too. The
+        # senders give deduplication ids, so content-based deduplication stays off.
+        suffix = ".fifo" if q.fifo else ""
+        fifo = {"FifoQueue": "true", "ContentBasedDeduplication": "false"} if q.fifo else {}
+        dlq_url = sqs.create_queue(QueueName=f"{prefix}-{q.name}-dlq{suffix}", Attributes=fifo)[
+            "QueueUrl"
+        ]
         visibility = visibility_timeout_seconds or q.visibility_timeout_seconds
         url = sqs.create_queue(
-            QueueName=f"{prefix}-{q.name}",
+            QueueName=f"{prefix}-{q.name}{suffix}",
             Attributes={
+                **fifo,
                 "VisibilityTimeout": str(visibility),
                 "RedrivePolicy": json.dumps(
                     {
@@ -206,6 +219,9 @@ def provision(
             }
         ],
     )
+    # The stack's group is /respot/jobs; moto keeps one state per process, so prefix it here.
+    log_group = f"/{prefix}/jobs"
+    logs.create_log_group(logGroupName=log_group)
     bucket = f"{prefix}-artifacts"
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -229,6 +245,13 @@ def provision(
         )
     subnets = tuple(list(subnets_seen.values())[:availability_zones])
 
+    # As the stack does: the secret exists with an empty token until someone puts one in.
+    slack_secret_arn = secrets.create_secret(
+        Name=f"{prefix}/slack",
+        Description="respot Slack bot token (docs/slack.md)",
+        SecretString=json.dumps({"bot_token": ""}),
+    )["ARN"]
+
     local = LocalDeployment(
         endpoint_url=endpoint_url,
         region=REGION,
@@ -242,7 +265,9 @@ def provision(
         dlq_urls=dlq_urls,
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
+        slack_secret_arn=slack_secret_arn,
         name=prefix,
+        log_group=log_group,
     )
     ssm.put_parameter(
         Name=local.parameter_name,

@@ -1,8 +1,10 @@
 """`make demo`: the digits example through the local runtime, interrupted twice, to completion.
 
-It prints the job's timeline as it happens and ends with one line of JSON:
+It prints the job's timeline as it happens, then the job's Slack thread as the team sees it
+in the local Slack (the status card in its final state, then the replies), and ends with
+one line of JSON:
     {"job_id", "state", "interruptions", "resumed_from_steps", "lost_steps",
-     "weights_identical_to_uninterrupted", "wall_seconds", ...}
+     "weights_identical_to_uninterrupted", "wall_seconds", "slack_replies", ...}
 `weights_identical_to_uninterrupted` compares the job's final weights with those of the same
 job trained once more, uninterrupted, in a separate process at the same time.
 """
@@ -24,7 +26,7 @@ from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot import layout
 from respot.client import JobHandle
 from respot.core.job import JobRecord, TimelineEntry
-from respot.spec import DataSourceEnvVar, TrainingEnvVar
+from respot.spec import DataSourceEnvVar, TrainingEnvVar, parse_deadline
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "digits"
@@ -59,6 +61,8 @@ class DemoResult:
     weights_identical_to_uninterrupted: bool
     wall_seconds: float
     details: list[Interruption] = field(default_factory=list)
+    slack_thread: str = ""  # the job's thread in the local Slack, rendered as text
+    slack_replies: int = 0
 
 
 def interruption_points(count: int) -> list[float]:
@@ -117,7 +121,8 @@ def demo_spec(seed: int = 7, hyperparameters: dict[str, Any] | None = None) -> T
     )
 
 
-def _prepare_data(rt: LocalRuntime, scratch: Path) -> Path:
+def upload_demo_data(rt: LocalRuntime, scratch: Path) -> Path:
+    """Write the digits data under `scratch` and upload it to s3://respot-demo-data/digits/."""
     sys.path.insert(0, str(EXAMPLE))
     try:
         from prepare_data import write_digits_npz
@@ -185,8 +190,14 @@ def run_demo(
     timeout_seconds: float = 170.0,
     echo: bool = True,
     hyperparameters: dict[str, Any] | None = None,
+    deadline: str | None = None,
+    timeline_png: Path | None = None,
 ) -> DemoResult:
-    """Run the demo and return its result."""
+    """Run the demo and return its result.
+
+    `deadline` ("+3m", or ISO time) is given to the job; `timeline_png` gets the picture of
+    the job's life (`respot timeline --png`) once it is over.
+    """
     t0 = time.monotonic()
     timing = FleetTiming()
     scratch = Path(tempfile.mkdtemp(prefix="respot-demo-"))
@@ -202,8 +213,10 @@ def run_demo(
             f"time x{1 / time_scale:.0f} (a two-minute spot notice lasts "
             f"{120 * time_scale:.0f}s)"
         )
-        data_dir = _prepare_data(rt, scratch)
+        data_dir = upload_demo_data(rt, scratch)
         spec = demo_spec(hyperparameters=hyperparameters)
+        if deadline is not None:
+            spec = spec.model_copy(update={"deadline": parse_deadline(deadline)})
         baseline: dict[str, Any] = {}
         worker = threading.Thread(
             target=_baseline, args=(spec, data_dir, scratch, baseline), daemon=True
@@ -234,6 +247,19 @@ def run_demo(
         if "error" in baseline:
             say(f"the uninterrupted run failed: {baseline['error']}")
         details = interruptions_of(record, timing, time_scale)
+        if timeline_png is not None:
+            from respot.jobplot import draw_timeline
+
+            say(f"timeline picture: {draw_timeline(record, timeline_png)}")
+        # Slack hears of the end a moment after the job record does: let the queue drain.
+        if not rt.wait_notifications(timeout=30):
+            say("the notifications queue did not drain within 30 s")
+        slack_thread = rt.slack_thread(handle.job_id)
+        final = rt.job_record(handle.job_id)
+        slack_replies = 0
+        if rt.slack is not None and final is not None and final.notify.get("slack"):
+            where = final.notify["slack"]
+            slack_replies = len(rt.slack.thread(where["channel"], where["ts"]).replies)
         for d in details:
             say(
                 f"interruption of attempt {d.attempt}: stopped at step {d.step_at_stop}, resumed "
@@ -242,6 +268,9 @@ def run_demo(
                 f"{d.notice_to_resumed_s or float('nan'):.2f}s of which simulated EC2 "
                 f"{d.simulated_ec2_s:.2f}s"
             )
+        say(f"the job's Slack thread in {options.slack_channel}, as the team sees it:")
+        if echo:
+            print(slack_thread, flush=True)
     result = DemoResult(
         job_id=record.job_id,
         state=record.state.value,
@@ -253,6 +282,8 @@ def run_demo(
         weights_identical_to_uninterrupted=bool(weights) and weights == baseline.get("weights"),
         wall_seconds=round(time.monotonic() - t0, 1),
         details=details,
+        slack_thread=slack_thread,
+        slack_replies=slack_replies,
     )
     return result
 
@@ -268,6 +299,7 @@ def summary_json(result: DemoResult) -> str:
             "lost_steps": result.lost_steps,
             "weights_identical_to_uninterrupted": result.weights_identical_to_uninterrupted,
             "wall_seconds": result.wall_seconds,
+            "slack_replies": result.slack_replies,
             "changeovers": [
                 {
                     "attempt": d.attempt,
@@ -293,8 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--interruptions", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=TIME_SCALE)
+    parser.add_argument("--deadline", help="a deadline for the job, e.g. +3m")
+    parser.add_argument("--timeline", type=Path, help="draw the job's timeline into this PNG")
     args = parser.parse_args(argv)
-    result = run_demo(time_scale=args.time_scale, interruptions=args.interruptions)
+    result = run_demo(
+        time_scale=args.time_scale,
+        interruptions=args.interruptions,
+        deadline=args.deadline,
+        timeline_png=args.timeline,
+    )
     print(summary_json(result), flush=True)
     return 0 if result.state == "COMPLETED" and result.weights_identical_to_uninterrupted else 1
 

@@ -26,6 +26,9 @@ from infra.wiring import WIRING, Wiring
 log = logging.getLogger("respot.local.dispatcher")
 
 RULE_RETRIES = 3  # Lambda retries a failed asynchronous invocation twice (three tries in all)
+# FIFO queues are short-polled this often: moto's long poll spins (holding the GIL of the whole
+# local runtime) while the only visible messages belong to a message group in flight.
+FIFO_POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -189,11 +192,13 @@ class Dispatcher:
                 log.exception("dispatcher loop %s failed; restarting it", target.__name__)
                 time.sleep(0.2)
 
-    def _receive(self, url: str, count: int) -> list[dict[str, Any]]:
+    def _receive(
+        self, url: str, count: int, wait_seconds: int | None = None
+    ) -> list[dict[str, Any]]:
         response = self._sqs.receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=count,
-            WaitTimeSeconds=self.poll_wait_seconds,
+            WaitTimeSeconds=self.poll_wait_seconds if wait_seconds is None else wait_seconds,
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
@@ -211,9 +216,12 @@ class Dispatcher:
 
     def _poll_queue(self, name: str, url: str, function: str, batch_size: int) -> None:
         arn = f"arn:aws:sqs:{self.deployment.region}:123456789012:{url.rsplit('/', 1)[-1]}"
+        fifo = self.wiring.queue(name).fifo
         while not self._stop.is_set():
-            messages = self._receive(url, batch_size)
+            messages = self._receive(url, batch_size, 0 if fifo else None)
             if not messages:
+                if fifo:
+                    self._stop.wait(FIFO_POLL_SECONDS)
                 continue
             event = {"Records": [_lambda_record(m, arn, self.deployment.region) for m in messages]}
             try:

@@ -224,6 +224,7 @@ class InstanceFleet:
                 "RESPOT_BUCKET": self.deployment.bucket,
                 "RESPOT_AGENT_QUEUE_URL": self.deployment.queue_urls["agent-events"],
                 "RESPOT_WORK_DIR": str(inst.work_dir),
+                "RESPOT_LOG_GROUP": self.deployment.log_group or "",
                 "RESPOT_SHUTDOWN": "exit",
             }
             with inst.log_path.open("ab") as out:

@@ -8,10 +8,14 @@ The handlers are the real `lambdas/` modules with a control plane built on clien
 the moto server; the market hooks the control plane's EC2 client; instances are processes
 running the real agent. Simulated durations (EC2 boot, the two-minute notice, the one-minute
 reconcile schedule, heartbeats) are multiplied by `time_scale` to get real ones.
+Slack is a local Web API server (`rt.slack`, infra/local/slack.py) whose bot token the runtime
+puts in the deployment's Slack secret, as a platform team would; the `notify` handler posts
+each job's thread there through slack_sdk.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import shutil
@@ -23,18 +27,22 @@ from pathlib import Path
 from typing import Any
 
 import lambdas._runtime as lambda_runtime
+import lambdas.notify as notify_lambda
 from infra.local import cloud
 from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
+from infra.local.slack import LocalSlack
 from infra.wiring import WIRING
 from respot import config as cfg
 from respot.client import JobHandle, run
-from respot.config import ControlPlaneConfig
+from respot.config import ControlPlaneConfig, NotifyConfig
 from respot.control.service import ControlPlane
+from respot.core.job import JobRecord
 from respot.deployment import Deployment
+from respot.notify import SlackNotifier
 from respot.spec import TrainingEnvVar
 
 log = logging.getLogger("respot.local")
@@ -77,6 +85,9 @@ class RuntimeOptions:
     poll_every_seconds: float = 20.0
     # Plays every instance's agent in-process instead of one process each (scale benchmark).
     instance_agent: InstanceAgent | None = None
+    slack: bool = True  # run the local Slack and put its bot token in the Slack secret
+    slack_channel: str = "#ml-training"  # the deployment's channel (RESPOT_SLACK_CHANNEL)
+    notify_progress_seconds: float = 600.0  # simulated; at most one progress reply this often
 
 
 class LocalRuntime:
@@ -95,6 +106,7 @@ class LocalRuntime:
         self._work_root: Path | None = None
         self._owns_work_root = False
         self._control_plane: ControlPlane | None = None
+        self.slack: LocalSlack | None = None
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -145,11 +157,19 @@ class LocalRuntime:
             chaos=opts.chaos,
             trace_offset_ticks=opts.trace_offset_ticks,
         )
+        if opts.slack:
+            self.slack = LocalSlack().start()
+            self.slack.add_channel(opts.slack_channel)
+            self.deployment.client("secretsmanager").put_secret_value(
+                SecretId=self.deployment.slack_secret_arn,
+                SecretString=json.dumps({"bot_token": self.slack.token}),
+            )
         lambda_runtime.install(self._build_control_plane, self._dead_letter)
         wiring = WIRING
         if not opts.react_to_notices:
             ignored = {"spot-interruption", "instance-state"}
             wiring = replace(WIRING, rules=tuple(r for r in WIRING.rules if r.name not in ignored))
+        notify_lambda.install(self._build_notifier)
         self.dispatcher = Dispatcher(
             self.deployment,
             wiring=wiring,
@@ -179,6 +199,9 @@ class LocalRuntime:
         if self.timers is not None:
             self.timers.stop()
         lambda_runtime.install(None)
+        notify_lambda.install(None)
+        if self.slack is not None:
+            self.slack.stop()
         self.server.stop()
         if self._owns_work_root and self._work_root is not None:
             shutil.rmtree(self._work_root, ignore_errors=True)
@@ -200,6 +223,12 @@ class LocalRuntime:
         )
         env[cfg.ENV_BOOT_TIMEOUT] = str(self.scale.real(self.options.boot_timeout_seconds))
         env[cfg.ENV_LAUNCH_TIMEOUT] = str(self.scale.real(self.options.launch_timeout_seconds))
+        env[cfg.ENV_NOTIFY_PROGRESS_SECONDS] = str(
+            self.scale.real(self.options.notify_progress_seconds)
+        )
+        env[cfg.ENV_SLACK_CHANNEL] = self.options.slack_channel
+        if self.slack is not None:
+            env[cfg.ENV_SLACK_API_URL] = self.slack.base_url
         return env
 
     def _build_control_plane(self) -> ControlPlane:
@@ -214,20 +243,59 @@ class LocalRuntime:
         self._control_plane = control
         return control
 
+    def _build_notifier(self) -> SlackNotifier:
+        assert self.deployment is not None
+        clients = {n: self.deployment.client(n) for n in ("dynamodb", "secretsmanager")}
+        return SlackNotifier.from_config(
+            NotifyConfig.from_env(self.env()), session=cloud.session(), clients=clients
+        )
+
     def control_plane(self) -> ControlPlane:
         """The control plane the handlers share (built on first use)."""
         return lambda_runtime.control_plane()
 
     def _dead_letter(self, body: str, reason: str, source: str) -> None:
         assert self.deployment is not None
-        self.deployment.client("sqs").send_message(
-            QueueUrl=self.deployment.dlq_urls[source],
-            MessageBody=body,
-            MessageAttributes={
-                "reason": {"DataType": "String", "StringValue": reason[:1000]},
-                "source": {"DataType": "String", "StringValue": source},
-            },
+        lambda_runtime.send_dead_letter(
+            self.deployment.client("sqs"), self.deployment.dlq_urls[source], body, reason, source
         )
+
+    # ---- Slack -----------------------------------------------------------------------------
+
+    def wait_notifications(self, timeout: float = 30.0) -> bool:
+        """Wait until the notifications queue is empty (every message handled or dead-lettered).
+
+        Returns False on timeout, e.g. while the local Slack is down.
+        """
+        assert self.deployment is not None
+        sqs = self.deployment.client("sqs")
+        url = self.deployment.queue_urls["notifications"]
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            attrs = sqs.get_queue_attributes(
+                QueueUrl=url,
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
+            )["Attributes"]
+            if not any(int(v) for v in attrs.values()):
+                return True
+            time.sleep(0.1)
+        return False
+
+    def slack_thread(self, job_id: str) -> str:
+        """The job's Slack thread as the team reads it (card as it is now, then the replies)."""
+        assert self.slack is not None
+        record = self.control_plane().jobs.get(job_id)
+        thread = (record.notify.get("slack") if record else None) or {}
+        if not thread:
+            return f"(no Slack thread for {job_id})"
+        return self.slack.render(thread["channel"], thread["ts"])
+
+    def job_record(self, job_id: str) -> JobRecord | None:
+        """The job's record as stored now."""
+        return self.control_plane().jobs.get(job_id)
 
     # ---- what a researcher does ------------------------------------------------------------
 
@@ -256,4 +324,12 @@ class LocalRuntime:
         return self._work_root
 
 
-__all__ = ["WIRING", "ChaosSchedule", "FleetTiming", "LocalRuntime", "RuntimeOptions", "Trace"]
+__all__ = [
+    "WIRING",
+    "ChaosSchedule",
+    "FleetTiming",
+    "LocalRuntime",
+    "LocalSlack",
+    "RuntimeOptions",
+    "Trace",
+]

@@ -123,24 +123,40 @@ class JobHandle:
         poll_seconds: float = 2.0,
         on_event: Callable[[TimelineEntry], None] | None = None,
         on_status: Callable[[JobStatus], None] | None = None,
+        show_progress: bool = False,
     ) -> JobStatus:
         """Block until the job is over; `on_event` sees each new timeline entry once, in order.
+
+        `show_progress` draws a progress bar (step of total, metrics, ETA) on a terminal, or
+        prints plain progress lines elsewhere, with interruptions and resumes as they happen
+        (`respot.progress.ProgressDisplay`).
 
         Raises `TimeoutError` after `timeout` seconds; a submission that never shows up in the
         table within `timeout` raises `JobNotFoundError`.
         """
+        if show_progress:
+            from respot.progress import ProgressDisplay
+
+            with ProgressDisplay(self.job_id) as display:
+                return self.wait(
+                    timeout,
+                    poll_seconds=poll_seconds,
+                    on_event=_both(display.on_event, on_event),
+                    on_status=_both(display.on_status, on_status),
+                )
         deadline = None if timeout is None else time.monotonic() + timeout
-        seen = 0.0
+        seen: set[tuple[datetime, str, str]] = set()
         while True:
             status = self.status()
             if status.record is not None and on_event is not None:
-                timeline = status.record.timeline
-                # The timeline keeps its newest entries; count by time, not by position.
-                new = [e for e in timeline if seen == 0 or e.at.timestamp() > seen]
-                for entry in new:
-                    on_event(entry)
-                if timeline:
-                    seen = max(seen, *(e.at.timestamp() for e in timeline))
+                # The timeline keeps its newest entries (old progress ones are dropped), and
+                # writers on other machines have their own clocks: recognise entries by
+                # what they are, not by position or by time.
+                for entry in status.record.timeline:
+                    identity = (entry.at, entry.kind, entry.text)
+                    if identity not in seen:
+                        seen.add(identity)
+                        on_event(entry)
             if on_status is not None:
                 on_status(status)
             if status.is_terminal:
@@ -167,6 +183,17 @@ class JobHandle:
             Message=encode(command),
             MessageAttributes={"command": {"DataType": "String", "StringValue": "cancel"}},
         )
+
+
+def _both(first: Callable[[Any], None], second: Callable[[Any], None] | None) -> Any:
+    if second is None:
+        return first
+
+    def call(item: Any) -> None:
+        first(item)
+        second(item)
+
+    return call
 
 
 def run(
@@ -320,6 +347,10 @@ def capture_provenance(spec: TrainingEnvVar) -> Provenance:
         packages=packages,
         host=socket.gethostname(),
         user=_user(),
+        # A pinned image names its digest; a tag alone can move, so it is not recorded as one.
+        image_digest=spec.image.split("@", 1)[1]
+        if spec.image and "@sha256:" in spec.image
+        else None,
     )
 
 

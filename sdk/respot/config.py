@@ -31,6 +31,10 @@ ENV_BOOT_TIMEOUT = "RESPOT_BOOT_TIMEOUT_SECONDS"
 ENV_LAUNCH_TIMEOUT = "RESPOT_LAUNCH_TIMEOUT_SECONDS"
 ENV_SLACK_SECRET_ARN = "RESPOT_SLACK_SECRET_ARN"  # noqa: S105 - a variable name, not a secret
 ENV_SLACK_CHANNEL = "RESPOT_SLACK_CHANNEL"
+# Where the notifier finds the Slack Web API (the local runtime's stand-in); unset on AWS.
+ENV_SLACK_API_URL = "RESPOT_SLACK_API_URL"
+# At most one progress note (and Slack reply) per job this often; 0 turns them off.
+ENV_NOTIFY_PROGRESS_SECONDS = "RESPOT_NOTIFY_PROGRESS_SECONDS"
 # The value of the respot:managed tag on this deployment's instances (the stack name): cleanup
 # and the terminate permission are scoped to it, so two deployments never touch each other.
 ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
@@ -60,6 +64,7 @@ class ControlPlaneConfig:
     heartbeat_timeout: timedelta = timedelta(minutes=10)
     boot_timeout: timedelta = timedelta(minutes=20)
     launch_timeout: timedelta = timedelta(minutes=3)
+    progress_note_interval: timedelta = timedelta(minutes=10)
     deployment_name: str = "respot"
 
     @classmethod
@@ -105,6 +110,7 @@ class ControlPlaneConfig:
             heartbeat_timeout=seconds(ENV_HEARTBEAT_TIMEOUT, timedelta(minutes=10)),
             boot_timeout=seconds(ENV_BOOT_TIMEOUT, timedelta(minutes=20)),
             launch_timeout=seconds(ENV_LAUNCH_TIMEOUT, timedelta(minutes=3)),
+            progress_note_interval=seconds(ENV_NOTIFY_PROGRESS_SECONDS, timedelta(minutes=10)),
             deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
         )
 
@@ -116,5 +122,38 @@ class ControlPlaneConfig:
             launch_timeout=self.launch_timeout,
             heartbeat_timeout=self.heartbeat_timeout,
             boot_timeout=self.boot_timeout,
+            progress_note_interval=self.progress_note_interval,
             on_demand_prices=dict(self.on_demand_prices),
+        )
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """What the `notify` Lambda needs: the job table, the Slack secret and the default channel."""
+
+    table_name: str
+    slack_secret_arn: str | None = None
+    slack_channel: str | None = None
+    slack_api_url: str | None = None
+    on_demand_prices: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> NotifyConfig:
+        """Read the configuration from `env` (default: the process environment)."""
+        env = os.environ if env is None else env
+        table = env.get(ENV_TABLE)
+        if not table:
+            raise ConfigError(f"environment variable {ENV_TABLE} is not set")
+        try:
+            prices = {
+                k: float(v) for k, v in json.loads(env.get(ENV_ON_DEMAND_PRICES) or "{}").items()
+            }
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"{ENV_ON_DEMAND_PRICES} is malformed: {exc}") from exc
+        return cls(
+            table_name=table,
+            slack_secret_arn=env.get(ENV_SLACK_SECRET_ARN) or None,
+            slack_channel=env.get(ENV_SLACK_CHANNEL) or None,
+            slack_api_url=env.get(ENV_SLACK_API_URL) or None,
+            on_demand_prices=prices,
         )

@@ -19,6 +19,8 @@ ENV_TOPIC_ARN = "RESPOT_TOPIC_ARN"
 ENV_TABLE = "RESPOT_TABLE"
 ENV_BUCKET = "RESPOT_BUCKET"
 ENV_ENDPOINT_URL = "AWS_ENDPOINT_URL"
+ENV_LOG_GROUP = "RESPOT_LOG_GROUP"
+DEFAULT_LOG_GROUP = "/respot/jobs"  # where agents ship training output (CloudWatch Logs)
 
 _HOW_TO_FIX = (
     "Deploy respot with `cdk deploy` (docs/deploy.md), or set RESPOT_TOPIC_ARN, RESPOT_TABLE "
@@ -37,6 +39,12 @@ class Deployment:
     stack: str | None = None
     agent_queue_url: str | None = None
     endpoint_url: str | None = None  # set for the local runtime (the AWS emulator)
+    log_group: str | None = None  # CloudWatch Logs group of training output; None: the default
+
+    @property
+    def job_log_group(self) -> str:
+        """The log group agents ship training stdout/stderr to."""
+        return self.log_group or DEFAULT_LOG_GROUP
 
     def session(self) -> Any:
         """A boto3 session for this deployment's region."""
@@ -72,6 +80,7 @@ def discover(session: Any = None, *, parameter: str | None = None) -> Deployment
             bucket=env[ENV_BUCKET],
             region=region or env[ENV_TOPIC_ARN].split(":")[3] or None,
             endpoint_url=env.get(ENV_ENDPOINT_URL) or None,
+            log_group=env.get(ENV_LOG_GROUP) or None,
         )
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError

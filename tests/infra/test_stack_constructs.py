@@ -10,6 +10,7 @@ from aws_cdk import Duration, Stack, assertions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -206,9 +207,9 @@ def test_alarms_notify_the_alarm_topic_when_given(new_stack):
 
 
 def test_a_queue_added_to_the_wiring_gets_its_dead_letters_and_alarm(new_stack):
-    # GIVEN the notifications queue the wiring does not have yet
+    # GIVEN a queue the wiring does not have yet
     wiring = dataclasses.replace(
-        WIRING, queues=(*WIRING.queues, Queue("notifications", "notify", max_receive_count=3))
+        WIRING, queues=(*WIRING.queues, Queue("audit", "notify", max_receive_count=3))
     )
     stack = new_stack()
     messaging = Messaging(stack, "Messaging", wiring=wiring)
@@ -220,6 +221,27 @@ def test_a_queue_added_to_the_wiring_gets_its_dead_letters_and_alarm(new_stack):
     template.has_resource_properties(
         "AWS::SQS::Queue", {"RedrivePolicy": Match.object_like({"maxReceiveCount": 3})}
     )
+
+
+def test_a_fifo_queue_gets_a_fifo_dead_letter_queue(new_stack):
+    # GIVEN a wiring whose only FIFO queue is the notifications queue
+    stack = new_stack()
+    messaging = Messaging(stack, "Messaging", wiring=WIRING)
+    template = assertions.Template.from_stack(stack)
+    fifo = [q.name for q in WIRING.queues if q.fifo]
+    assert fifo == ["notifications"] and "notifications" in messaging.queues
+    # THEN it and its dead-letter queue are FIFO, without content-based deduplication
+    queues = template.find_resources("AWS::SQS::Queue", {"Properties": {"FifoQueue": True}})
+    assert len(queues) == 2
+    for queue in queues.values():
+        assert queue["Properties"]["ContentBasedDeduplication"] is False
+
+
+def test_a_fifo_queue_cannot_be_fed_by_the_standard_topic(new_stack):
+    bad = Queue("fifo-jobs", "submit", topic_filter={"command": ["submit"]}, fifo=True)
+    wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, bad))
+    with pytest.raises(ValueError, match="not FIFO"):
+        Messaging(new_stack(), "Messaging", wiring=wiring)
 
 
 def test_the_wiring_needs_exactly_one_agent_queue(new_stack):
@@ -520,8 +542,8 @@ def test_a_schedule_that_is_not_whole_minutes_is_refused(new_stack):
 
 
 def test_a_queue_for_a_missing_function_is_refused(new_stack):
-    wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, Queue("notifications", "notify")))
-    with pytest.raises(WiringError, match="'notify'"):
+    wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, Queue("audit", "auditor")))
+    with pytest.raises(WiringError, match="'auditor'"):
         _functions(new_stack(), wiring)
 
 
@@ -545,6 +567,7 @@ def researchers(new_stack) -> assertions.Template:
         bucket=s3.Bucket(stack, "Bucket"),
         agent_queue=sqs.Queue(stack, "AgentEvents", visibility_timeout=Duration.minutes(6)),
         parameter_name="/respot/deployment",
+        job_logs=logs.LogGroup(stack, "JobLogs", log_group_name="/respot/jobs"),
         publisher_role_arns=("arn:aws:iam::123456789012:role/researcher",),
     )
     return assertions.Template.from_stack(stack)
@@ -555,7 +578,8 @@ def test_deployment_parameter_holds_the_discovery_json(researchers):
     assert parameter["Properties"]["Name"] == "/respot/deployment"
     assert parameter["Properties"]["Type"] == "String"
     text = json.dumps(parameter["Properties"]["Value"])
-    for key in ("stack", "region", "topic_arn", "table_name", "bucket", "agent_queue_url"):
+    keys = ("stack", "region", "topic_arn", "table_name", "bucket", "agent_queue_url", "log_group")
+    for key in keys:
         assert f'\\"{key}\\":' in text
     outputs = researchers.to_json()["Outputs"]
     assert {"TopicArn", "TableName", "Bucket", "AgentQueueUrl", "ResearcherPolicyArn"} <= set(
@@ -572,10 +596,11 @@ def test_researcher_policy_is_what_the_sdk_needs_and_no_more(researchers):
     assert actions == {
         "PublishJobCommands": "sns:Publish",
         "FindDeployment": "ssm:GetParameter",
-        "ReadJobRecords": ["dynamodb:GetItem", "dynamodb:Query"],
+        "ReadJobRecords": ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
         "UploadJobCode": "s3:PutObject",
         "ReadJobObjects": "s3:GetObject",
         "ListJobObjects": "s3:ListBucket",
+        "ReadJobLogs": ["logs:DescribeLogStreams", "logs:GetLogEvents"],
     }
     upload = next(
         s

@@ -15,7 +15,7 @@ from infra.grants import GrantError, known_grants
 from infra.nag import add_checks
 from infra.settings import DeploySettings
 from infra.stack import NOTIFY_QUEUE, RespotStack
-from infra.wiring import WIRING, Function, Grant, Queue
+from infra.wiring import WIRING, Function, Grant
 from respot import config
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def test_every_function_gets_the_configuration_respot_config_reads(resources):
         assert env["POWERTOOLS_SERVICE_NAME"] == "respot"
         assert env[config.ENV_INSTANCE_TYPES] == "g5.xlarge,g4dn.xlarge"
         assert (config.ENV_DLQ_URL in env) == (Grant.DLQ_SEND in spec.grants)
-        assert config.ENV_NOTIFY_QUEUE_URL not in env  # no notifications queue in the wiring yet
+        assert config.ENV_NOTIFY_QUEUE_URL in env  # every commit may queue a notification
 
 
 def test_every_wiring_function_has_its_handler_module():
@@ -390,27 +390,33 @@ def test_publishers_are_restricted_on_the_topic(existing_network):
     assert {"ResearchersPublish", "OnlyResearchersPublish"} <= sids
 
 
-def test_a_notifications_queue_and_function_in_the_wiring_are_wired_without_stack_edits():
-    # GIVEN the wiring extended the way the notifications engineer will extend it
-    notify = Function("notify", "lambdas.notify", frozenset({"slack-secret-read"}))  # type: ignore[arg-type]
-    wiring = dataclasses.replace(
-        WIRING,
-        functions=(*WIRING.functions, notify),
-        queues=(*WIRING.queues, Queue(NOTIFY_QUEUE, "notify")),
-    )
-    # WHEN the stack is built from it
-    stack, resources = _stack_with(wiring=wiring)
-    # THEN the function, its queue, mapping and rights exist, and senders can send to it
-    queue_arn = {"Fn::GetAtt": [logical_id(stack, stack.messaging.queues[NOTIFY_QUEUE]), "Arn"]}
+def test_notifications_flow_through_a_fifo_queue_to_the_notify_function(respot, resources):
+    # GIVEN the default stack, built from WIRING with its notifications queue
+    stack, _ = respot
+    queue_id = logical_id(stack, stack.messaging.queues[NOTIFY_QUEUE])
+    dlq_id = logical_id(stack, stack.messaging.dead_letter_queues[NOTIFY_QUEUE])
+    queue_arn = {"Fn::GetAtt": [queue_id, "Arn"]}
+    # THEN the queue and its dead-letter queue are FIFO, deduplicated by the senders' ids
+    for name in (queue_id, dlq_id):
+        props = resources[name]["Properties"]
+        assert props["FifoQueue"] is True
+        assert props.get("ContentBasedDeduplication", False) is False
+    # AND the notify function reads it one message at a time, reporting failures per message
     by_handler = functions_by_handler(resources)
-    assert "lambdas.notify.handler" in by_handler
-    assert any(
-        m["Properties"]["EventSourceArn"] == queue_arn
+    notify_name, notify = by_handler["lambdas.notify.handler"]
+    (mapping,) = [
+        m
         for m in of_type(resources, "AWS::Lambda::EventSourceMapping").values()
-    )
-    for spec in wiring.functions:
+        if m["Properties"]["EventSourceArn"] == queue_arn
+    ]
+    assert mapping["Properties"]["FunctionName"] == {"Ref": notify_name}
+    assert mapping["Properties"]["BatchSize"] == 1
+    assert "MaximumBatchingWindowInSeconds" not in mapping["Properties"]  # not for FIFO
+    # AND every function may send to it exactly when its wiring says NOTIFY_SEND
+    for spec in WIRING.functions:
         _name, function = by_handler[spec.handler]
-        assert config.ENV_NOTIFY_QUEUE_URL in function["Properties"]["Environment"]["Variables"]
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert config.ENV_NOTIFY_QUEUE_URL in variables
         role = function["Properties"]["Role"]["Fn::GetAtt"][0]
         sends = [
             s
@@ -418,8 +424,28 @@ def test_a_notifications_queue_and_function_in_the_wiring_are_wired_without_stac
             if s["Action"] == "sqs:SendMessage" and s["Resource"] == queue_arn
         ]
         assert bool(sends) == (Grant.NOTIFY_SEND in spec.grants), spec.name
-    notify_role = by_handler["lambdas.notify.handler"][1]["Properties"]["Role"]["Fn::GetAtt"][0]
-    assert any(s.get("Sid") == "ReadSlackToken" for s in role_statements(resources, notify_role))
+    # AND notify gets the Slack secret, the channel setting and its own dead-letter queue
+    variables = notify["Properties"]["Environment"]["Variables"]
+    assert config.ENV_SLACK_SECRET_ARN in variables
+    assert variables[config.ENV_DLQ_URL] == {"Ref": dlq_id}
+
+
+def test_only_the_notify_function_reads_the_slack_token_and_only_that_secret(resources):
+    (secret_id,) = of_type(resources, "AWS::SecretsManager::Secret")
+    readers = [
+        (name, s)
+        for name, s in statements(resources)
+        if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
+    ]
+    assert len(readers) == 1
+    name, statement = readers[0]
+    assert statement["Resource"] == {"Ref": secret_id}
+    assert as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
+    notify_role = functions_by_handler(resources)["lambdas.notify.handler"][1]["Properties"][
+        "Role"
+    ]["Fn::GetAtt"][0]
+    assert statement in role_statements(resources, notify_role)
+    assert name  # the policy holding it
 
 
 def test_a_grant_without_iam_fails_the_synth():

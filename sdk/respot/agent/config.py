@@ -17,6 +17,7 @@ ENV_HEARTBEAT = "RESPOT_HEARTBEAT_SECONDS"
 ENV_IMDS_POLL = "RESPOT_IMDS_POLL_SECONDS"
 ENV_HANDOFF_WAIT = "RESPOT_HANDOFF_WAIT_SECONDS"
 ENV_SHUTDOWN = "RESPOT_SHUTDOWN"
+ENV_LOG_GROUP = "RESPOT_LOG_GROUP"  # CloudWatch Logs group for the session's output; unset: none
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 
 DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
@@ -41,6 +42,7 @@ class AgentConfig:
     imds_poll_seconds: float = 2.0
     handoff_wait_seconds: float = 150.0
     shutdown: Shutdown = "exit"
+    log_group: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -82,4 +84,5 @@ class AgentConfig:
             imds_poll_seconds=seconds(ENV_IMDS_POLL, 2.0),
             handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),
             shutdown="poweroff" if shutdown == "poweroff" else "exit",
+            log_group=env.get(ENV_LOG_GROUP, "").strip() or None,
         )

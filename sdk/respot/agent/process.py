@@ -65,12 +65,14 @@ class SessionProcess:
         env: Mapping[str, str],
         log_path: Path,
         on_event: Callable[[SessionEvent], None],
+        on_output: Callable[[bytes], None] | None = None,
     ) -> None:
         self.launch = launch
         self.launch_path = launch_path
         self.env = dict(env)
         self.log_path = log_path
         self._on_event = on_event
+        self._on_output = on_output  # each raw output line too (log shipping); must not block
         self._tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._tail_lock = threading.Lock()
         self._control: IO[str] | None = None
@@ -192,6 +194,11 @@ class SessionProcess:
             for raw in self._proc.stdout:
                 log.write(raw)
                 log.flush()
+                if self._on_output is not None:
+                    try:
+                        self._on_output(raw)
+                    except Exception:  # shipping logs must never stop the log file
+                        logger.exception("handling an output line failed")
                 text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 with self._tail_lock:
                     self._tail.append(text[:MAX_LOG_LINE_CHARS])

@@ -29,6 +29,7 @@ from respot import layout
 from respot.agent.config import AgentConfig
 from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
+from respot.agent.logship import LogShipper, stream_name
 from respot.agent.messenger import AgentMessenger
 from respot.agent.process import (
     AttemptDirs,
@@ -45,6 +46,7 @@ from respot.agent.protocol import (
     ReportLine,
     SessionLaunch,
 )
+from respot.agent.scalars import ScalarLog
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
 from respot.agent.workspace import (
     fetch_code,
@@ -83,6 +85,7 @@ FINAL_FLUSH_SECONDS = 120.0
 EXIT_GRACE_SECONDS = 30.0
 MAX_METRICS = 50
 LOG_TAIL_LINES = 50
+LOG_SHIP_CLOSE_SECONDS = 10.0  # at the end, wait this long at most for the last log lines
 
 Outcome = Literal["completed", "preempted", "failed"]
 
@@ -235,6 +238,7 @@ class Agent:
         self.config = config
         self._s3 = s3
         self._sqs = sqs
+        self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: _InterruptionNotice | None = None
@@ -263,6 +267,8 @@ class Agent:
         url = self.config.endpoint_url
         self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
         self._sqs = self._sqs or session.client("sqs", endpoint_url=url, config=retry)
+        if self.config.log_group and self.logs is None:
+            self.logs = session.client("logs", endpoint_url=url, config=retry)
 
     def request_stop(self) -> None:
         """A "stop" notice from outside (SIGTERM, Ctrl-C); safe to call from a signal handler."""
@@ -371,6 +377,8 @@ class _AttemptRun:
         self.progress = _Progress()
         self.store = CheckpointStore(bucket=self.config.bucket, job_id=job_id, client=self.s3)
         self.restored_step: int | None = None
+        self.scalars = ScalarLog(dirs.root / "tensorboard", attempt=attempt)
+        self.shipper: LogShipper | None = None
 
     def execute(self) -> AgentResult:
         # 1-4: prepare the job.
@@ -471,13 +479,22 @@ class _AttemptRun:
             resume_step=self.restored_step,
         )
         events = self.agent._events
+        if self.config.log_group and self.agent.logs is not None:
+            self.shipper = LogShipper(
+                client=self.agent.logs,
+                group=self.config.log_group,
+                stream=stream_name(self.job_id, self.attempt, self.identity.instance_id),
+            )
         process = SessionProcess(
             launch,
             launch_path=self.dirs.launch,
             env=session_environment(launch, spec.environment),
             log_path=self.dirs.log,
             on_event=events.put,
+            on_output=self.shipper.write if self.shipper is not None else None,
         )
+        self.scalars.resume_step = self.restored_step
+        self.scalars.start()
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()
         process.start()
@@ -501,6 +518,7 @@ class _AttemptRun:
                 if isinstance(event, ReportLine):
                     if self.progress.update(event):
                         heartbeat.nudge()
+                    self.scalars.add(event.step, event.metrics, time.time())
                 elif isinstance(event, CheckpointLine):
                     uploader.submit(Path(event.path), event.step, event.reason)
                 elif isinstance(event, DoneLine | FailedLine):
@@ -570,6 +588,7 @@ class _AttemptRun:
                 reason="notice" if item.reason == "notice" else "periodic",
             )
         )
+        self.scalars.sync(self.s3, self.config.bucket, self.job_id)
 
     def _completed(
         self, uploader: CheckpointUploader, step: int | None, train_seconds: float
@@ -663,6 +682,11 @@ class _AttemptRun:
             logger.error("writing the handoff marker failed: %s", exc)
 
     def _upload_log(self) -> None:
+        if self.shipper is not None:
+            if not self.shipper.close(LOG_SHIP_CLOSE_SECONDS):
+                logger.warning("the last log lines did not reach CloudWatch Logs in time")
+            logger.info("shipped %d log line(s) to CloudWatch Logs", self.shipper.shipped)
+        self.scalars.sync(self.s3, self.config.bucket, self.job_id, final=True)
         if not self.dirs.log.exists():
             return
         key = layout.logs_prefix(self.job_id, self.attempt) + "session.log"

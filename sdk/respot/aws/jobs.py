@@ -9,7 +9,9 @@ The sparse index `live` (partition `live`, sort `updated_at`) lists the jobs tha
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
@@ -22,6 +24,8 @@ if TYPE_CHECKING:
 
 LIVE_INDEX = "live"
 LIVE_VALUE = "1"
+CAS_ATTEMPTS = 8
+CAS_BACKOFF_SECONDS = 0.02
 
 
 def _job_key(job_id: str) -> dict[str, Any]:
@@ -85,6 +89,33 @@ class JobTable:
                 ) from exc
             raise
         return written
+
+    def update(
+        self,
+        job_id: str,
+        change: Callable[[JobRecord | None], JobRecord | None],
+        *,
+        attempts: int = CAS_ATTEMPTS,
+    ) -> tuple[JobRecord | None, JobRecord | None]:
+        """Read, change, compare-and-set; on a lost race read again and change again.
+
+        `change(record)` gets the record as read (None if there is none) and returns the record
+        to write, or None to write nothing. It is called once per try on a fresh read, so it
+        must derive everything it writes from its argument: that is what keeps a writer from
+        undoing another's change. Returns (the record last read, the record written or None).
+        """
+        for attempt in range(attempts):
+            current = self.get(job_id)
+            wanted = change(current)
+            if wanted is None:
+                return current, None
+            try:
+                written = self.save(wanted, expected_version=current.version if current else None)
+            except ConcurrentUpdateError:
+                time.sleep(CAS_BACKOFF_SECONDS * (attempt + 1) * random.random())  # noqa: S311
+                continue
+            return current, written
+        raise ConcurrentUpdateError(f"job {job_id}: gave up after {attempts} write conflicts")
 
     def live_job_ids(self) -> Iterator[str]:
         """Ids of every job that is not over, oldest update first (eventually consistent)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, local
+from respot.cli import bench, jobs, local, observe
 
 app = typer.Typer(
     name="respot",
@@ -12,6 +12,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+app.command()(jobs.run)
+app.command()(jobs.ls)
+app.command()(jobs.status)
+app.command()(observe.logs)
+app.command()(jobs.cancel)
+app.command()(observe.cost)
+app.command()(observe.tensorboard)
+app.command()(observe.timeline)
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
 app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")
 

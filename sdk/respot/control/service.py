@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -40,13 +38,11 @@ from respot.core.events import (
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
 from respot.core.placement import ControlSettings, MarketPolicy, SpotFirstPolicy
-from respot.exceptions import ConcurrentUpdateError
 from respot.messages import CancelCommand, JobSubmission
 
 log = logging.getLogger("respot.control")
 
-CAS_ATTEMPTS = 8
-CAS_BACKOFF_SECONDS = 0.02
+CAS_ATTEMPTS = 8  # compare-and-set tries per event (JobTable.update backs off between them)
 MAX_FOLLOW_UPS = 6
 
 
@@ -68,7 +64,12 @@ class Applied:
 
 
 class Notifications:
-    """Sends a job's new timeline entries to the notifications queue; never raises."""
+    """Sends a job's new timeline entries to the notifications queue; never raises.
+
+    The queue is FIFO (name ending in .fifo): the message group is the job, so one job's
+    notifications are handled one at a time and in order, and the deduplication id is the
+    record version the entries were committed with, so a repeated send is dropped by SQS.
+    """
 
     def __init__(self, queue_url: str | None, client: Any = None) -> None:
         self.queue_url = queue_url
@@ -84,8 +85,14 @@ class Notifications:
             "version": job.version,
             "entries": [e.model_dump(mode="json") for e in entries],
         }
+        fifo: dict[str, str] = {}
+        if self.queue_url.endswith(".fifo"):
+            fifo = {
+                "MessageGroupId": job.job_id,
+                "MessageDeduplicationId": f"{job.job_id}-{job.version}",
+            }
         try:
-            self.client.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(body))
+            self.client.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(body), **fifo)
         except Exception:  # a notification must never block or fail a transition
             log.exception("could not queue a notification for job %s", job.job_id)
 
@@ -271,8 +278,9 @@ class ControlPlane:
         return applied
 
     def _commit(self, job_id: str, event: JobEvent) -> tuple[Decision, JobRecord | None]:
-        for attempt in range(CAS_ATTEMPTS):
-            job = self.jobs.get(job_id)
+        decisions: list[Decision] = []
+
+        def change(job: JobRecord | None) -> JobRecord | None:
             decision = decide(
                 job,
                 event,
@@ -280,18 +288,13 @@ class ControlPlane:
                 settings=self.settings,
                 market_policy=self.market_policy,
             )
-            if not decision.changed:
-                return decision, job
-            assert decision.record is not None
-            record = decision.record
-            record.updated_at = self.clock()
-            try:
-                written = self.jobs.save(record, expected_version=job.version if job else None)
-            except ConcurrentUpdateError:
-                time.sleep(CAS_BACKOFF_SECONDS * (attempt + 1) * random.random())  # noqa: S311
-                continue
-            return decision, written
-        raise ConcurrentUpdateError(f"job {job_id}: gave up after {CAS_ATTEMPTS} write conflicts")
+            decisions[:] = [decision]  # the decision of the read that was (or was not) written
+            if decision.record is not None:
+                decision.record.updated_at = self.clock()
+            return decision.record
+
+        read, written = self.jobs.update(job_id, change, attempts=CAS_ATTEMPTS)
+        return decisions[0], written if written is not None else read
 
     def _run(self, job_id: str, effect: Effect, depth: int) -> None:
         match effect:

@@ -85,3 +85,46 @@ def job_cost(
     return CostSummary(
         paid_usd=paid, on_demand_usd=on_demand, instance_hours=hours, training_hours=training
     )
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    """One attempt's line in a job's cost ledger."""
+
+    attempt: int
+    market: str
+    instance_type: str
+    availability_zone: str
+    instance_id: str | None
+    started: datetime | None  # billing starts: launch (or binding, if the launch is unknown)
+    ended: datetime | None  # None while the instance runs
+    hours: float
+    price_per_hour: float | None
+    paid_usd: float
+    on_demand_price_per_hour: float | None
+    end: str | None
+
+
+def ledger(
+    job: JobRecord, now: datetime, overrides: dict[str, float] | None = None
+) -> list[LedgerLine]:
+    """Every attempt's instance type, zone, market, start, end, price and cost, in order."""
+    lines = []
+    for att in job.attempts:
+        lines.append(
+            LedgerLine(
+                attempt=att.number,
+                market=att.placement.market.value,
+                instance_type=att.placement.instance_type,
+                availability_zone=att.placement.availability_zone,
+                instance_id=att.instance_id,
+                started=att.launched_at or att.bound_at,
+                ended=att.ended_at,
+                hours=attempt_hours(att, now),
+                price_per_hour=att.price_per_hour,
+                paid_usd=attempt_cost(att, now, overrides),
+                on_demand_price_per_hour=on_demand_price(att.placement.instance_type, overrides),
+                end=att.end.value if att.end else None,
+            )
+        )
+    return lines

@@ -88,6 +88,8 @@ class Progress(BaseModel):
     total_steps: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
     at: datetime | None = None
+    noted_step: int | None = None  # step and time of the last "progress" timeline note
+    noted_at: datetime | None = None
 
 
 class CheckpointInfo(BaseModel):

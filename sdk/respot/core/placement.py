@@ -31,6 +31,8 @@ class ControlSettings:
     boot_timeout: timedelta = timedelta(minutes=20)
     # Expected boot + restore + redo time of one instance change, before any is measured.
     changeover_estimate: timedelta = timedelta(minutes=6)
+    # At most one "progress" timeline note (hence Slack reply) per job this often; 0: none.
+    progress_note_interval: timedelta = timedelta(minutes=10)
     on_demand_prices: dict[str, float] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 

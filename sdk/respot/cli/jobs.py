@@ -1,0 +1,404 @@
+"""`respot run | ls | status | cancel`: launch jobs and see where they are."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from respot.cli.context import (
+    JsonOption,
+    LocalOption,
+    connect,
+    console,
+    fail,
+    print_json,
+    reports_errors,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from respot.client import JobStatus
+    from respot.core.job import JobRecord
+
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Override a field: --set hyperparameters.lr=0.01, --set instance_types=\\[g5.xlarge]. "
+        "Repeatable; the value is read as YAML.",
+    ),
+]
+
+
+def _ago(at: datetime | None, now: datetime) -> str:
+    from respot.progress import format_duration
+
+    if at is None:
+        return "-"
+    delta = (now - at).total_seconds()
+    return f"{format_duration(delta)} ago" if delta >= 0 else f"in {format_duration(-delta)}"
+
+
+def _when(at: datetime | None) -> str:
+    return at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+
+
+def _short(at: datetime | None) -> str:
+    return at.astimezone().strftime("%m-%d %H:%M:%S") if at else "-"
+
+
+def _steps(step: int | None, total: int | None) -> str:
+    if step is None:
+        return "-"
+    if total:
+        return f"{step:,}/{total:,} ({100 * step / total:.0f}%)"
+    return f"{step:,}"
+
+
+def status_json(record: JobRecord, now: datetime) -> dict[str, Any]:
+    """The record as JSON, plus its cost so far."""
+    from respot.core.cost import job_cost
+
+    cost = job_cost(record, now)
+    data = record.model_dump(mode="json", exclude_none=True)
+    data["cost"] = {
+        "paid_usd": round(cost.paid_usd, 6),
+        "on_demand_usd": None if cost.on_demand_usd is None else round(cost.on_demand_usd, 6),
+        "savings_pct": None if cost.savings_pct is None else round(cost.savings_pct, 1),
+        "instance_hours": round(cost.instance_hours, 6),
+    }
+    return data
+
+
+# ---- run ---------------------------------------------------------------------------------------
+
+
+@reports_errors
+def run(
+    job_file: Annotated[
+        Path | None, typer.Argument(help="A job file (YAML: the fields of TrainingEnvVar).")
+    ] = None,
+    set_: SetOption = None,
+    rerun: Annotated[
+        str | None,
+        typer.Option(help="Launch this job again: same spec, same code (same SHA-256)."),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option(help="Follow the job to its end with a progress bar.")
+    ] = False,
+    timeout: Annotated[
+        float | None, typer.Option(help="With --wait: give up waiting after this many seconds.")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option(help="Only validate the job file; submit nothing.")
+    ] = False,
+    local: LocalOption = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Submit a job from a YAML file (or --rerun an earlier one); --wait to follow it."""
+    if (job_file is None) == (rerun is None):
+        fail("give a job file, or --rerun JOB (not both)")
+    overrides = list(set_ or [])
+    if job_file is not None:
+        from respot.jobfile import load_job_file
+
+        job = load_job_file(job_file, overrides)
+        if check:
+            if json_output:
+                print_json(job.spec.model_dump(mode="json", exclude_none=True))
+            else:
+                console().print(f"{job_file}: ok ({job.spec.name}, {job.spec.entry_point})")
+            return
+        conn = connect(local)
+        from respot.client import run as submit
+
+        handle = submit(job.spec, deployment=conn.deployment, session=conn.session)
+    else:
+        assert rerun is not None
+        if check:
+            fail("--check validates a job file; it has nothing to check with --rerun")
+        conn = connect(local)
+        from respot.rerun import rerun as submit_again
+
+        handle = submit_again(
+            rerun, deployment=conn.deployment, session=conn.session, overrides=overrides
+        )
+    flag = " --local" if conn.local else ""
+    if not wait:
+        if json_output:
+            print_json({"job_id": handle.job_id, "state": "SUBMITTED", "rerun_of": rerun})
+        else:
+            out = console()
+            out.print(
+                f"submitted [bold]{handle.job_id}[/]" + (f" (rerun of {rerun})" if rerun else "")
+            )
+            out.print(f"  respot status {handle.job_id}{flag}")
+            out.print(f"  respot logs {handle.job_id}{flag} --follow")
+        return
+    if not json_output:
+        console().print(
+            f"submitted [bold]{handle.job_id}[/]" + (f" (rerun of {rerun})" if rerun else "")
+        )
+    try:
+        status = handle.wait(
+            timeout, poll_seconds=1.0 if conn.local else 5.0, show_progress=not json_output
+        )
+    except TimeoutError as exc:
+        fail(f"{exc}; it goes on: `respot status {handle.job_id}{flag}`")
+    _finish(status, json_output)
+
+
+def _finish(status: JobStatus, json_output: bool) -> None:
+    record = status.record
+    now = datetime.now(UTC)
+    if json_output:
+        print_json(status_json(record, now) if record else {"job_id": status.job_id})
+    elif record is not None:
+        from respot.core.cost import job_cost
+
+        cost = job_cost(record, now)
+        saved = ""
+        if cost.savings_pct is not None:
+            saved = f", {cost.savings_pct:.0f}% below on-demand"
+        why = ""
+        if record.reason and record.state.value != "COMPLETED":
+            why = f" — {record.reason}"
+        console().print(
+            f"{record.job_id} {record.state.value}: step "
+            f"{_steps(status.step, status.total_steps)}, {record.interruptions} "
+            f"interruption(s), paid ${cost.paid_usd:.4f}{saved}{why}",
+            markup=False,
+        )
+    raise typer.Exit(0 if status.state == "COMPLETED" else 1)
+
+
+# ---- ls ----------------------------------------------------------------------------------------
+
+
+@reports_errors
+def ls(
+    limit: Annotated[int, typer.Option(help="Show at most this many jobs, newest first.")] = 20,
+    live: Annotated[bool, typer.Option(help="Only jobs that are not over.")] = False,
+    local: LocalOption = False,
+    json_output: JsonOption = False,
+) -> None:
+    """List recent jobs: state, progress, interruptions, cost."""
+    from respot.core.cost import job_cost
+
+    conn = connect(local)
+    now = datetime.now(UTC)
+    records = conn.recent(limit if not live else max(limit, 200))
+    if live:
+        records = [r for r in records if not r.state.is_terminal()][:limit]
+    rows = []
+    for r in records:
+        cost = job_cost(r, now)
+        rows.append(
+            {
+                "job_id": r.job_id,
+                "state": r.state.value,
+                "step": r.progress.step,
+                "total_steps": r.progress.total_steps,
+                "interruptions": r.interruptions,
+                "attempts": len(r.attempts),
+                "created_at": r.created_at.isoformat(),
+                "paid_usd": round(cost.paid_usd, 6),
+                "owner": r.submission.submitted_by,
+            }
+        )
+    if json_output:
+        print_json(rows)
+        return
+    if not rows:
+        console().print("no jobs yet: `respot run job.yaml` submits one")
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("job", "state", "progress", "interr.", "submitted", "paid", "owner"):
+        table.add_column(col, justify="right" if col in ("interr.", "paid") else "left")
+    for r, row in zip(records, rows, strict=True):
+        table.add_row(
+            r.job_id,
+            _state_text(r.state.value),
+            _steps(r.progress.step, r.progress.total_steps),
+            str(r.interruptions),
+            _ago(r.created_at, now),
+            f"${row['paid_usd']:.4f}",
+            r.submission.submitted_by or "-",
+        )
+    console().print(table)
+
+
+def _state_text(state: str) -> str:
+    colour = {
+        "COMPLETED": "green",
+        "FAILED": "red",
+        "CANCELLED": "yellow",
+        "INTERRUPTED": "red",
+        "RUNNING": "cyan",
+    }.get(state, "")
+    return f"[{colour}]{state}[/]" if colour else state
+
+
+# ---- status ------------------------------------------------------------------------------------
+
+
+@reports_errors
+def status(
+    job_id: Annotated[str, typer.Argument(help="The job id (`respot ls` lists them).")],
+    events: Annotated[int, typer.Option(help="How many recent events to show.")] = 12,
+    local: LocalOption = False,
+    json_output: JsonOption = False,
+) -> None:
+    """A job's state, progress, attempts, interruptions, checkpoint, cost and provenance."""
+    conn = connect(local)
+    record = conn.record(job_id)
+    now = datetime.now(UTC)
+    if json_output:
+        print_json(status_json(record, now))
+        return
+    render_status(record, console(), now, events=events)
+
+
+def render_status(record: JobRecord, out: Console, now: datetime, *, events: int = 12) -> None:
+    """The human view of `respot status`."""
+    from rich.table import Table
+
+    from respot.core.cost import job_cost
+    from respot.progress import format_metrics
+
+    spec = record.spec
+    sub = record.submission
+    prov = sub.provenance
+    attempt = record.current.number if record.current else 0
+    out.print(
+        f"[bold]{record.job_id}[/]  {_state_text(record.state.value)}  "
+        f"(attempt {attempt}, {record.interruptions} interruption(s))"
+    )
+    if record.reason:
+        out.print(f"  reason      {record.reason}", markup=False)
+    prog = record.progress
+    metrics = format_metrics(prog.metrics, limit=6)
+    out.print(
+        f"  progress    step {_steps(prog.step, prog.total_steps)}  {metrics}  "
+        f"(reported {_ago(prog.at, now)})",
+        markup=False,
+    )
+    if record.checkpoint:
+        cp = record.checkpoint
+        out.print(
+            f"  checkpoint  step {cp.step:,} from attempt {cp.attempt}, {_ago(cp.at, now)}",
+            markup=False,
+        )
+    else:
+        out.print("  checkpoint  none yet")
+    deadline = "none"
+    if spec.deadline:
+        deadline = f"{_when(spec.deadline)} ({_ago(spec.deadline, now)})"
+    out.print(
+        f"  job         {spec.name} · {spec.entry_point or spec.image} · seed {spec.seed} · "
+        f"deadline {deadline}",
+        markup=False,
+    )
+    out.print(
+        f"  submitted   {_when(sub.submitted_at)} by {sub.submitted_by or '?'}"
+        + (f" · finished {_when(record.finished_at)}" if record.finished_at else ""),
+        markup=False,
+    )
+    if prov is not None:
+        git = "not a git checkout"
+        if prov.git_commit:
+            git = f"{prov.git_commit[:12]}{' (dirty)' if prov.git_dirty else ''}"
+            if prov.git_remote:
+                git += f" {prov.git_remote}"
+        out.print(f"  code        git {git}", markup=False)
+        if sub.code:
+            out.print(
+                f"              zip sha256 {sub.code.sha256[:16]}… ({sub.code.size_bytes:,} bytes)",
+                markup=False,
+            )
+        packages = ", ".join(f"{k} {v}" for k, v in sorted(prov.packages.items()))
+        out.print(
+            f"  environment python {prov.python_version or '?'} · {packages or 'no packages'} · "
+            f"host {prov.host or '?'}",
+            markup=False,
+        )
+        if spec.image:
+            out.print(
+                f"  image       {spec.image} · digest {prov.image_digest or 'not pinned'}",
+                markup=False,
+            )
+        if prov.rerun_of:
+            out.print(f"  rerun of    {prov.rerun_of}", markup=False)
+    cost = job_cost(record, now)
+    line = f"  cost        paid ${cost.paid_usd:.4f} over {cost.instance_hours:.3f} instance-h"
+    if cost.on_demand_usd is not None:
+        line += f" · on-demand ${cost.on_demand_usd:.4f}"
+    if cost.savings_pct is not None:
+        line += f" · saved {cost.savings_pct:.0f}%"
+    out.print(line, markup=False)
+
+    if record.attempts:
+        table = Table(title="attempts", title_justify="left", box=None, header_style="bold")
+        for col in ("#", "market", "type", "zone", "instance", "$/h", "launched", "ended",
+                    "end", "resumed", "last step"):  # fmt: skip
+            table.add_column(col)
+        for a in record.attempts:
+            table.add_row(
+                str(a.number),
+                a.placement.market.value,
+                a.placement.instance_type,
+                a.placement.availability_zone,
+                a.instance_id or "-",
+                f"{a.price_per_hour:.4f}" if a.price_per_hour is not None else "-",
+                _short(a.launched_at),
+                _short(a.ended_at),
+                a.end.value if a.end else "running",
+                "-" if a.restored_step is None else f"{a.restored_step:,}",
+                "-" if a.last_step is None else f"{a.last_step:,}",
+            )
+        out.print(table)
+    # The newest checkpoint is shown above; the list is the job's story.
+    story = [e for e in record.timeline if e.kind not in ("progress", "checkpoint")][-events:]
+    if story and events > 0:
+        out.print("[bold]events[/]")
+        for e in story:
+            out.print(f"  {_when(e.at)}  {e.kind:<12} {e.text}", markup=False)
+
+
+# ---- cancel ------------------------------------------------------------------------------------
+
+
+@reports_errors
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job to cancel.")],
+    reason: Annotated[str, typer.Option(help="Why (shown in status and Slack).")] = (
+        "cancelled by user"
+    ),
+    wait: Annotated[bool, typer.Option(help="Wait until the job is CANCELLED.")] = False,
+    local: LocalOption = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Cancel a job: its instances are terminated, its checkpoints kept."""
+    conn = connect(local)
+    record = conn.record(job_id)
+    if record.state.is_terminal():
+        if json_output:
+            print_json({"job_id": job_id, "state": record.state.value, "cancelled": False})
+        else:
+            console().print(f"{job_id} is already {record.state.value}; nothing to cancel")
+        return
+    handle = conn.handle(job_id)
+    handle.cancel(reason)
+    state = "CANCEL REQUESTED"
+    if wait:
+        state = handle.wait(60.0, poll_seconds=0.5 if conn.local else 2.0).state
+    if json_output:
+        print_json({"job_id": job_id, "state": state, "cancelled": True})
+    else:
+        console().print(f"{job_id}: {state}")

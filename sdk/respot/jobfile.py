@@ -1,0 +1,305 @@
+"""Job files: a `TrainingEnvVar` written as YAML, with errors that point at the line and field.
+
+    job = load_job_file("job.yaml", overrides=["hyperparameters.lr=0.01"])
+
+The file is the same model as `TrainingEnvVar` (same fields, same checks: `validate_spec`);
+this module only adds what a file needs:
+- every problem names `<file>:<line>: <field>: <what is wrong and how to fix it>`; the line
+  comes from PyYAML's node tree (`yaml.compose`), so it is the line the field is written on;
+- malformed YAML (a tab, a bad indent) is reported at the YAML error's own line and column;
+- a key given twice is an error (PyYAML alone would keep the last one silently);
+- `source_dir` is relative to the file's directory, so `respot run some/dir/job.yaml` works
+  from anywhere;
+- `--set a.b=value` overrides, each value read as a YAML scalar or flow collection
+  (`--set instance_types=[g5.xlarge]`, `--set hyperparameters.lr=0.01`); a problem in an
+  overridden field names the `--set` it came from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from respot.exceptions import SpecError
+from respot.spec import TrainingEnvVar, validate_spec
+
+FieldPath = tuple[str | int, ...]
+
+# "data[0].s3_uri: ..." -> the field path before the first ": ".
+_PROBLEM = re.compile(r"^(?P<path>[A-Za-z_][\w-]*(?:\[\d+\]|\.[\w-]+)*): (?P<text>.*)$", re.DOTALL)
+_PATH_PART = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
+class JobFileError(SpecError):
+    """A job file cannot be read, or describes an invalid job; each problem has its line."""
+
+
+@dataclass(frozen=True)
+class Override:
+    """One `--set path=value`."""
+
+    path: FieldPath
+    value: Any
+    text: str
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A validated job file: the spec, and where each field was written."""
+
+    path: Path
+    spec: TrainingEnvVar
+    data: dict[str, Any]
+    lines: dict[FieldPath, int]
+
+
+def parse_path(text: str) -> FieldPath:
+    """`data[0].s3_uri` -> ("data", 0, "s3_uri")."""
+    parts: list[str | int] = []
+    pos = 0
+    for m in _PATH_PART.finditer(text):
+        if m.start() != pos:
+            break
+        parts.append(int(m.group(1)) if m.group(1) is not None else m.group(2))
+        pos = m.end()
+    if pos != len(text) or not parts or not isinstance(parts[0], str):
+        raise ValueError(f"{text!r} is not a field path; write e.g. 'hyperparameters.lr'")
+    return tuple(parts)
+
+
+def format_path(path: FieldPath) -> str:
+    """("data", 0, "s3_uri") -> `data[0].s3_uri`."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def parse_override(text: str) -> Override:
+    """`a.b=value`: the value is read as YAML (`0.01` a number, `[a, b]` a list, `x` text)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise JobFileError([f"--set {text!r}: write key=value, e.g. --set hyperparameters.lr=0.01"])
+    try:
+        path = parse_path(key.strip())
+    except ValueError as exc:
+        raise JobFileError([f"--set {text!r}: {exc}"]) from None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise JobFileError(
+            [f"--set {text!r}: the value is not valid YAML ({_yaml_reason(exc)})"]
+        ) from None
+    return Override(path, value, text)
+
+
+def apply_override(data: dict[str, Any], override: Override) -> None:
+    """Set `override.value` at its path in `data`, creating mappings on the way."""
+    target: Any = data
+    path = override.path
+    for i, part in enumerate(path[:-1]):
+        nxt = path[i + 1]
+        if isinstance(part, int):
+            if not isinstance(target, list) or part >= len(target):
+                raise JobFileError(
+                    [f"--set {override.text}: {format_path(path[: i + 1])} does not exist"]
+                )
+            target = target[part]
+            continue
+        if not isinstance(target, dict):
+            raise JobFileError([f"--set {override.text}: {format_path(path[:i])} is not a mapping"])
+        if part not in target or target[part] is None:
+            target[part] = [] if isinstance(nxt, int) else {}
+        target = target[part]
+    last = path[-1]
+    if isinstance(last, int):
+        if not isinstance(target, list) or last > len(target):
+            raise JobFileError([f"--set {override.text}: {format_path(path)} does not exist"])
+        if last == len(target):
+            target.append(override.value)
+        else:
+            target[last] = override.value
+    elif isinstance(target, dict):
+        target[last] = override.value
+    else:
+        raise JobFileError([f"--set {override.text}: {format_path(path[:-1])} is not a mapping"])
+
+
+def _yaml_reason(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    return f"{context}, {problem}" if context else str(problem)
+
+
+def _mark_line(node: yaml.Node) -> int:
+    return int(node.start_mark.line) + 1
+
+
+def _map_lines(
+    node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int], problems: list[str], name: str
+) -> None:
+    """Record the line of every key and item under `node`; report keys given twice."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            line = _mark_line(key_node)
+            sub = (*path, key)
+            if key in seen:
+                problems.append(
+                    f"{name}:{line}: {format_path(sub)}: given twice (first on line {seen[key]}); "
+                    "keep one"
+                )
+            seen[key] = line
+            lines[sub] = line
+            _map_lines(value_node, sub, lines, problems, name)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            sub = (*path, i)
+            lines[sub] = _mark_line(item)
+            _map_lines(item, sub, lines, problems, name)
+
+
+def _refine(path: FieldPath, text: str, data: dict[str, Any]) -> FieldPath:
+    """A problem on a whole list or mapping that quotes one of its items: point at that item."""
+    value: Any = data
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return path
+    quoted = [m.group(1) for m in _QUOTED.finditer(text)]
+    if not quoted:
+        return path
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, str) and item == quoted[0]:
+                return (*path, i)
+    elif isinstance(value, dict):
+        for key in value:
+            if isinstance(key, str) and quoted[0] == key:
+                return (*path, key)
+    return path
+
+
+def locate(
+    problems: list[str],
+    *,
+    name: str,
+    data: dict[str, Any],
+    lines: dict[FieldPath, int],
+    overrides: Sequence[Override] = (),
+) -> list[str]:
+    """Prefix each `field: text` problem with where the field was written."""
+    located = []
+    for problem in problems:
+        m = _PROBLEM.match(problem)
+        if m is None or m.group("path") == "spec":
+            text = m.group("text") if m else problem
+            located.append(f"{name}: {text}")
+            continue
+        try:
+            path = parse_path(m.group("path"))
+        except ValueError:
+            located.append(f"{name}: {problem}")
+            continue
+        text = m.group("text")
+        path = _refine(path, text, data)
+        source = next(
+            (o for o in reversed(overrides) if path[: len(o.path)] == o.path),
+            None,
+        )
+        if source is not None:
+            located.append(f"--set {source.text}: {format_path(path)}: {text}")
+            continue
+        line = None
+        for n in range(len(path), 0, -1):  # the field itself, else its nearest parent
+            line = lines.get(path[:n])
+            if line is not None:
+                break
+        where = f"{name}:{line}" if line is not None else name
+        located.append(f"{where}: {format_path(path)}: {text}")
+    return located
+
+
+def load_job_file(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    now: datetime | None = None,
+) -> JobFile:
+    """Read, override and validate a job file; raises `JobFileError` with located problems."""
+    from respot.client import preflight
+
+    file = Path(path)
+    name = str(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise JobFileError([f"{name}: no such file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise JobFileError([f"{name}: cannot be read ({exc})"]) from None
+    parsed_overrides = [parse_override(o) for o in overrides or []]
+
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        raise JobFileError([f"{where}: not valid YAML: {_yaml_reason(exc)}"]) from None
+    except yaml.YAMLError as exc:
+        raise JobFileError([f"{name}: not valid YAML: {exc}"]) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        line = _mark_line(root) if root is not None else 1
+        raise JobFileError(
+            [
+                f"{name}:{line}: the file must be a mapping of fields, e.g. 'name: digits' "
+                "and 'entry_point: digits.train:DigitsSession' on lines of their own"
+            ]
+        )
+    lines: dict[FieldPath, int] = {}
+    problems: list[str] = []
+    if root is not None:
+        _map_lines(root, (), lines, problems, name)
+    if problems:
+        raise JobFileError(problems)
+
+    for override in parsed_overrides:
+        apply_override(data, override)
+    source_dir = data.get("source_dir")
+    if (
+        isinstance(source_dir, str)
+        and source_dir
+        and not Path(source_dir).expanduser().is_absolute()
+    ):
+        from_set = any(o.path[:1] == ("source_dir",) for o in parsed_overrides)
+        base = Path.cwd() if from_set else file.resolve().parent
+        data["source_dir"] = str((base / Path(source_dir).expanduser()).resolve())
+    elif isinstance(source_dir, str) and source_dir:
+        data["source_dir"] = str(Path(source_dir).expanduser())
+
+    try:
+        spec = validate_spec(data)
+    except SpecError as exc:
+        raise JobFileError(
+            locate(exc.problems, name=name, data=data, lines=lines, overrides=parsed_overrides)
+        ) from None
+    late = preflight(spec, now or datetime.now(UTC))
+    if late:
+        raise JobFileError(
+            locate(late, name=name, data=data, lines=lines, overrides=parsed_overrides)
+        )
+    return JobFile(path=file, spec=spec, data=data, lines=lines)
