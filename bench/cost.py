@@ -54,7 +54,7 @@ from infra.local.dispatcher import Invocation
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import HEARTBEAT_SECONDS, LocalRuntime, RuntimeOptions
 from infra.wiring import WIRING
-from respot.core.lifecycle import CHECKPOINT_NOTES_KEPT
+from respot.core.lifecycle import CHECKPOINT_NOTES_KEPT, PROGRESS_HISTORY_FRACTION
 from respot.messages import new_job_id
 
 TIME_SCALE = 1.0 / 30.0
@@ -212,6 +212,7 @@ class Run:
     idle_ticks: list[tuple[Invocation, int]]
     retained_s3_bytes: int
     retained_dynamodb_bytes: int
+    progress_entries: int = 0  # "progress" history lines on the job record at the end
     messages: Counter[str] = field(default_factory=Counter)
 
 
@@ -301,6 +302,9 @@ def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
         )
         items = direct.scan(TableName=table)["Items"]
         retained_ddb = sum(dynamodb_item_bytes(i) for i in items)
+        job_items = [i for i in items if i["pk"]["S"] == f"JOB#{job_id}"]
+        timeline = json.loads(job_items[0]["doc"]["S"])["timeline"] if job_items else []
+        progress_entries = sum(1 for e in timeline if e.get("kind") == "progress")
         with lock:
             job_invocations = list(invocations)
         run = Run(
@@ -315,6 +319,7 @@ def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
             idle_ticks=idle_ticks,
             retained_s3_bytes=retained_s3,
             retained_dynamodb_bytes=retained_ddb,
+            progress_entries=progress_entries,
         )
         for r in run.agents:
             if r.operation == "SendMessage" and r.detail.get("kind"):
@@ -479,12 +484,19 @@ def per_hour(
 
 
 def aged_item_bytes(
-    base: float, run_checkpoints: int, hours: float, checkpoints_per_hour: float
+    base: float,
+    run_checkpoints: int,
+    run_progress_entries: int,
+    hours: float,
+    checkpoints_per_hour: float,
 ) -> float:
-    """The job item after `hours`: the run's item plus the checkpoint lines the record keeps
-    beyond those the run already had (CHECKPOINT_NOTES_KEPT of them at most)."""
+    """The job item late in a long job: the run's item plus the timeline lines the record
+    keeps beyond those the run already had: checkpoint lines (CHECKPOINT_NOTES_KEPT at most)
+    and the sparse progress history (one line per PROGRESS_HISTORY_FRACTION of the steps)."""
     kept = min(hours * checkpoints_per_hour, CHECKPOINT_NOTES_KEPT)
-    return base + max(kept - min(run_checkpoints, CHECKPOINT_NOTES_KEPT), 0) * ENTRY_BYTES
+    extra = max(kept - min(run_checkpoints, CHECKPOINT_NOTES_KEPT), 0)
+    extra += max(round(1 / PROGRESS_HISTORY_FRACTION) - run_progress_entries, 0)
+    return base + extra * ENTRY_BYTES
 
 
 def idle_month(run: Run) -> dict[str, Any]:
@@ -549,7 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     # A job of H hours with N interruptions: fixed + N x per interruption + H x per hour.
     example_hours = hit.simulated_hours
     example = fixed0 + per_interruption.scaled(args.interruptions) + hour.scaled(example_hours)
-    day_item = aged_item_bytes(f0.item_bytes, f0.checkpoints, 24, args.checkpoints_per_hour)
+    day_item = aged_item_bytes(
+        f0.item_bytes, f0.checkpoints, base.progress_entries, 24, args.checkpoints_per_hour
+    )
     hb_day = message_unit(base, day_item)
     day_hour, _ = per_hour(hb_day, tick_unit(base, day_item), ckpt, args.checkpoints_per_hour)
     idle = idle_month(base)
@@ -643,7 +657,7 @@ def markdown(p: dict[str, Any]) -> str:
         "",
         "Per job-hour by cause: "
         + ", ".join(f"{k} {_usd(v)}" for k, v in p["per_job_hour_parts_usd"].items())
-        + "; a day-old job (its record carries what a day of checkpoints leaves on it): "
+        + "; late in a long job (its record carries a full progress history): "
         + f"{_usd(p['per_job_hour_after_24h_usd'])} an hour.",
         "",
         "Billed while no job runs (per month):",
