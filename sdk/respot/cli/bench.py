@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    from respot.policy.bench import CellResult
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -10,3 +21,150 @@ app = typer.Typer(no_args_is_help=True)
 @app.callback()
 def _bench() -> None:
     """Benchmarks of respot's policies and control plane."""
+
+
+class SpaceSeparatedLists(TyperCommand):
+    """Accepts `--opt 1 2 3` for list options, as well as click's `--opt 1 --opt 2 --opt 3`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: typer's click Context
+        """Repeat the flag of a list option before each further value that follows it."""
+        # Duck-typed: typer builds its options on its own copy of click's classes.
+        options = {name: param for param in self.params for name in getattr(param, "opts", ())}
+        rewritten: list[str] = []
+        collecting: str | None = None  # list option whose extra values are being read
+        value_expected = False
+        for index, arg in enumerate(args):
+            if value_expected:
+                rewritten.append(arg)
+                value_expected = False
+            elif arg == "--":
+                rewritten.extend(args[index:])
+                break
+            elif arg.startswith("-") and not _is_number(arg):
+                name, has_value, _ = arg.partition("=")
+                option = options.get(name)
+                collecting = name if getattr(option, "multiple", False) else None
+                value_expected = (
+                    option is not None and not getattr(option, "is_flag", False) and not has_value
+                )
+                rewritten.append(arg)
+            elif collecting is not None:
+                rewritten.extend([collecting, arg])
+            else:
+                rewritten.append(arg)
+        return super().parse_args(ctx, rewritten)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@app.command("policy", cls=SpaceSeparatedLists)
+def policy(
+    *,
+    traces: Annotated[
+        Path, typer.Option("--traces", help="Directory of trace files (*.json), any tick length.")
+    ],
+    work_hours: Annotated[float, typer.Option(help="Compute the job needs, C.")] = 48.0,
+    deadline_hours: Annotated[
+        list[float] | None,
+        typer.Option(help="Deadlines D from the job's start, several (default: 52 60 70)."),
+    ] = None,
+    changeover_hours: Annotated[
+        list[float] | None,
+        typer.Option(help="Changeover delays d, several (default: 0.05 0.2)."),
+    ] = None,
+    windows: Annotated[int, typer.Option(help="Windows per trace.")] = 300,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per (D, d) cell per line.")
+    ] = False,
+    workers: Annotated[
+        int | None, typer.Option(help="Processes to use (default: all CPUs).")
+    ] = None,
+) -> None:
+    """Cost to finish by the deadline on spot traces (benchmarks/spot-policy.md).
+
+    Example: respot bench policy --traces DIR --work-hours 48 --deadline-hours 52 60 70
+    --changeover-hours 0.05 0.2 --windows 300 --json
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from respot.policy.bench import BENCH_POLICIES, Cell, run_bench
+    from respot.policy.exceptions import PolicyError
+    from respot.policy.model import load_traces
+
+    err = Console(stderr=True)
+    cells = [
+        Cell(work_hours, deadline, changeover)
+        for deadline in deadline_hours or [52.0, 60.0, 70.0]
+        for changeover in changeover_hours or [0.05, 0.2]
+    ]
+    started = time.monotonic()
+    try:
+        trace_set = load_traces(traces)
+        total = len(cells) * len(trace_set) * windows * len(BENCH_POLICIES)
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as progress:
+            bar = progress.add_task("policy-windows", total=total)
+            results = run_bench(
+                trace_set,
+                cells,
+                windows,
+                workers=workers,
+                on_progress=lambda n: progress.advance(bar, n),
+            )
+    except PolicyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    elapsed = time.monotonic() - started
+    if as_json:
+        for result in results:
+            sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        sys.stdout.flush()
+    else:
+        Console().print(_table(results, traces, len(trace_set)))
+    typer.echo(f"{len(cells)} cell(s) in {elapsed:.0f} s", err=True)
+
+
+def _table(results: list[CellResult], traces: Path, n_traces: int) -> object:
+    from rich.table import Table
+
+    from respot.policy.bench import BENCH_POLICIES
+
+    first = results[0]
+    table = Table(
+        title=(
+            f"Normalized cost to finish by the deadline, C = {first.cell.work_hours:g} h\n"
+            f"{traces}: {n_traces} traces x {first.windows_per_trace} windows"
+        ),
+        caption="gap closed = (UP - respot) / (UP - omniscient), on the means",
+    )
+    for header in ["D (h)", "d (h)", "policy", "mean", "p75", "missed", "gap closed"]:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for result in results:
+        closed = result.gap_closed()
+        for name in BENCH_POLICIES:
+            r = result.results[name]
+            table.add_row(
+                f"{result.cell.deadline_hours:g}" if name == BENCH_POLICIES[0] else "",
+                f"{result.cell.changeover_hours:g}" if name == BENCH_POLICIES[0] else "",
+                name,
+                f"{r.mean:.4f}",
+                f"{r.p75:.4f}",
+                str(r.misses),
+                ("n/a" if math.isnan(closed) else f"{closed:.0%}") if name == "respot" else "",
+                end_section=name == BENCH_POLICIES[-1],
+            )
+    return table

@@ -1,0 +1,77 @@
+"""What the past of a spot trace says about its future: run lengths, hazards, availability.
+
+Only integer counts are kept, so statistics built tick by tick are exactly those built from
+the whole history at once (a policy may cache them without changing a single decision).
+
+A *run* is a maximal stretch of equal availability (an up-run of 1s or a down-run of 0s).
+Run lengths are counted in ticks. The estimators blend the completed runs of the history
+with a scale-free ("Lindy") prior, P(L > a) = 1 / (a + 1): without data, a run that has
+lasted a ticks is expected to last about as long again. The prior carries the weight of
+`prior_runs` observations and fades as completed runs accumulate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class RunStatistics:
+    """Incremental run-length statistics of a 0/1 availability history."""
+
+    __slots__ = ("_at_least", "age", "last", "runs", "ticks", "up_ticks")
+
+    def __init__(self, history: Iterable[int] = ()) -> None:
+        self.ticks = 0  # entries seen
+        self.up_ticks = 0  # entries equal to 1
+        self.last = -1  # value of the trailing run (-1: no history yet)
+        self.age = 0  # length of the trailing run so far (it is not completed yet)
+        self.runs = [0, 0]  # completed runs, by value (down, up)
+        # _at_least[v][k]: completed runs of value v with length >= k (index 0 unused).
+        self._at_least: tuple[list[int], list[int]] = ([0], [0])
+        self.extend(history)
+
+    def extend(self, values: Iterable[int]) -> None:
+        """Append history entries (any truthy value counts as available)."""
+        for raw in values:
+            value = 1 if raw else 0
+            if value == self.last:
+                self.age += 1
+            else:
+                if self.last >= 0:
+                    self._complete(self.last, self.age)
+                self.last = value
+                self.age = 1
+            self.ticks += 1
+            self.up_ticks += value
+
+    def _complete(self, value: int, length: int) -> None:
+        counts = self._at_least[value]
+        if len(counts) <= length:
+            counts.extend([0] * (length + 1 - len(counts)))
+        for k in range(1, length + 1):
+            counts[k] += 1
+        self.runs[value] += 1
+
+    def current_age(self, value: int) -> int:
+        """Ticks the trailing run of `value` has lasted before now (0 if it is not `value`)."""
+        return self.age if self.last == value else 0
+
+    def _longer_than(self, value: int, age: int) -> int:
+        counts = self._at_least[value]
+        return counts[age + 1] if age + 1 < len(counts) else 0
+
+    def hazard(self, value: int, age: int, prior_runs: float) -> float:
+        """P(a run of `value` that has lasted `age` ticks ends after the next tick)."""
+        alive = self._longer_than(value, age)
+        ending = alive - self._longer_than(value, age + 1)
+        return (prior_runs / (age + 2) + ending) / (prior_runs + alive)
+
+    def survival(self, value: int, age: int, prior_runs: float) -> float:
+        """P(a new run of `value` lasts more than `age` ticks)."""
+        alive = self._longer_than(value, age)
+        return (prior_runs / (age + 1) + alive) / (prior_runs + self.runs[value])
+
+    def availability(self, gap_seconds: int, prior: float, prior_seconds: float) -> float:
+        """Fraction of time spot was available, shrunk towards `prior` by `prior_seconds`."""
+        seen = self.ticks * gap_seconds
+        return (self.up_ticks * gap_seconds + prior * prior_seconds) / (seen + prior_seconds)
