@@ -1,1 +1,1 @@
-"""Benchmarks of respot: each `python -m bench.<name>` writes bench/results/<name>.{json,md}."""
+"""Benchmarks of respot, each run as `python -m bench.<name>` (see bench/README.md)."""
