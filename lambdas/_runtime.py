@@ -11,20 +11,16 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
-    EventType,
-    SqsFifoPartialProcessor,
-    process_partial_response,
-)
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from respot.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.exceptions import RespotError
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "respot"))
 
@@ -122,6 +118,14 @@ def sqs_batch(
     they are retried after it, in order, and a batch whose every record failed is reported
     record by record, not raised.
     """
+    # Imported here: only the SQS-triggered functions pay for Powertools' batch utility.
+    from aws_lambda_powertools.utilities.batch import (
+        BatchProcessor,
+        EventType,
+        SqsFifoPartialProcessor,
+        process_partial_response,
+    )
+
     processor: BatchProcessor
     if fifo:
         processor = SqsFifoPartialProcessor(skip_group_on_error=True)

@@ -40,6 +40,7 @@ class Invocation:
     seconds: float
     records: int
     ok: bool
+    message_ids: tuple[str, ...] = ()  # SQS message ids handled (benchmarks count them)
 
 
 class LambdaContext:
@@ -122,7 +123,9 @@ class Dispatcher:
             self._handlers[function] = module.handler
         return self._handlers[function]
 
-    def invoke(self, function: str, event: Any, records: int = 1) -> Any:
+    def invoke(
+        self, function: str, event: Any, records: int = 1, message_ids: tuple[str, ...] = ()
+    ) -> Any:
         """Call a function's handler with `event`, timing it."""
         spec = self.wiring.function(function)
         context = LambdaContext(function, spec.memory_mb, spec.timeout_seconds)
@@ -137,7 +140,9 @@ class Dispatcher:
         finally:
             with self._lock:
                 self._busy -= 1
-            inv = Invocation(function, started, time.monotonic() - started, records, ok)
+            inv = Invocation(
+                function, started, time.monotonic() - started, records, ok, message_ids
+            )
             with self._lock:
                 self.invocations.append(inv)
             if self.on_invocation is not None:
@@ -146,7 +151,7 @@ class Dispatcher:
     # ---- loops -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start one thread per queue poller, rule and schedule."""
+        """Start `pollers_per_queue` threads per queue and per rule, one per schedule."""
         for q in self.wiring.queues:
             url = self.deployment.queue_urls[q.name]
             for _ in range(self.pollers_per_queue):
@@ -155,7 +160,9 @@ class Dispatcher:
                 )
         for rule in self.wiring.rules:
             url = self.deployment.rule_queue_urls[rule.name]
-            self._spawn(f"rule-{rule.name}", self._poll_rule, rule.name, url, rule.function)
+            # EventBridge invokes a function for many events at once: as many readers here.
+            for _ in range(self.pollers_per_queue):
+                self._spawn(f"rule-{rule.name}", self._poll_rule, rule.name, url, rule.function)
         for schedule in self.wiring.schedules:
             self._spawn(
                 f"schedule-{schedule.name}",
@@ -218,7 +225,8 @@ class Dispatcher:
                 continue
             event = {"Records": [_lambda_record(m, arn, self.deployment.region) for m in messages]}
             try:
-                result = self.invoke(function, event, records=len(messages))
+                ids = tuple(m["MessageId"] for m in messages)
+                result = self.invoke(function, event, records=len(messages), message_ids=ids)
             except Exception as exc:
                 log.exception("%s failed on a batch of %d from %s", function, len(messages), name)
                 with self._lock:
@@ -237,7 +245,7 @@ class Dispatcher:
             for message in self._receive(url, 10):
                 try:
                     event = json.loads(message["Body"])
-                    self.invoke(function, event)
+                    self.invoke(function, event, message_ids=(message["MessageId"],))
                 except Exception as exc:
                     log.exception("%s failed on an event of rule %s", function, name)
                     with self._lock:
@@ -268,7 +276,8 @@ class Dispatcher:
     def pending_messages(self) -> int:
         """Messages visible or in flight on every queue the dispatcher reads."""
         total = 0
-        urls = [*self.deployment.queue_urls.values(), *self.deployment.rule_queue_urls.values()]
+        rules = [self.deployment.rule_queue_urls[r.name] for r in self.wiring.rules]
+        urls = [*self.deployment.queue_urls.values(), *rules]
         for url in urls:
             attrs = self._sqs.get_queue_attributes(
                 QueueUrl=url,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from infra.local.clock import Timers, TimeScale
 from infra.local.cloud import CREDENTIALS, LocalDeployment
@@ -45,6 +45,19 @@ class FleetTiming:
     boot_seconds: float = 45.0  # running -> the boot script starts the agent
     notice_seconds: float = NOTICE_SECONDS
     terminate_seconds: float = 5.0  # shutting-down -> terminated
+
+
+class InstanceAgent(Protocol):
+    """Stands in for the agent process of every instance (the scale benchmark's simulator)."""
+
+    def boot(self, inst: LocalInstance) -> None:
+        """The instance booted: start the agent's work."""
+
+    def notice(self, inst: LocalInstance, reclaim_at: datetime) -> None:
+        """EC2 gave the two-minute warning (what IMDS `spot/instance-action` would say)."""
+
+    def kill(self, inst: LocalInstance) -> None:
+        """The instance is going away: stop at once, send nothing more."""
 
 
 @dataclass
@@ -100,8 +113,15 @@ class InstanceFleet:
         agent_env: dict[str, str] | None = None,
         duplicate_events: bool = False,
         reorder_events: bool = False,
+        imds_notices: bool = True,
+        agent: InstanceAgent | None = None,
     ) -> None:
         self.deployment = deployment
+        # False: IMDS never shows the interruption notice (the poll-only baseline, whose
+        # training code learns nothing before the instance dies).
+        self.imds_notices = imds_notices
+        # Set: no process and no IMDS server per instance; this object plays every agent.
+        self.agent = agent
         self.scale = scale
         self.timers = timers
         self.work_root = work_root
@@ -163,6 +183,18 @@ class InstanceFleet:
         self.timers.after(self.scale.real(self.timing.boot_seconds), lambda: self._boot(inst))
 
     def _boot(self, inst: LocalInstance) -> None:
+        if self.agent is not None:
+            with self._lock:
+                if inst.state != "running":
+                    return
+                inst.booted_at = time.monotonic()
+                inst.events.append((inst.booted_at, "booted"))
+            self.agent.boot(inst)
+            if inst.noticed_at is not None:
+                self.agent.notice(inst, datetime.now(UTC))
+            for callback in self.on_boot:
+                callback(inst)
+            return
         with self._lock:
             if inst.state != "running":
                 return
@@ -173,7 +205,7 @@ class InstanceFleet:
                 tags=inst.tags,
             )
             inst.imds.start()
-            if inst.noticed_at is not None:
+            if inst.noticed_at is not None and self.imds_notices:
                 inst.imds.schedule_interruption("terminate", datetime.now(UTC))
             inst.work_dir.mkdir(parents=True, exist_ok=True)
             inst.log_path = inst.work_dir / "agent.log"
@@ -184,7 +216,10 @@ class InstanceFleet:
                 "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
                 "AWS_DEFAULT_REGION": self.deployment.region,
                 "AWS_REGION": self.deployment.region,
-                "AWS_ENDPOINT_URL": self.deployment.endpoint_url,
+                # agent_env may point agents elsewhere (the cost benchmark counts them apart).
+                "AWS_ENDPOINT_URL": self.agent_env.get(
+                    "AWS_ENDPOINT_URL", self.deployment.endpoint_url
+                ),
                 "AWS_EC2_METADATA_SERVICE_ENDPOINT": inst.imds.url,
                 "RESPOT_BUCKET": self.deployment.bucket,
                 "RESPOT_AGENT_QUEUE_URL": self.deployment.queue_urls["agent-events"],
@@ -219,8 +254,10 @@ class InstanceFleet:
             reclaim_at = datetime.now(UTC) + timedelta(
                 seconds=self.scale.real(self.timing.notice_seconds)
             )
-            if inst.imds is not None:
+            if inst.imds is not None and self.imds_notices:
                 inst.imds.schedule_interruption("terminate", reclaim_at)
+        if self.agent is not None and inst.booted_at is not None:
+            self.agent.notice(inst, reclaim_at)
         self._emit(
             SPOT_INTERRUPTION, {"instance-id": instance_id, "instance-action": "terminate"}, inst
         )
@@ -268,6 +305,8 @@ class InstanceFleet:
         return True
 
     def _kill(self, inst: LocalInstance) -> None:
+        if self.agent is not None and inst.booted_at is not None:
+            self.agent.kill(inst)
         if inst.process is not None and inst.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(inst.process.pid, signal.SIGKILL)

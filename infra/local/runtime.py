@@ -21,7 +21,8 @@ import secrets
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ import lambdas.notify as notify_lambda
 from infra.local import cloud
 from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
-from infra.local.fleet import FleetTiming, InstanceFleet
+from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
+from infra.local.poller import TerminationPoller
 from infra.local.slack import LocalSlack
 from infra.wiring import WIRING
 from respot import config as cfg
@@ -45,7 +47,7 @@ from respot.spec import TrainingEnvVar
 
 log = logging.getLogger("respot.local")
 
-HEARTBEAT_SECONDS = 30.0  # simulated; the agent's default on EC2
+HEARTBEAT_SECONDS = 60.0  # simulated; the agent's default on EC2
 IMDS_POLL_SECONDS = 2.0
 HANDOFF_WAIT_SECONDS = 150.0
 
@@ -74,6 +76,15 @@ class RuntimeOptions:
     log_level: str = "WARNING"  # of the handlers' logs (Powertools JSON on stdout)
     duplicate_events: bool = False  # put every EC2 event on the bus twice
     reorder_events: bool = False  # delay EC2 events by a random fraction of a second
+    # The moto URL -> the URL every client uses (e.g. a counting proxy in front of moto).
+    endpoint_proxy: Callable[[str], str] | None = None
+    # False: the "wait for termination and poll" baseline (benchmarks only): no interruption
+    # or state-change rule reaches a handler, IMDS shows no notice, and a poller looks for
+    # gone instances every `poll_every_seconds` (simulated) instead. See infra/local/poller.py.
+    react_to_notices: bool = True
+    poll_every_seconds: float = 20.0
+    # Plays every instance's agent in-process instead of one process each (scale benchmark).
+    instance_agent: InstanceAgent | None = None
     slack: bool = True  # run the local Slack and put its bot token in the Slack secret
     slack_channel: str = "#ml-training"  # the deployment's channel (RESPOT_SLACK_CHANNEL)
     notify_progress_seconds: float = 600.0  # simulated; at most one progress reply this often
@@ -91,6 +102,7 @@ class LocalRuntime:
         self.fleet: InstanceFleet | None = None
         self.market: SpotMarket | None = None
         self.timers: Timers | None = None
+        self.poller: TerminationPoller | None = None
         self._work_root: Path | None = None
         self._owns_work_root = False
         self._control_plane: ControlPlane | None = None
@@ -104,6 +116,8 @@ class LocalRuntime:
         started = time.monotonic()
         logging.getLogger("respot").setLevel(opts.log_level)
         endpoint = self.server.start()
+        if opts.endpoint_proxy is not None:
+            endpoint = opts.endpoint_proxy(endpoint)
         self.deployment = cloud.provision(
             endpoint,
             prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
@@ -126,6 +140,8 @@ class LocalRuntime:
             timing=opts.timing,
             duplicate_events=opts.duplicate_events,
             reorder_events=opts.reorder_events,
+            imds_notices=opts.react_to_notices,
+            agent=opts.instance_agent,
             agent_env={
                 "RESPOT_HEARTBEAT_SECONDS": f"{max(self.scale.real(HEARTBEAT_SECONDS), 0.5):.3f}",
                 "RESPOT_IMDS_POLL_SECONDS": f"{max(self.scale.real(IMDS_POLL_SECONDS), 0.2):.3f}",
@@ -149,18 +165,31 @@ class LocalRuntime:
                 SecretString=json.dumps({"bot_token": self.slack.token}),
             )
         lambda_runtime.install(self._build_control_plane, self._dead_letter)
+        wiring = WIRING
+        if not opts.react_to_notices:
+            ignored = {"spot-interruption", "instance-state"}
+            wiring = replace(WIRING, rules=tuple(r for r in WIRING.rules if r.name not in ignored))
         notify_lambda.install(self._build_notifier)
         self.dispatcher = Dispatcher(
             self.deployment,
+            wiring=wiring,
             time_scale=self.options.time_scale,
             pollers_per_queue=opts.pollers_per_queue,
         )
         self.dispatcher.start()
+        if not opts.react_to_notices:
+            self.poller = TerminationPoller(
+                self.control_plane,
+                self.deployment.client("ec2"),
+                every_seconds=self.scale.real(opts.poll_every_seconds),
+            ).start()
         log.info("local runtime up in %.2fs at %s", time.monotonic() - started, endpoint)
         return self
 
     def stop(self) -> None:
         """Stop everything and remove the scratch directory."""
+        if self.poller is not None:
+            self.poller.stop()
         if self.dispatcher is not None:
             self.dispatcher.stop()
         if self.market is not None:

@@ -7,11 +7,17 @@ job = run(TrainingEnvVar(name="digits", entry_point="digits.train:DigitsSession"
 job.wait()
 """
 
-from respot.client import JobHandle, JobStatus, run
-from respot.core.states import JobState
-from respot.exceptions import RespotError, SpecError
-from respot.session import TrainingSession
-from respot.spec import DataSourceEnvVar, TrainingEnvVar
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from respot.client import JobHandle, JobStatus, run
+    from respot.core.states import JobState
+    from respot.exceptions import RespotError, SpecError
+    from respot.session import TrainingSession
+    from respot.spec import DataSourceEnvVar, TrainingEnvVar
 
 __version__ = "0.1.0"
 __all__ = [
@@ -25,3 +31,30 @@ __all__ = [
     "TrainingSession",
     "run",
 ]
+
+# The public names are loaded on first use (PEP 562), so that `import respot.config` in a
+# Lambda handler or on an instance does not also import the laptop's client (cold starts).
+_HOMES = {
+    "JobHandle": "respot.client",
+    "JobStatus": "respot.client",
+    "run": "respot.client",
+    "JobState": "respot.core.states",
+    "RespotError": "respot.exceptions",
+    "SpecError": "respot.exceptions",
+    "TrainingSession": "respot.session",
+    "DataSourceEnvVar": "respot.spec",
+    "TrainingEnvVar": "respot.spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'respot' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

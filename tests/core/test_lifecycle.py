@@ -428,6 +428,64 @@ def test_unknown_job_is_ignored() -> None:
     assert decision.record is None and decision.outcome.startswith("ignored")
 
 
+def test_the_notice_checkpoint_keeps_when_it_was_complete_in_s3() -> None:
+    # GIVEN a running job whose newest checkpoint (step 50) is newer than the notice one
+    d = started_job()
+    assert d.job is not None
+
+    def checkpoint(step: int, reason: str, seq: int, sent: float) -> AgentReport:
+        body = AgentCheckpoint(
+            step=step,
+            manifest_key=f"m{step}",
+            size_bytes=10,
+            uploaded_bytes=10,
+            upload_seconds=0.1,
+            reason=reason,  # type: ignore[arg-type]
+        )
+        return AgentReport(agent(d.job or "", 1, "i-1", body, seq=seq, sent=sent))
+
+    d.apply(checkpoint(50, "periodic", 2, 10.0), 10)
+    assert d.job.attempts[0].notice_checkpoint_at is None  # periodic ones never set it
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 20)
+    # WHEN an older notice checkpoint arrives, then the same message again
+    d.apply(checkpoint(45, "notice", 3, 21.5), 22)
+    first = d.job.attempts[0].notice_checkpoint_at
+    d.apply(checkpoint(45, "notice", 3, 23.0), 24)
+    # THEN the attempt keeps the agent's send time of the first one; the job keeps step 50
+    assert first == at(21.5)
+    assert d.job.attempts[0].notice_checkpoint_at == at(21.5)
+    assert d.job.checkpoint is not None and d.job.checkpoint.step == 50
+
+
+def test_the_record_keeps_only_the_newest_periodic_checkpoint_lines() -> None:
+    # GIVEN a running job that saves ten periodic checkpoints, then one on its notice
+    d = started_job()
+    assert d.job is not None
+    sent_notes = []
+    for n in range(1, 11):
+        body = AgentCheckpoint(
+            step=10 * n, manifest_key=f"m{n}", size_bytes=1, uploaded_bytes=1, upload_seconds=0.1
+        )
+        decision = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=n + 1)), 10 + n)
+        sent_notes += [e for e in decision.notes if e.kind == "checkpoint"]
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 30)
+    notice = AgentCheckpoint(
+        step=105,
+        manifest_key="m105",
+        size_bytes=1,
+        uploaded_bytes=1,
+        upload_seconds=0.1,
+        reason="notice",
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", notice, seq=20)), 31)
+    # THEN every checkpoint was a note for the notifier, but the record keeps the newest
+    # CHECKPOINT_NOTES_KEPT periodic lines and the notice one (the record stays small)
+    assert len(sent_notes) == 10
+    kept = [e.data["step"] for e in d.job.timeline if e.kind == "checkpoint"]
+    assert kept == [80, 90, 100, 105]
+    assert d.job.checkpoint is not None and d.job.checkpoint.step == 105
+
+
 def test_budget_spent_stops_the_job_and_keeps_the_checkpoint() -> None:
     # GIVEN a job with a $1 budget running on a $0.30/h spot instance
     d = started_job()

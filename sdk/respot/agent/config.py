@@ -36,7 +36,9 @@ class AgentConfig:
     endpoint_url: str | None = None  # AWS_ENDPOINT_URL: the moto server locally
     imds_endpoint: str = DEFAULT_IMDS_ENDPOINT
     work_dir: Path = Path(DEFAULT_WORK_DIR)
-    heartbeat_seconds: float = 30.0
+    # A minute: the control plane writes the job record on each (bench.cost), and declares an
+    # instance lost after 10 silent minutes.
+    heartbeat_seconds: float = 60.0
     imds_poll_seconds: float = 2.0
     handoff_wait_seconds: float = 150.0
     shutdown: Shutdown = "exit"
@@ -78,7 +80,7 @@ class AgentConfig:
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             imds_endpoint=imds.rstrip("/"),
             work_dir=Path(env.get(ENV_WORK_DIR) or DEFAULT_WORK_DIR),
-            heartbeat_seconds=seconds(ENV_HEARTBEAT, 30.0),
+            heartbeat_seconds=seconds(ENV_HEARTBEAT, 60.0),
             imds_poll_seconds=seconds(ENV_IMDS_POLL, 2.0),
             handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),
             shutdown="poweroff" if shutdown == "poweroff" else "exit",

@@ -67,6 +67,9 @@ class Attempt(BaseModel):
     restore_seconds: float | None = None
     last_heard_at: datetime | None = None  # the newest message of this attempt's agent
     notice_at: datetime | None = None
+    # When the checkpoint saved on the interruption notice was complete in S3 (the agent's
+    # send time of its AgentCheckpoint, right after the manifest was written).
+    notice_checkpoint_at: datetime | None = None
     last_step: int | None = None
     checkpoint_step: int | None = None
     ended_at: datetime | None = None

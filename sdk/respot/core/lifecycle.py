@@ -64,6 +64,10 @@ JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
 HANDOFF_TAG = "respot:await-handoff"
 MANAGED_TAG = "respot:managed"
+# Periodic checkpoint lines kept on the job record (the notifier still gets every one). The
+# whole record is written on every heartbeat and DynamoDB bills each started KB: a timeline
+# growing by a line per checkpoint made a day-old job's heartbeats 4-5x dearer (bench.cost).
+CHECKPOINT_NOTES_KEPT = 3
 PROGRESS_HISTORY_FRACTION = 0.02  # a "progress" timeline entry per 2% of the total steps
 PROGRESS_HISTORY_SECONDS = 600.0  # or per ten minutes when the session sets no total
 PROGRESS_HISTORY_METRICS = 8
@@ -582,12 +586,17 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 _progress_note(d, att, settings)
         case AgentCheckpoint():
             att.checkpoint_step = max(att.checkpoint_step or 0, body.step)
+            first_notice = body.reason == "notice" and att.notice_checkpoint_at is None
+            if first_notice:
+                att.notice_checkpoint_at = msg.sent_at
             if job.checkpoint is None or body.step >= job.checkpoint.step:
                 if job.checkpoint and job.checkpoint.manifest_key == body.manifest_key:
-                    return _unchanged("duplicate")
+                    return d.decision() if first_notice else _unchanged("duplicate")
                 job.checkpoint = CheckpointInfo(
                     step=body.step, manifest_key=body.manifest_key, attempt=att.number, at=d.now
                 )
+                if body.reason == "periodic":
+                    _drop_old_checkpoint_notes(job)
                 d.note(
                     "checkpoint",
                     f"checkpoint at step {body.step} complete in S3 "
@@ -600,7 +609,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                     uploaded_bytes=body.uploaded_bytes,
                     size_bytes=body.size_bytes,
                 )
-            else:
+            elif not first_notice:
                 return _unchanged("ignored: older checkpoint")
         case AgentPreempted():
             if att.end is not None:
@@ -639,6 +648,17 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
         case AgentFailed():
             _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
+
+
+def _drop_old_checkpoint_notes(job: JobRecord) -> None:
+    """Keep room for one more periodic checkpoint line within CHECKPOINT_NOTES_KEPT."""
+    periodic = [
+        i
+        for i, e in enumerate(job.timeline)
+        if e.kind == "checkpoint" and e.data.get("reason") == "periodic"
+    ]
+    for i in reversed(periodic[: max(len(periodic) - CHECKPOINT_NOTES_KEPT + 1, 0)]):
+        del job.timeline[i]
 
 
 def _progress_note(d: _Draft, att: Attempt, settings: ControlSettings) -> None:

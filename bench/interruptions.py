@@ -1,0 +1,336 @@
+"""Time to react and work lost per spot interruption: respot against "wait for termination, poll".
+
+    .venv/bin/python -m bench.interruptions [--jobs 3] [--interruptions 2] [--json]
+
+Runs the digits example (the demo's job) through the local runtime, one job after another,
+each attempt interrupted a set time after its instance boots — first with respot as it is,
+then with the same schedule in the poll-only baseline (`RuntimeOptions(react_to_notices=
+False)`: no handler sees the two-minute warning, the training code is not told, a poller
+checks every 20 s simulated — SkyPilot's `JOB_STATUS_CHECK_GAP_SECONDS` — and the job restarts
+from the last periodic checkpoint). Per interruption it reads the job record (handler
+timestamps) and the local fleet (EC2's side: notice, boot, kill) and reports:
+
+- notice -> replacement requested, from the notice reaching respot's handler and from EC2
+  putting the warning on the bus;
+- notice -> the notice checkpoint complete in S3;
+- fulfilment -> training resumed, and the restore time inside it;
+- steps lost;
+- the changeover (EC2's notice -> training resumed) split into simulated EC2 time (fulfil +
+  boot, plus for the baseline the two-minute notice and the poll wait) and respot's own
+  share (handlers, RunInstances, agent start, handoff wait, restore, messages); and the
+  changeover as it would last on AWS: the simulated parts at their unscaled durations plus
+  respot's share as measured (real seconds here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import _report
+from infra.local.demo import DATA_BUCKET, EXAMPLE, demo_spec
+from infra.local.fleet import FleetTiming, LocalInstance
+from infra.local.market import ChaosSchedule
+from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot.core.job import JobRecord
+from respot.messages import new_job_id
+
+TIME_SCALE = 1.0 / 30.0  # the two-minute notice lasts 4 s, a 20 s poll 0.67 s
+POLL_SECONDS = 20.0  # SkyPilot: JOB_STATUS_CHECK_GAP_SECONDS = 20 (sky/jobs/utils.py)
+# Simulated seconds after boot at which attempt k of job j is interrupted (cycled).
+INTERRUPT_AFTER_BOOT = (360.0, 450.0, 405.0, 480.0, 390.0, 435.0)
+JOB_TIMEOUT_SECONDS = 300.0
+# The example job at its own defaults (examples/digits/job.yaml: ~35 s of training on one core)
+# so that every attempt is interrupted in both modes.
+HYPERPARAMETERS: dict[str, Any] = {"hidden": 1024, "checkpoint_every": 300}
+# Heartbeats every 0.1 s real in both modes, so that the baseline's last reported step (the
+# work its killed session had done) is known to within ~0.1 s of training.
+HEARTBEAT_REAL_SECONDS = 0.1
+
+
+@dataclass
+class Changeover:
+    """One interruption of one job."""
+
+    mode: str
+    job_id: str
+    attempt: int
+    steps_lost: int
+    training_lost_s: float | None  # steps lost x the job's seconds per step
+    notice_handled_to_requested_s: float | None  # respot only: the handler's reaction
+    notice_to_requested_s: float | None  # from EC2 putting the warning on the bus
+    notice_to_checkpoint_s: float | None  # respot only: notice checkpoint complete in S3
+    fulfilment_to_resumed_s: float | None
+    booted_to_resumed_s: float | None
+    restore_s: float | None
+    notice_to_resumed_s: float | None  # the changeover, real seconds of this run
+    simulated_ec2_s: float | None  # of it: EC2 (fulfil + boot; baseline: + notice window)
+    simulated_poll_s: float | None  # of it: the baseline's wait for its next poll
+    respot_share_s: float | None  # of it: everything else
+    aws_changeover_s: float | None  # simulated parts unscaled + respot's share
+
+
+def _wall(mono: float | None, offset: float) -> datetime | None:
+    return None if mono is None else datetime.fromtimestamp(mono + offset, UTC)
+
+
+def _secs(a: datetime | None, b: datetime | None) -> float | None:
+    return None if a is None or b is None else (b - a).total_seconds()
+
+
+def changeovers(
+    mode: str,
+    record: JobRecord,
+    instances: dict[str, LocalInstance],
+    *,
+    scale: float,
+    mono_to_wall: float,
+) -> list[Changeover]:
+    """Per interrupted attempt: what the record and the fleet say about its changeover."""
+    found = []
+    per_step = seconds_per_step(record)
+    for old, new in zip(record.attempts, record.attempts[1:], strict=False):
+        old_inst = instances.get(old.instance_id or "")
+        new_inst = instances.get(new.instance_id or "")
+        if old_inst is None or old_inst.noticed_at is None:
+            continue
+        notice = _wall(old_inst.noticed_at, mono_to_wall)
+        killed = _wall(old_inst.ended_at, mono_to_wall)
+        launched = _wall(new_inst.launched_at, mono_to_wall) if new_inst else None
+        booted = _wall(new_inst.booted_at, mono_to_wall) if new_inst else None
+        # No step reported before the end: the session had not trained yet (still setting up).
+        lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
+        total = _secs(notice, new.started_at)
+        ec2 = _secs(launched, booted)
+        poll = None
+        share = None
+        if mode == "poll":
+            # Baseline: notice -> killed (EC2's window) -> noticed by the poller -> request.
+            window = _secs(notice, killed)
+            poll = _secs(killed, old.ended_at)
+            if ec2 is not None and window is not None:
+                ec2 += window
+        if total is not None and ec2 is not None:
+            share = total - ec2 - (poll or 0.0)
+        aws = None
+        if share is not None and ec2 is not None:
+            aws = share + ec2 / scale + (poll or 0.0) / scale
+        found.append(
+            Changeover(
+                mode=mode,
+                job_id=record.job_id,
+                attempt=old.number,
+                steps_lost=lost,
+                training_lost_s=None if per_step is None else lost * per_step,
+                notice_handled_to_requested_s=_secs(old.notice_at, new.requested_at),
+                notice_to_requested_s=_secs(notice, new.requested_at),
+                notice_to_checkpoint_s=_secs(notice, old.notice_checkpoint_at),
+                fulfilment_to_resumed_s=_secs(new.bound_at, new.started_at),
+                booted_to_resumed_s=_secs(booted, new.started_at),
+                restore_s=new.restore_seconds,
+                notice_to_resumed_s=total,
+                simulated_ec2_s=ec2,
+                simulated_poll_s=poll,
+                respot_share_s=share,
+                aws_changeover_s=aws,
+            )
+        )
+    return found
+
+
+def seconds_per_step(record: JobRecord) -> float | None:
+    """Training speed of the job's last attempt (it ran uninterrupted to the end)."""
+    last = record.current
+    if last is None or last.started_at is None or record.finished_at is None:
+        return None
+    steps = (record.progress.step or 0) - (last.restored_step or 0)
+    seconds = (record.finished_at - last.started_at).total_seconds()
+    return seconds / steps if steps > 0 else None
+
+
+def _prepare_data(rt: LocalRuntime, scratch: Path) -> None:
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from prepare_data import write_digits_npz
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    npz = write_digits_npz(scratch / "data")
+    s3 = rt.client("s3")
+    s3.create_bucket(Bucket=DATA_BUCKET)
+    s3.upload_file(str(npz), DATA_BUCKET, "digits/digits.npz")
+
+
+def run_mode(
+    mode: str, *, jobs: int, interruptions: int, time_scale: float, echo: bool = True
+) -> tuple[list[Changeover], list[dict[str, Any]]]:
+    """Run `jobs` digits jobs, one after another, each interrupted `interruptions` times."""
+    chaos = ChaosSchedule(job_ids=set())
+    scratch = Path(tempfile.mkdtemp(prefix=f"respot-bench-{mode}-"))
+    options = RuntimeOptions(
+        time_scale=time_scale,
+        chaos=chaos,
+        work_root=scratch / "runtime",
+        react_to_notices=mode == "respot",
+        poll_every_seconds=POLL_SECONDS,
+        agent_env={"RESPOT_HEARTBEAT_SECONDS": str(HEARTBEAT_REAL_SECONDS)},
+    )
+    found: list[Changeover] = []
+    outcomes: list[dict[str, Any]] = []
+    with LocalRuntime(options) as rt:
+        assert rt.fleet is not None
+        _prepare_data(rt, scratch)
+        mono_to_wall = time.time() - time.monotonic()
+        for j in range(jobs):
+            spec = demo_spec(seed=7 + j, hyperparameters=HYPERPARAMETERS)
+            job_id = new_job_id(f"bench-{mode}")
+            for a in range(1, interruptions + 1):
+                n = (j * interruptions + a - 1) % len(INTERRUPT_AFTER_BOOT)
+                chaos.add(job_id, a, INTERRUPT_AFTER_BOOT[n])
+            started = time.monotonic()
+            handle = rt.run(spec, job_id=job_id)
+            status = handle.wait(timeout=JOB_TIMEOUT_SECONDS, poll_seconds=0.5)
+            record = status.record
+            assert record is not None
+            instances = {i.instance_id: i for i in rt.fleet.of_job(job_id)}
+            mine = changeovers(mode, record, instances, scale=time_scale, mono_to_wall=mono_to_wall)
+            found.extend(mine)
+            outcomes.append(
+                {
+                    "job_id": job_id,
+                    "state": record.state.value,
+                    "interruptions": record.interruptions,
+                    "attempts": len(record.attempts),
+                    "wall_s": round(time.monotonic() - started, 1),
+                    "steps_lost": sum(c.steps_lost or 0 for c in mine),
+                }
+            )
+            if echo:
+                print(
+                    f"[{mode}] {job_id}: {record.state.value}, {record.interruptions} "
+                    f"interruptions, lost {[c.steps_lost for c in mine]} steps, changeover "
+                    f"{[round(c.notice_to_resumed_s or -1, 2) for c in mine]} s",
+                    flush=True,
+                )
+    return found, outcomes
+
+
+METRICS = (
+    ("steps_lost", "steps lost"),
+    ("training_lost_s", "training lost (s: steps lost x seconds per step)"),
+    ("notice_handled_to_requested_s", "notice reached respot -> replacement requested (s)"),
+    ("notice_to_requested_s", "EC2 notice -> replacement requested (s)"),
+    ("notice_to_checkpoint_s", "EC2 notice -> notice checkpoint complete in S3 (s)"),
+    ("fulfilment_to_resumed_s", "fulfilment -> training resumed (s, incl. simulated boot)"),
+    ("booted_to_resumed_s", "boot -> training resumed (s: agent start, handoff, restore)"),
+    ("restore_s", "checkpoint restore (s)"),
+    ("notice_to_resumed_s", "EC2 notice -> training resumed (s, this run)"),
+    ("simulated_ec2_s", "of which simulated EC2 (s)"),
+    ("simulated_poll_s", "of which simulated poll wait (s)"),
+    ("respot_share_s", "of which respot's own share (s)"),
+    ("aws_changeover_s", "changeover on AWS: simulated parts unscaled + share (s)"),
+)
+
+
+def summarize(found: list[Changeover]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Median / p95 / max of every metric, per mode."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for mode in sorted({c.mode for c in found}):
+        rows = [c for c in found if c.mode == mode]
+        out[mode] = {key: _report.summary(getattr(c, key) for c in rows) for key, _ in METRICS}
+    return out
+
+
+def markdown(
+    stats: dict[str, dict[str, dict[str, Any]]], found: list[Changeover], args: Any
+) -> str:
+    """The results as markdown."""
+    modes = [m for m in ("respot", "poll") if m in stats]
+    headers = ["metric"] + [f"{m} median / p95" for m in modes]
+    rows = []
+    for key, label in METRICS:
+        cells = []
+        for m in modes:
+            s = stats[m][key]
+            cells.append("-" if s["n"] == 0 else f"{s['median']} / {s['p95']}")
+        rows.append([label, *cells])
+    per = _report.table(
+        ["mode", "job", "attempt", "lost", "req s", "ckpt s", "resume s", "share s", "AWS s"],
+        [
+            [
+                c.mode,
+                c.job_id[-6:],
+                c.attempt,
+                c.steps_lost,
+                _round(c.notice_to_requested_s),
+                _round(c.notice_to_checkpoint_s),
+                _round(c.notice_to_resumed_s),
+                _round(c.respot_share_s),
+                _round(c.aws_changeover_s),
+            ]
+            for c in found
+        ],
+    )
+    return (
+        f"{args.jobs} digits jobs x {args.interruptions} interruptions per mode, time scale "
+        f"1/{1 / args.time_scale:.0f} (notice {120 * args.time_scale:.1f} s, poll "
+        f"{POLL_SECONDS * args.time_scale:.2f} s real). 'poll' is the wait-for-termination "
+        f"baseline (poll every {POLL_SECONDS:.0f} s simulated, no notice handling, periodic "
+        "checkpoints only).\n\n" + _report.table(headers, rows) + "\n\nPer interruption:\n\n" + per
+    )
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=3)
+    parser.add_argument("--interruptions", type=int, default=2)
+    parser.add_argument("--time-scale", type=float, default=TIME_SCALE)
+    parser.add_argument("--modes", default="respot,poll", help="respot, poll or both")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
+    args = parser.parse_args(argv)
+    found: list[Changeover] = []
+    outcomes: list[dict[str, Any]] = []
+    for mode in args.modes.split(","):
+        f, o = run_mode(
+            mode, jobs=args.jobs, interruptions=args.interruptions, time_scale=args.time_scale
+        )
+        found += f
+        outcomes += o
+    stats = summarize(found)
+    payload = {
+        "parameters": {
+            "jobs": args.jobs,
+            "interruptions": args.interruptions,
+            "time_scale": args.time_scale,
+            "poll_seconds_simulated": POLL_SECONDS,
+            "fleet_timing_simulated": asdict(FleetTiming()),
+        },
+        "summary": stats,
+        "jobs": outcomes,
+        "changeovers": [asdict(c) for c in found],
+    }
+    if not args.no_write:
+        command = "python -m bench.interruptions " + " ".join(argv or sys.argv[1:])
+        _report.write("interruptions", payload, markdown(stats, found, args), command=command)
+    if args.json:
+        print(json.dumps(payload, indent=1, default=str))
+    else:
+        print(markdown(stats, found, args))
+    ok = all(o["state"] == "COMPLETED" for o in outcomes)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

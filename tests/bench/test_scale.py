@@ -1,0 +1,39 @@
+"""A tiny scale run: 20 jobs at once, 5 reclaimed at once, every invariant of bench.scale holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.scale import run_scale
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_twenty_jobs_and_five_reclaims_keep_every_invariant() -> None:
+    # GIVEN 20 jobs submitted together, simulated agents, time running 20x faster
+    # WHEN every job trains and 5 instances get their notice at the same moment
+    result = run_scale(
+        jobs=20,
+        reclaims=5,
+        time_scale=0.05,
+        pollers=2,
+        total_steps=200,
+        timeout_seconds=120,
+        echo=False,
+    )
+    checks = result["checks"]
+    # THEN every job completed, none ever had two live instances outside a hand-off
+    assert checks["all_completed"], result["states"]
+    assert checks["two_live_instances"] == []
+    assert result["reclaimed"] == 5
+    # AND every message and event put was handled, nothing went to a dead-letter queue
+    assert checks["agent_messages_not_handled"] == 0
+    assert checks["agent_messages_by_kind"]["preempted"] == 5
+    assert checks["agent_messages_by_kind"]["completed"] == 20
+    assert checks["submission_records_handled"] >= 20
+    assert checks["rule_events_missing"] == {}
+    assert checks["rule_events_expected"]["spot_interruption"] == 5
+    assert not any(checks["dead_letters"].values())
+    assert checks["messages_left_on_queues"] == 0
+    assert result["ok"]
+    assert result["events_per_second"] > 0
