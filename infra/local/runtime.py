@@ -47,6 +47,7 @@ from respot.spec import TrainingEnvVar
 
 log = logging.getLogger("respot.local")
 
+AGENT_START_SECONDS = 3.0  # real: a Python process, the job's imports, the restore
 HEARTBEAT_SECONDS = 60.0  # simulated; the agent's default on EC2
 IMDS_POLL_SECONDS = 2.0
 HANDOFF_WAIT_SECONDS = 150.0
@@ -73,6 +74,9 @@ class RuntimeOptions:
     # Resource name prefix. moto keeps one state per process, so two runtimes in one process
     # (as in the tests) need different prefixes; None picks a fresh one.
     prefix: str | None = None
+    # Real seconds the deadline policy assumes an instance change costs (None: EC2's scaled
+    # fulfilment and boot plus AGENT_START_SECONDS).
+    changeover_seconds: float | None = None
     log_level: str = "WARNING"  # of the handlers' logs (Powertools JSON on stdout)
     duplicate_events: bool = False  # put every EC2 event on the bus twice
     reorder_events: bool = False  # delay EC2 events by a random fraction of a second
@@ -223,6 +227,15 @@ class LocalRuntime:
         )
         env[cfg.ENV_BOOT_TIMEOUT] = str(self.scale.real(self.options.boot_timeout_seconds))
         env[cfg.ENV_LAUNCH_TIMEOUT] = str(self.scale.real(self.options.launch_timeout_seconds))
+        # The deadline policy ticks once per reconcile period; a changeover here is EC2's
+        # simulated fulfilment and boot plus the agent's own start (a few real seconds).
+        reconcile = next(s for s in WIRING.schedules if s.function == "reconcile")
+        env[cfg.ENV_POLICY_TICK] = str(self.scale.real(reconcile.every_seconds))
+        timing = self.options.timing
+        env[cfg.ENV_CHANGEOVER] = str(
+            self.options.changeover_seconds
+            or self.scale.real(timing.fulfil_seconds + timing.boot_seconds) + AGENT_START_SECONDS
+        )
         env[cfg.ENV_NOTIFY_PROGRESS_SECONDS] = str(
             self.scale.real(self.options.notify_progress_seconds)
         )

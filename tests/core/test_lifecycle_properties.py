@@ -87,9 +87,16 @@ class JobMachine(RuleBasedStateMachine):
     # ---- rules -------------------------------------------------------------------------------
 
     @precondition(lambda self: self.job is None)
-    @rule()
-    def submit(self) -> None:
-        self.apply(Submitted(submission()))
+    @rule(deadline_hours=st.none() | st.floats(1.2, 48), estimate_hours=st.floats(0.5, 2))
+    def submit(self, deadline_hours: float | None, estimate_hours: float) -> None:
+        # With a deadline, the live deadline policy chooses markets and may switch to on-demand.
+        spec: dict[str, Any] = {}
+        if deadline_hours is not None:
+            spec = {
+                "deadline": (T0 + timedelta(hours=deadline_hours)).isoformat(),
+                "estimated_runtime": f"{estimate_hours}h",
+            }
+        self.apply(Submitted(submission(**spec)))
 
     @precondition(lambda self: self.job is not None)
     @rule(again=st.booleans())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,7 @@ class MidUploadKiller:
         self.rt, self.job_id = rt, job_id
         self.killed_step: int | None = None
         self.killed_instance: str | None = None
+        self.near_misses = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -105,6 +107,13 @@ class MidUploadKiller:
                 ]
                 if not done and live and step > 40:
                     self.rt.fleet.terminate(live[0].instance_id, "killed mid-upload")
+                    # A PUT already received may still complete: only a checkpoint whose
+                    # manifest never appears was really cut. Otherwise try the next instance.
+                    time.sleep(1.0)
+                    written = {layout.parse_manifest_key(m) for m in self._keys(manifests_prefix)}
+                    if any(w and w[0] == step for w in written):
+                        self.near_misses += 1
+                        break
                     self.killed_step, self.killed_instance = step, live[0].instance_id
                     return
             seen_blobs = blobs

@@ -15,15 +15,19 @@
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+
+from botocore.exceptions import ClientError
 
 from respot import layout
 from respot.agent.config import AgentConfig
@@ -150,12 +154,24 @@ class _LogTail(logging.Handler):
 
 
 class NoticePoller:
-    """Polls IMDS for the spot interruption notice and rebalance recommendations."""
+    """Polls IMDS for the spot interruption notice and rebalance recommendations, and (less
+    often) the control plane's stop request for this attempt (a planned change of market)."""
 
-    def __init__(self, imds: ImdsClient, *, every_seconds: float, emit: Any) -> None:
+    def __init__(
+        self,
+        imds: ImdsClient,
+        *,
+        every_seconds: float,
+        emit: Any,
+        control: Callable[[], str | None] | None = None,
+        control_every_seconds: float = 60.0,
+    ) -> None:
         self._imds = imds
         self._every = every_seconds
         self._emit = emit
+        self._control = control
+        self._control_every = control_every_seconds
+        self._control_next = 0.0
         self._stop = threading.Event()
         self._seen_action = False
         self._seen_rebalance: str | None = None
@@ -190,6 +206,19 @@ class NoticePoller:
                 self._emit(_RebalanceNotice(rebalance))
         except Exception as exc:
             logger.warning("polling IMDS failed: %s", exc)
+        if self._control is None or self._seen_action or time.monotonic() < self._control_next:
+            return
+        self._control_next = time.monotonic() + self._control_every
+        try:
+            reason = self._control()
+        except Exception as exc:
+            logger.warning("reading the control plane's requests failed: %s", exc)
+            return
+        if reason is not None:
+            self._seen_action = True
+            logger.warning("the control plane asks this attempt to stop: %s", reason)
+            stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
+            self._emit(_InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
 
 
 class Heartbeat:
@@ -310,7 +339,11 @@ class Agent:
             instance_id=identity.instance_id,
         )
         poller = NoticePoller(
-            self.imds, every_seconds=self.config.imds_poll_seconds, emit=self._on_notice
+            self.imds,
+            every_seconds=self.config.imds_poll_seconds,
+            emit=self._on_notice,
+            control=lambda: self._stop_requested(job_id, attempt),
+            control_every_seconds=self.config.heartbeat_seconds,
         ).start()
         dirs = AttemptDirs(self.config.work_dir / job_id / f"{attempt:04d}")
         run = _AttemptRun(
@@ -334,6 +367,20 @@ class Agent:
         finally:
             poller.stop()
             messenger.close(timeout=FINAL_FLUSH_SECONDS)
+
+    def _stop_requested(self, job_id: str, attempt: int) -> str | None:
+        """The control plane's stop request for this attempt (layout.control_key), if any."""
+        key = layout.control_key(job_id, attempt)
+        try:
+            body = self.s3.get_object(Bucket=self.config.bucket, Key=key)["Body"].read()
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise
+        try:
+            return str(json.loads(body).get("reason") or "stop requested")
+        except ValueError:
+            return "stop requested"
 
     def _on_notice(self, event: _InterruptionNotice | _RebalanceNotice) -> None:
         if isinstance(event, _InterruptionNotice) and self._notice is None:

@@ -24,6 +24,7 @@ from respot import layout
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.config import ControlPlaneConfig
+from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
     Effect,
     LaunchInstance,
@@ -43,7 +44,7 @@ from respot.core.events import (
 )
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
-from respot.core.placement import ControlSettings, MarketPolicy, SpotFirstPolicy
+from respot.core.placement import ControlSettings, MarketPolicy
 from respot.messages import CancelCommand, JobSubmission
 
 log = logging.getLogger("respot.control")
@@ -124,7 +125,7 @@ class ControlPlane:
         self.bucket = bucket
         self.settings = settings
         self.notifications = notifications or Notifications(None)
-        self.market_policy = market_policy or SpotFirstPolicy()
+        self.market_policy = market_policy or DeadlinePolicy()
         self.clock = clock
 
     @classmethod

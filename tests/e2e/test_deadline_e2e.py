@@ -1,0 +1,80 @@
+"""The deadline policy live: the reconcile tick and the placement ask it for jobs with deadlines.
+
+Wall-clock durations of the job (deadline, estimate) are real seconds; EC2's are scaled (x30).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from infra.local.market import Trace
+from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot.core.job import AttemptEnd, Market
+from tests.e2e.helpers import counting_spec, expected_total, output, wait_no_live_instances
+
+pytestmark = pytest.mark.e2e
+
+SCALE = 1.0 / 30.0
+
+
+@pytest.fixture
+def rt(request: pytest.FixtureRequest) -> Iterator[LocalRuntime]:
+    traces = getattr(request, "param", [])
+    options = RuntimeOptions(time_scale=SCALE, traces=traces, changeover_seconds=8.0)
+    with LocalRuntime(options) as runtime:
+        yield runtime
+
+
+@pytest.mark.parametrize("rt", [[Trace("no-spot", 600, (0,) * 10)]], indirect=True)
+def test_a_tight_deadline_without_spot_buys_on_demand_in_time(rt: LocalRuntime) -> None:
+    # GIVEN no spot capacity anywhere, a job that needs ~6 s due in 30 s, and an hour of
+    # max_spot_wait that a job without a deadline would spend waiting
+    handle = rt.run(
+        counting_spec(
+            "due-soon",
+            deadline="+30s",
+            estimated_runtime="6s",
+            max_spot_wait="1h",
+            hyperparameters={"steps": 150, "step_seconds": 0.02},
+        )
+    )
+    status = handle.wait(timeout=60, poll_seconds=0.3)
+    record = status.record
+    # THEN the policy bought on-demand once waiting for spot would put the deadline at risk
+    assert record is not None and status.state == "COMPLETED", record.timeline[-4:]
+    assert [a.placement.market for a in record.attempts] == [Market.ON_DEMAND]
+    fallback = next(e for e in record.timeline if e.kind == "fallback")
+    assert "deadline policy" in fallback.text
+    assert record.spec.deadline is not None and record.finished_at is not None
+    assert record.finished_at <= record.spec.deadline
+    assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(150, 2)
+
+
+def test_a_spot_job_falling_behind_moves_to_on_demand_without_losing_work(
+    rt: LocalRuntime,
+) -> None:
+    # GIVEN a job estimated at 3 s, due in 16 s, that really needs ~8 s of training on spot
+    handle = rt.run(
+        counting_spec(
+            "slower-than-said",
+            deadline="+16s",
+            estimated_runtime="3s",
+            hyperparameters={"steps": 400, "step_seconds": 0.02, "checkpoint_every": 50},
+        )
+    )
+    status = handle.wait(timeout=90, poll_seconds=0.3)
+    record = status.record
+    # THEN once its measured pace leaves no slack, the tick moves it to on-demand: the spot
+    # agent checkpoints and stops on the control plane's request, and on-demand resumes there
+    assert record is not None and status.state == "COMPLETED", record.timeline[-6:]
+    markets = [a.placement.market for a in record.attempts]
+    assert markets[0] is Market.SPOT and markets[-1] is Market.ON_DEMAND
+    assert record.interruptions == 0  # a planned move is not an interruption
+    first, second = record.attempts[0], record.attempts[1]
+    assert first.end is AttemptEnd.INTERRUPTED and second.restored_step == first.last_step
+    kinds = [e.kind for e in record.timeline]
+    assert "fallback" in kinds and "switched" in kinds and "preempted" in kinds
+    assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(400, 2)
+    wait_no_live_instances(rt, handle.job_id)
