@@ -199,6 +199,12 @@ class CountingProxy:
                     headers["Content-Length"] = str(len(body))
                 status, reply_headers, reply = proxy._send(self.command, self.path, headers, body)
                 seconds = time.monotonic() - started
+                # Record before replying: once the client has its answer, the count includes it.
+                lower = {k.lower(): v for k, v in self.headers.items()}
+                service, operation, detail = classify(self.command, self.path, lower, body, reply)
+                proxy._record(
+                    Request(service, operation, status, seconds, len(body), len(reply), detail)
+                )
                 self.send_response_only(status)
                 for k, v in reply_headers:
                     if k.lower() in HOP_BY_HOP or k.lower() == "content-length":
@@ -208,11 +214,6 @@ class CountingProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(reply)
-                lower = {k.lower(): v for k, v in self.headers.items()}
-                service, operation, detail = classify(self.command, self.path, lower, body, reply)
-                proxy._record(
-                    Request(service, operation, status, seconds, len(body), len(reply), detail)
-                )
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward  # noqa: N815
 
