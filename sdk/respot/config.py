@@ -127,6 +127,7 @@ class ControlPlaneConfig:
             default_instance_types=self.default_instance_types,
             launch_timeout=self.launch_timeout,
             policy_tick=self.policy_tick,
+            heartbeat_write_interval=self.heartbeat_timeout / 4,
             changeover_estimate=self.changeover_estimate,
             heartbeat_timeout=self.heartbeat_timeout,
             boot_timeout=self.boot_timeout,

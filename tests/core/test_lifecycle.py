@@ -503,3 +503,30 @@ def test_budget_spent_stops_the_job_and_keeps_the_checkpoint() -> None:
     assert d.state is JobState.FAILED
     assert "budget" in (d.job.reason or "") and "checkpoint" in (d.job.reason or "")
     assert "i-1" in d.terminated()
+
+
+def test_heartbeats_that_change_nothing_are_written_once_per_interval() -> None:
+    # GIVEN a running job whose first progress report is recorded
+    d = started_job()
+    assert d.job is not None
+    d.apply(
+        AgentReport(
+            agent(d.job, 1, "i-1", AgentProgress(step=1, total_steps=10_000), seq=2, sent=10)
+        ),
+        10,
+    )
+    interval = SETTINGS.heartbeat_write_interval.total_seconds()
+    # WHEN heartbeats arrive every minute with small steps
+    outcomes = []
+    for n in range(1, 6):
+        t = 10 + 60 * n
+        decision = d.apply(
+            AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=1 + n), seq=2 + n, sent=t)), t
+        )
+        outcomes.append(decision.outcome)
+    # THEN only the first one an interval (150 s) after the last write is written, at 190 s
+    assert interval == 150
+    coalesced = "coalesced: heartbeat"
+    assert outcomes == [coalesced, coalesced, "applied", coalesced, coalesced]
+    assert d.job.attempts[0].last_heard_at == at(190)
+    assert (at(310) - d.job.attempts[0].last_heard_at) < SETTINGS.heartbeat_write_interval

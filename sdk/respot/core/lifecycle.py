@@ -537,6 +537,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             d.terminate([msg.instance_id], f"job is {job.state.value.lower()}")
         return _unchanged("ignored: job is over", d.effects)
     att.instance_id = msg.instance_id
+    heard_before, state_before, timeline_before = att.last_heard_at, job.state, len(job.timeline)
     job.last_heartbeat_at = max(job.last_heartbeat_at or msg.sent_at, msg.sent_at)
     att.last_heard_at = max(att.last_heard_at or msg.sent_at, msg.sent_at)
     current = att is job.current
@@ -584,6 +585,17 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 d.go(Transition.START)
             if current and job.state is JobState.RUNNING and body.step is not None:
                 _progress_note(d, att, settings)
+            material = (
+                job.state is not state_before or d.notes or len(job.timeline) != timeline_before
+            )
+            if (
+                not material
+                and heard_before is not None
+                and msg.sent_at - heard_before < settings.heartbeat_write_interval
+            ):
+                # A heartbeat that changes nothing anyone acts on is not worth rewriting the
+                # record for: one write per interval keeps liveness (and the step shown) fresh.
+                return _unchanged("coalesced: heartbeat")
         case AgentCheckpoint():
             att.checkpoint_step = max(att.checkpoint_step or 0, body.step)
             first_notice = body.reason == "notice" and att.notice_checkpoint_at is None

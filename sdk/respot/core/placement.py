@@ -31,6 +31,9 @@ class ControlSettings:
     boot_timeout: timedelta = timedelta(minutes=20)
     # Expected boot + restore + redo time of one instance change, before any is measured.
     changeover_estimate: timedelta = timedelta(minutes=6)
+    # Heartbeats that change nothing material are written at most this often (liveness is
+    # judged against heartbeat_timeout, four times as long).
+    heartbeat_write_interval: timedelta = timedelta(minutes=2, seconds=30)
     # The deadline policy's tick: one reconcile period.
     policy_tick: timedelta = timedelta(minutes=1)
     # At most one "progress" timeline note (hence Slack reply) per job this often; 0: none.
