@@ -24,11 +24,11 @@ What is priced, and how (prices and sources: bench/prices.py):
 The local runtime compresses time (1/30): heartbeats (every 60 s simulated) and reconcile ticks
 (every 60 s) keep their simulated rate, but checkpoints follow training steps, which run at
 real speed. So per job-hour figures are not read off the run: they are computed from the
-real intervals (3600/60 = 60 heartbeats and 60 ticks an hour, checkpoints at
-`--checkpoints-per-hour`) times the unit cost of one heartbeat, tick and checkpoint measured
-in the run; the fixed cost of a job (submit, placement, starts, completion) and of each
-interruption is what remains of the run's bill once its heartbeats, ticks and checkpoints are
-taken out.
+real intervals (3600/60 = 60 heartbeats, of which the 1 in 3 not coalesced is written, and
+60 ticks an hour, checkpoints at `--checkpoints-per-hour`) times the unit cost of one
+heartbeat, tick and checkpoint measured in the run; the fixed cost of a job (submit,
+placement, starts, completion) and of each interruption is what remains of the run's bill
+once its heartbeats, ticks and checkpoints are taken out.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from infra.local.market import ChaosSchedule
 from infra.local.runtime import HEARTBEAT_SECONDS, LocalRuntime, RuntimeOptions
 from infra.wiring import WIRING
 from respot.core.lifecycle import CHECKPOINT_NOTES_KEPT, PROGRESS_HISTORY_FRACTION
+from respot.core.placement import ControlSettings
 from respot.messages import new_job_id
 
 TIME_SCALE = 1.0 / 30.0
@@ -366,8 +368,9 @@ def invocation_unit(run: Run, function: str, *, single: bool = False) -> tuple[f
     return _mean([c[0] for c in chosen]), _mean([c[1] for c in chosen])
 
 
-def message_unit(run: Run, item_bytes: float) -> Bill:
-    """One agent message applied: sent, delivered by the mapping, one invocation, get + put."""
+def message_unit(run: Run, item_bytes: float, *, written: float = 1.0) -> Bill:
+    """One agent message applied: sent, delivered by the mapping, one invocation, a get, and
+    a put in `written` of the cases (heartbeats that change nothing are coalesced)."""
     seconds, log_bytes = invocation_unit(run, "agent_events", single=True)
     memory_gb = WIRING.function("agent_events").memory_mb / 1024
     return Bill(
@@ -375,9 +378,19 @@ def message_unit(run: Run, item_bytes: float) -> Bill:
         lambda_gb_seconds=math.ceil(seconds * 1000) / 1000 * memory_gb,
         sqs_requests=3,
         dynamodb_rru=max(1, math.ceil(item_bytes / 4096)),
-        dynamodb_wru=max(1, math.ceil(item_bytes / 1024)) + 2,
+        dynamodb_wru=(max(1, math.ceil(item_bytes / 1024)) + 2) * written,
         log_bytes=log_bytes + PLATFORM_LOG_BYTES,
     )
+
+
+def heartbeat_written_share() -> float:
+    """The share of heartbeats that rewrite the job record: the lifecycle coalesces those
+    that change nothing, writing one per `heartbeat_write_interval` (rounded up to whole
+    heartbeats)."""
+    default = {f.name: f.default for f in fields(ControlSettings)}["heartbeat_write_interval"]
+    assert isinstance(default, timedelta)
+    interval = default.total_seconds()
+    return 1 / max(math.ceil(interval / HEARTBEAT_SECONDS), 1)
 
 
 def tick_unit(run: Run, item_bytes: float) -> Bill:
@@ -444,7 +457,8 @@ def price_run(run: Run) -> tuple[Figures, Bill, Bill, Bill, Bill]:
         + cold_starts()
     )
     item = job_item_bytes(run)
-    hb, tick, ckpt = message_unit(run, item), tick_unit(run, item), checkpoint_unit(run, item)
+    hb = message_unit(run, item, written=heartbeat_written_share())
+    tick, ckpt = tick_unit(run, item), checkpoint_unit(run, item)
     heartbeats = run.messages.get("progress", 0)
     ticks = sum(1 for inv, _ in run.invocations if inv.function == "reconcile")
     checkpoints = run.messages.get("checkpoint", 0)
@@ -564,8 +578,13 @@ def main(argv: list[str] | None = None) -> int:
     day_item = aged_item_bytes(
         f0.item_bytes, f0.checkpoints, base.progress_entries, 24, args.checkpoints_per_hour
     )
-    hb_day = message_unit(base, day_item)
-    day_hour, _ = per_hour(hb_day, tick_unit(base, day_item), ckpt, args.checkpoints_per_hour)
+    hb_day = message_unit(base, day_item, written=heartbeat_written_share())
+    day_hour, _ = per_hour(
+        hb_day,
+        tick_unit(base, day_item),
+        checkpoint_unit(base, day_item),
+        args.checkpoints_per_hour,
+    )
     idle = idle_month(base)
     payload = {
         "parameters": {
@@ -573,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
             "time_scale": args.time_scale,
             "checkpoints_per_hour": args.checkpoints_per_hour,
             "heartbeat_seconds": HEARTBEAT_SECONDS,
+            "heartbeat_written_share": heartbeat_written_share(),
             "reconcile_seconds": RECONCILE_SECONDS,
             "prices": {k: asdict(v) for k, v in prices.PRICES.items()},
             "prices_checked_on": prices.CHECKED_ON,
@@ -640,7 +660,9 @@ def markdown(p: dict[str, Any]) -> str:
         f"AWS list prices, {p['parameters']['region']}, checked "
         f"{p['parameters']['prices_checked_on']}"
         " (bench/prices.py). Per job-hour from the real intervals: heartbeat every "
-        f"{p['parameters']['heartbeat_seconds']:.0f} s, reconcile every "
+        f"{p['parameters']['heartbeat_seconds']:.0f} s (1 in "
+        f"{1 / p['parameters'].get('heartbeat_written_share', 1):.0f} rewrites the job record), "
+        "reconcile every "
         f"{p['parameters']['reconcile_seconds']:.0f} s, {p['parameters']['checkpoints_per_hour']:g}"
         " checkpoints an hour.",
         "",
