@@ -204,7 +204,11 @@ def run(
     provenance: Provenance | None = None,
     job_id: str | None = None,
 ) -> JobHandle:
-    """Submit a training job. Everything is checked before anything is uploaded or published."""
+    """Submit a training job. Everything is checked before anything is uploaded or published.
+
+    The deployment is `deployment` if given, else the local runtime if RESPOT_LOCAL is set
+    (`respot local up` in another shell), else the one `discover()` finds.
+    """
     env = validate_spec(spec)
     now = datetime.now(UTC)
     problems = preflight(env, now)
@@ -213,7 +217,13 @@ def run(
     job_id = job_id or new_job_id(env.name, now)
     code_bytes = package_code(Path(env.source_dir)) if env.source_dir else None
     if deployment is None:
-        deployment = discover(session)
+        from respot.localstate import connect_local, local_requested
+
+        if session is None and local_requested(False):
+            # RESPOT_LOCAL=1: the runtime `respot local up` runs in another shell, as the CLI.
+            deployment, session = connect_local()
+        else:
+            deployment = discover(session)
     code = None
     if code_bytes is not None:
         sha = hashlib.sha256(code_bytes).hexdigest()

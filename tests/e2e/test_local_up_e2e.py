@@ -123,6 +123,31 @@ def test_other_processes_use_the_runtime_local_up_runs(
     assert done["state"] == "COMPLETED" and done["interruptions"] == 1
     assert hparams[1].startswith(f"a2 {done['attempts'][1]['instance_id']} | ")
 
+    # WHEN a Python script calls run() with RESPOT_LOCAL=1 THEN it submits to the same runtime
+    script = (
+        "import json, sys\n"
+        "from respot import run\n"
+        "job = run({'name': 'from-python', "
+        "'entry_point': 'e2esessions.counting:CountingSession', "
+        f"'source_dir': {str(SESSIONS)!r}, "
+        "'hyperparameters': {'steps': 40, 'step_seconds': 0.02, 'checkpoint_every': 10}})\n"
+        "status = job.wait(timeout=90)\n"
+        "print(json.dumps({'job_id': job.job_id, 'state': status.state}))\n"
+    )
+    scripted = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**env, "RESPOT_LOCAL": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert scripted.returncode == 0, scripted.stdout + scripted.stderr
+    from_python = json.loads(scripted.stdout.strip().splitlines()[-1])
+    assert from_python["state"] == "COMPLETED"
+    listed = json.loads(respot(env, "status", from_python["job_id"], "--local", "--json").stdout)
+    assert listed["state"] == "COMPLETED"
+
     port = free_port()
     board = subprocess.Popen(
         [
