@@ -21,8 +21,10 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Literal
+
+from infra.local.serving import BackgroundHTTPServer
 
 TOKEN_PATH = "/latest/api/token"  # noqa: S105 - a URL path, not a secret
 META = "/latest/meta-data/"
@@ -65,36 +67,18 @@ class ImdsServer:
         self._tokens: dict[str, float] = {}  # token -> monotonic expiry
         self._action: tuple[SpotAction, datetime, datetime] | None = None  # action, visible, time
         self._rebalance: datetime | None = None
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving = BackgroundHTTPServer(f"imds-{instance_id}")
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> ImdsServer:
         """Bind and serve in a daemon thread; returns self."""
-        if self._server is not None:
-            return self
-        server = ThreadingHTTPServer((self._host, self._port), _handler_for(self))
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},  # stop() returns within this
-            name=f"imds-{self.instance_id}",
-            daemon=True,
-        )
-        self._thread.start()
+        self._serving.start(self._host, self._port, _handler_for(self))
         return self
 
     def stop(self) -> None:
         """Stop serving and release the port."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._serving.stop()
 
     def __enter__(self) -> ImdsServer:
         return self.start()
@@ -105,10 +89,10 @@ class ImdsServer:
     @property
     def url(self) -> str:
         """Base URL such as `http://127.0.0.1:41234`: AWS_EC2_METADATA_SERVICE_ENDPOINT."""
-        if self._server is None:
+        server = self._serving.server
+        if server is None:
             raise RuntimeError("the IMDS server is not started")
-        port = self._server.server_address[1]
-        return f"http://{self._host}:{port}"
+        return f"http://{self._host}:{server.server_address[1]}"
 
     # ---- what the spot market does -----------------------------------------------------------
 

@@ -32,9 +32,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from infra.local.serving import BackgroundHTTPServer
 
 API_PREFIX = "/api/"
 MAX_TEXT_CHARS = 40_000  # Slack: msg_too_long above this
@@ -392,35 +394,18 @@ class LocalSlack:
         self._lock = threading.Lock()
         self._outage: int | None = None
         self._rate_limits: list[tuple[str | None, int]] = []  # (method or None, retry_after)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving = BackgroundHTTPServer("local-slack")
 
     # ---- life -------------------------------------------------------------------------------
 
     def start(self) -> LocalSlack:
         """Serve (again, on the same port after `stop`); returns self."""
-        if self._server is not None:
-            return self
-        server = ThreadingHTTPServer((self.host, self.port), _handler_for(self))
-        server.daemon_threads = True
-        self.port = server.server_address[1]
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="local-slack", kwargs={"poll_interval": 0.05}
-        )
-        self._thread.daemon = True
-        self._thread.start()
+        self.port = self._serving.start(self.host, self.port, _handler_for(self))
         return self
 
     def stop(self) -> None:
         """Stop serving: connections are refused until `start()`."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._serving.stop()
 
     def __enter__(self) -> LocalSlack:
         return self.start()
@@ -431,7 +416,7 @@ class LocalSlack:
     @property
     def running(self) -> bool:
         """True while the server accepts connections."""
-        return self._server is not None
+        return self._serving.running
 
     @property
     def base_url(self) -> str:
