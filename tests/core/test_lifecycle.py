@@ -506,15 +506,17 @@ def test_budget_spent_stops_the_job_and_keeps_the_checkpoint() -> None:
 
 
 def test_heartbeats_that_change_nothing_are_written_once_per_interval() -> None:
-    # GIVEN a running job whose first progress report is recorded
+    # GIVEN a running job whose first progress report (its first step and total) is written
+    # even though it comes within an interval of the "started" message
     d = started_job()
     assert d.job is not None
-    d.apply(
+    first = d.apply(
         AgentReport(
             agent(d.job, 1, "i-1", AgentProgress(step=1, total_steps=10_000), seq=2, sent=10)
         ),
         10,
     )
+    assert first.outcome == "applied" and d.job.progress.total_steps == 10_000
     interval = SETTINGS.heartbeat_write_interval.total_seconds()
     # WHEN heartbeats arrive every minute with small steps
     outcomes = []
