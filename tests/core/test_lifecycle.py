@@ -532,3 +532,29 @@ def test_heartbeats_that_change_nothing_are_written_once_per_interval() -> None:
     assert outcomes == [coalesced, coalesced, "applied", coalesced, coalesced]
     assert d.job.attempts[0].last_heard_at == at(190)
     assert (at(310) - d.job.attempts[0].last_heard_at) < SETTINGS.heartbeat_write_interval
+
+
+def test_a_start_report_delivered_after_completion_still_records_what_was_restored() -> None:
+    # GIVEN a job interrupted once, whose replacement trained to the end, and whose completion
+    # was handled before the replacement's "started" message (redelivered late by SQS)
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 20)
+    d.launch_ok("i-2", 2)
+    d.apply(InstanceUp("i-2", 2, "fulfillment", "sir-2"), 24)
+    d.apply(AgentReport(agent(d.job, 2, "i-2", AgentProgress(step=60, total_steps=100), seq=2)), 26)
+    completed = AgentCompleted(step=100, outputs_prefix="o/", train_seconds=3.0)
+    d.apply(AgentReport(agent(d.job, 2, "i-2", completed, seq=3, sent=29)), 29)
+    assert d.state is JobState.COMPLETED and d.job.attempts[1].restored_step is None
+    # WHEN the "started" message arrives
+    started = AgentStarted(restored_step=45, restore_seconds=0.5)
+    late = d.apply(AgentReport(agent(d.job, 2, "i-2", started, seq=1, sent=25)), 31)
+    # THEN the attempt's start and restored step are recorded, with a note saying it came late,
+    # and the job stays COMPLETED; the same message again changes nothing
+    assert late.record is not None and d.state is JobState.COMPLETED
+    second = d.job.attempts[1]
+    assert (second.restored_step, second.restore_seconds, second.started_at) == (45, 0.5, at(25))
+    assert d.job.timeline[-1].kind == "resumed"
+    assert "reported after the job ended" in d.job.timeline[-1].text
+    again = d.apply(AgentReport(agent(d.job, 2, "i-2", started, seq=1, sent=25)), 32)
+    assert again.record is None and again.outcome == "ignored: job is over"

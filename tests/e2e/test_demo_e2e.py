@@ -24,7 +24,7 @@ def test_interrupted_digits_job_matches_the_uninterrupted_weights() -> None:
     summary = json.loads(summary_json(result))
     assert summary["state"] == "COMPLETED", summary
     assert summary["interruptions"] == 2
-    assert len(summary["resumed_from_steps"]) == 2
+    assert len(summary["resumed_from_steps"]) == 2, f"{summary}\n{result.slack_thread}"
     assert summary["resumed_from_steps"] == sorted(summary["resumed_from_steps"])
     assert summary["lost_steps"] == 0
     assert summary["weights_identical_to_uninterrupted"] is True

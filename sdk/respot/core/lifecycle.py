@@ -514,6 +514,32 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
     return d.decision()
 
 
+def _started_note(
+    d: _Draft, att: Attempt, instance_id: str, body: AgentStarted, *, late: bool
+) -> None:
+    previous = d.job.attempt(att.number - 1)
+    gone_at = previous.notice_at or previous.ended_at if previous else None
+    started = att.started_at or d.now
+    downtime = (started - gone_at).total_seconds() if gone_at else None
+    if body.restored_step is not None:
+        text = f"resumed from step {body.restored_step} on {instance_id}"
+    else:
+        text = f"started on {instance_id} (no checkpoint yet)"
+    if downtime is not None:
+        text += f"; {downtime:.1f}s after the previous instance's notice"
+    if late:
+        text += " (reported after the job ended)"
+    d.note(
+        "resumed" if body.restored_step is not None else "started",
+        text,
+        attempt=att.number,
+        instance_id=instance_id,
+        restored_step=body.restored_step,
+        restore_seconds=body.restore_seconds,
+        downtime_seconds=downtime,
+    )
+
+
 def _end_for(state: JobState) -> AttemptEnd:
     return {
         JobState.COMPLETED: AttemptEnd.SUPERSEDED,
@@ -535,6 +561,15 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
     if job.state.is_terminal():
         if isinstance(body, AgentCompleted | AgentFailed | AgentPreempted) or att.end is None:
             d.terminate([msg.instance_id], f"job is {job.state.value.lower()}")
+        if isinstance(body, AgentStarted) and att.started_at is None:
+            # Delivered after the job ended (SQS does not keep order, and a failed delivery
+            # comes back later): what the attempt restored is still part of its history.
+            att.instance_id = msg.instance_id
+            att.started_at = msg.sent_at
+            att.restored_step = body.restored_step
+            att.restore_seconds = body.restore_seconds
+            _started_note(d, att, msg.instance_id, body, late=True)
+            return d.decision()
         return _unchanged("ignored: job is over", d.effects)
     att.instance_id = msg.instance_id
     heard_before, state_before, timeline_before = att.last_heard_at, job.state, len(job.timeline)
@@ -553,24 +588,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 att.bound_at = att.bound_at or d.now
                 job.waiting_since = None
                 d.go(Transition.START)
-            previous = job.attempt(att.number - 1)
-            gone_at = previous.notice_at or previous.ended_at if previous else None
-            downtime = (d.now - gone_at).total_seconds() if gone_at else None
-            if body.restored_step is not None:
-                text = f"resumed from step {body.restored_step} on {msg.instance_id}"
-            else:
-                text = f"started on {msg.instance_id} (no checkpoint yet)"
-            if downtime is not None:
-                text += f"; {downtime:.1f}s after the previous instance's notice"
-            d.note(
-                "resumed" if body.restored_step is not None else "started",
-                text,
-                attempt=att.number,
-                instance_id=msg.instance_id,
-                restored_step=body.restored_step,
-                restore_seconds=body.restore_seconds,
-                downtime_seconds=downtime,
-            )
+            _started_note(d, att, msg.instance_id, body, late=False)
         case AgentProgress():
             if body.step is not None:
                 att.last_step = max(att.last_step or 0, body.step)
