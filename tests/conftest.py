@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-AWS_EVENTS = SHARED / "aws-events"
+AWS_EVENTS = ROOT / "tests" / "events" / "aws"
+TRACES = ROOT / "bench" / "traces"
 
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
@@ -21,7 +21,7 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
 
 
 def aws_event(name: str) -> dict[str, Any]:
-    """A sample event copied from the AWS documentation (../shared/aws-events/<name>.json)."""
+    """A sample event copied from the AWS documentation (tests/events/aws/<name>.json)."""
     data: dict[str, Any] = json.loads((AWS_EVENTS / f"{name}.json").read_text())
     return data
 

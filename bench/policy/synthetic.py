@@ -2,7 +2,7 @@
 
     python bench/policy/synthetic.py OUT_DIR [--dev-traces DIR]
 
-writes one directory of trace files per set, in the format of ../shared/traces:
+writes one directory of trace files per set, in the format of bench/traces (bench/traces/README.md):
 
 - resampled-195s, resampled-32s: the development traces seen at another tick length
   (a'[j] = a[floor(j * G' / 600)]: the same 27 days, other tick boundaries);
@@ -85,7 +85,11 @@ def regimes(rng: random.Random, gap: int) -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--dev-traces", type=Path, default=Path("../shared/traces/aws-2022-10-26"))
+    parser.add_argument(
+        "--dev-traces",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "traces" / "aws-2022-10-26",
+    )
     args = parser.parse_args()
     for path in sorted(args.dev_traces.glob("*.json")):
         trace = json.loads(path.read_text())

@@ -7,7 +7,7 @@ in the pool now: `InsufficientInstanceCapacity`; max price below the market:
 EC2 does; after it, the fleet takes the instance over. `DescribeSpotPriceHistory` answers the
 market price; `TerminateInstances` ends the local instance.
 
-Availability comes from a `Trace` per pool (files of `../shared/traces/`, tick `gap_seconds`
+Availability comes from a `Trace` per pool (files of `bench/traces/`, tick `gap_seconds`
 simulated) or is constant; a `ChaosSchedule` adds interruptions at set times after boot.
 """
 

@@ -157,7 +157,7 @@ def test_a_manifest_naming_a_path_outside_the_checkpoint_is_never_restored(
     store.upload(tmp_path / "a", step=1, attempt=1, reason="periodic")
     evil = store.upload(tmp_path / "a", step=2, attempt=1, reason="periodic")
     body = json.loads(s3.get_object(Bucket=bucket, Key=evil.manifest_key)["Body"].read())
-    body["files"][0]["path"] = "../../escaped"
+    body["files"][0]["path"] = "../../escaped"  # hostile-path
     s3.put_object(Bucket=bucket, Key=evil.manifest_key, Body=json.dumps(body).encode())
     restored = store.restore(tmp_path / "work" / "dest")
     assert restored is not None and restored.step == 1

@@ -18,7 +18,7 @@ from respot.agent.exceptions import ImdsError
 from respot.agent.imds import ImdsClient
 from respot.agent.protocol import Notice
 
-AWS_EVENTS = Path(__file__).resolve().parents[3] / "shared" / "aws-events"
+AWS_EVENTS = Path(__file__).resolve().parents[1] / "events" / "aws"
 TAGS = {"respot:job-id": "job-1", "respot:attempt": "3", "team": "vision"}
 
 

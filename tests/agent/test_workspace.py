@@ -37,7 +37,14 @@ def test_safe_extract_unpacks_a_normal_tree(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["../evil.py", "pkg/../../evil.py", "/abs/evil.py", "C:/evil.py", "..\\evil.py"]
+    "name",
+    [
+        "../evil.py",  # hostile-path
+        "pkg/../../evil.py",  # hostile-path
+        "/abs/evil.py",
+        "C:/evil.py",
+        "..\\evil.py",
+    ],
 )
 def test_safe_extract_refuses_entries_that_escape(tmp_path: Path, name: str) -> None:
     archive = make_zip(tmp_path / "bad.zip", {"ok.py": b"", name: b"pwned"})

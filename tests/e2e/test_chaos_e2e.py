@@ -1,6 +1,6 @@
 """Chaos, end to end: everything AWS really does, at once, to several jobs.
 
-- a spot market driven by real AWS availability traces (../shared/traces, 2022-10-26),
+- a spot market driven by real AWS availability traces (bench/traces/aws-2022-10-26),
   time-compressed: each 10-minute tick of a trace lasts one simulated minute (2 s here),
   so pools come and go and running spot instances get their two-minute warnings;
 - every EC2 event put on the bus twice, in a shuffled order;
@@ -28,7 +28,7 @@ from respot import layout
 from respot.core.effects import LaunchInstance
 from respot.core.job import AttemptEnd
 from respot.messages import new_job_id
-from tests.conftest import SHARED
+from tests.conftest import TRACES as TRACE_SETS
 from tests.e2e.helpers import (
     Invariants,
     assert_launches_match_attempts,
@@ -40,7 +40,7 @@ from tests.e2e.helpers import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-TRACES = SHARED / "traces" / "aws-2022-10-26"
+TRACES = TRACE_SETS / "aws-2022-10-26"
 # (file, first tick): windows of the real traces where capacity comes and goes.
 WINDOWS = [
     ("us-west-2a_v100_1.json", 264),

@@ -40,7 +40,7 @@ def test_minimal_spec_has_sensible_defaults() -> None:
         ({"environment": {"1X": "y"}}, "environment", "letters, digits"),
         ({"data": [{"s3_uri": "http://x", "local_path": "d"}]}, "data[0].s3_uri", "s3://"),
         (
-            {"data": [{"s3_uri": "s3://bucket/k", "local_path": "../etc"}]},
+            {"data": [{"s3_uri": "s3://bucket/k", "local_path": "../etc"}]},  # hostile-path
             "data[0].local_path",
             "without '..'",
         ),
