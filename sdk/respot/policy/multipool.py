@@ -13,10 +13,10 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    the checkpoint transfer if k is in another region. A long-lived pool in another region
    wins over a flickering one at home only when its expected life pays for the transfer.
 2. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
-   seeing spot as the union of the pools (available when any pool is; its availability,
-   outage hazards and run rate learned from the union's past) and the candidate pool's own
-   run (its age, hazard and survival when leaving on-demand for it, plus the transfer fee
-   lost if that run ends at once).
+   seeing spot as the union of the pools: available when any pool is; its availability,
+   outage hazards, run rate, and the age, hazard and survival of the current run (a trip off
+   on-demand ends only when no pool has spot) learned from the union's past; plus the
+   transfer fee lost if the run ends at once after a move to another region.
 3. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
@@ -104,7 +104,10 @@ class MultiPoolPolicy:
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
         candidate = self._candidate(obs, pools, supply)
         view = single_view(obs, pool=candidate)
-        run = supply if candidate is None else pools[candidate]
+        # A trip off on-demand ends when no pool has spot any more (a lost pool is replaced
+        # by another that has spot): the union's run is the one whose hazard and survival
+        # decide a switch. The candidate's own run only chose the pool.
+        run = supply
         fee = 0.0 if candidate is None else obs.transfer_fee(candidate)
         wanted = self.core.wanted(
             view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
