@@ -34,7 +34,7 @@ from respot.selftest.experiment import ACTION_ID, duration_seconds
 log = logging.getLogger("respot.local.fis")
 
 NOTICE_SECONDS = 120.0  # the interruption notice comes this long before the interruption
-POLL_SECONDS = 0.1  # real seconds between looks for new experiments
+POLL_SECONDS = 0.5  # real seconds between looks for new experiments (FIS itself takes seconds)
 
 
 def _freeze_moto_experiments() -> Callable[..., None]:
