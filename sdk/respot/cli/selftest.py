@@ -42,7 +42,7 @@ def selftest(
     json_output: JsonOption = False,
 ) -> None:
     """Prove the deployment: a job interrupted by AWS FIS resumes from its checkpoint."""
-    from rich.markup import escape
+    from rich.text import Text
 
     from respot.selftest import Selftest, SelftestPlan, SelftestTimeouts
 
@@ -67,7 +67,7 @@ def selftest(
         conn.session,
         plan=plan,
         timeouts=timeouts,
-        echo=lambda line: progress.print(escape(line), soft_wrap=True),
+        echo=lambda line: progress.print(Text(line), soft_wrap=True),
     ).run()
     if json_output:
         print_json(result.to_dict())
@@ -77,13 +77,13 @@ def selftest(
 
 
 def _print(result: SelftestResult) -> None:
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     c = result.changeover
     if c is not None:
-        table = Table(title=f"changeover of {escape(result.job_id or '')}", show_header=False)
+        table = Table(title=Text(f"changeover of {result.job_id}"), show_header=False)
         rows = [
             (
                 "interrupted",
@@ -101,10 +101,13 @@ def _print(result: SelftestResult) -> None:
             ("FIS experiment", f"{result.experiment_id} ({result.experiment_status})"),
         ]
         for key, value in rows:
-            table.add_row(key, escape(value))
+            table.add_row(key, Text(value))
         out.print(table)
     verdict = "[green]PASSED[/]" if result.passed else "[bold red]FAILED[/]"
-    out.print(f"{verdict} in {result.wall_seconds:g}s: {escape(result.outcome)}", soft_wrap=True)
+    out.print(
+        Text.from_markup(f"{verdict} in {result.wall_seconds:g}s: ") + Text(result.outcome),
+        soft_wrap=True,
+    )
 
 
 def _s(seconds: float | None) -> str:

@@ -238,7 +238,7 @@ class Selftest:
             watch_experiment=True,
         )
         old = next(a for a in noticed.attempts if a.notice_at is not None)
-        self.say(f"notice on attempt {old.number} at step {old.last_step}")
+        self.say(f"the notice reached attempt {old.number} ({old.instance_id})")
 
         resumed = self._wait(
             "a new instance to resume training",
@@ -279,7 +279,7 @@ class Selftest:
             )
         self.result.passed = True
         self.result.outcome = (
-            f"passed: interrupted at step {c.step_at_notice}, resumed from the checkpoint of "
+            f"interrupted at step {c.step_at_notice}, resumed from the checkpoint of "
             f"step {c.resumed_from_step} ({c.lost_steps} steps lost), completed at step "
             f"{record.progress.step}"
         )
