@@ -31,8 +31,9 @@ and the fee are the benchmark's, and the overhead rule has no free parameter.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from respot.policy.history import RunStatistics
@@ -77,6 +78,13 @@ class _Cached:
         self.stats = RunStatistics(history)
         self.source = history.source if isinstance(history, HistoryView) else None
         return self.stats
+
+
+def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
+    """history[start:stop] without indexing tick by tick (a view's source is sliced once)."""
+    if isinstance(history, HistoryView):
+        return history.source[start:stop]
+    return itertools.islice(history, start, stop)
 
 
 def _expected_progress(obs: PoolsObservation, stats: RunStatistics, prior: float) -> float:
@@ -206,5 +214,6 @@ class MultiPoolPolicy:
             self._union = RunStatistics()
             self._union_sources = sources
             seen = 0
-        self._union.extend(1 if any(h[t] for h in histories) else 0 for t in range(seen, length))
+        tails = [_tail(h, seen, length) for h in histories]
+        self._union.extend(1 if any(values) else 0 for values in zip(*tails, strict=True))
         return self._union
