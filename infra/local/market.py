@@ -116,6 +116,7 @@ class SpotMarket:
         traces: Sequence[Trace] = (),
         chaos: ChaosSchedule | None = None,
         trace_offset_ticks: int = 0,
+        pool_traces: dict[str, Trace] | None = None,
     ) -> None:
         self.fleet = fleet
         self.scale = scale
@@ -126,13 +127,16 @@ class SpotMarket:
         self.started = time.monotonic()
         self.refusals: list[tuple[str, str]] = []
         self.launches: list[tuple[str, str]] = []
-        self._pools: dict[str, Trace] = {}
+        # "<instance type>/<zone>" -> its trace; pools not named take `traces` in turn (and
+        # have spot always without any).
+        self.pool_traces = dict(pool_traces or {})
+        self._pools: dict[str, Trace] = dict(self.pool_traces)
         self._tokens: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         fleet.on_boot.append(self._on_boot)
-        if self.traces:
+        if self.traces or self.pool_traces:
             self._ticker = threading.Thread(
                 target=self._tick_loop, name="local-market", daemon=True
             )
@@ -145,10 +149,12 @@ class SpotMarket:
         return self.scale.simulated(time.monotonic() - self.started)
 
     def trace_of(self, pool: str) -> Trace | None:
-        """The trace a pool (instance type/zone) follows; pools take the traces in turn."""
-        if not self.traces:
-            return None
+        """The trace a pool (instance type/zone) follows: its own, or the traces in turn."""
         with self._lock:
+            if pool in self.pool_traces:
+                return self.pool_traces[pool]
+            if not self.traces:
+                return None
             if pool not in self._pools:
                 self._pools[pool] = self.traces[len(self._pools) % len(self.traces)]
             return self._pools[pool]
@@ -279,7 +285,7 @@ class SpotMarket:
             )
 
     def _tick_loop(self) -> None:
-        gap = min(t.gap_seconds for t in self.traces)
+        gap = min(t.gap_seconds for t in [*self.traces, *self.pool_traces.values()])
         period = max(self.scale.real(gap) / 4, 0.05)
         while not self._stop.wait(period):
             for inst in self.fleet.live():

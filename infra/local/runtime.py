@@ -63,6 +63,8 @@ class RuntimeOptions:
     chaos: ChaosSchedule | None = None
     traces: list[Trace] = field(default_factory=list)
     trace_offset_ticks: int = 0
+    # "<instance type>/<zone>" -> the trace of that spot pool (the others take `traces` in turn)
+    pool_traces: dict[str, Trace] = field(default_factory=dict)
     instance_types: tuple[str, ...] = ("g5.xlarge", "g4dn.xlarge")
     availability_zones: int = 2
     work_root: Path | None = None
@@ -162,6 +164,7 @@ class LocalRuntime:
             traces=opts.traces,
             chaos=opts.chaos,
             trace_offset_ticks=opts.trace_offset_ticks,
+            pool_traces=opts.pool_traces,
         )
         if self.deployment.fis_template_id:
             self.fis = FaultInjection(

@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 from respot import layout
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
+from respot.aws.pools import PoolTable
 from respot.config import ControlPlaneConfig
 from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
@@ -35,16 +36,20 @@ from respot.core.effects import (
 from respot.core.events import (
     CancelRequested,
     CapacityLaunched,
+    CapacityUnavailable,
     InstanceDown,
     InstanceUp,
     InterruptionNotice,
     JobEvent,
+    PlaceNow,
     ReconcileTick,
     Submitted,
 )
-from respot.core.job import JobRecord, TimelineEntry
+from respot.core.job import JobRecord, Market, TimelineEntry
 from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
-from respot.core.placement import ControlSettings, MarketPolicy
+from respot.core.placement import ControlSettings, MarketPolicy, candidates
+from respot.core.pool_placement import PoolPlacementPolicy
+from respot.core.pool_watch import PoolKey, Sighting, sightings
 from respot.messages import CancelCommand, JobSubmission
 
 log = logging.getLogger("respot.control")
@@ -118,6 +123,7 @@ class ControlPlane:
         notifications: Notifications | None = None,
         market_policy: MarketPolicy | None = None,
         clock: Callable[[], datetime] = utcnow,
+        pools: PoolTable | None = None,
     ) -> None:
         self.jobs = jobs
         self.capacity = capacity
@@ -125,6 +131,10 @@ class ControlPlane:
         self.bucket = bucket
         self.settings = settings
         self.notifications = notifications or Notifications(None)
+        # With a pool table, jobs are placed across pools by what the account observed of
+        # them (respot.core.pool_placement); an explicit market_policy wins (tests).
+        self.pools = pools
+        self._fixed_policy = market_policy
         self.market_policy = market_policy or DeadlinePolicy()
         self.clock = clock
 
@@ -167,6 +177,7 @@ class ControlPlane:
             settings=config.settings(),
             notifications=Notifications(config.notify_queue_url, clients["sqs"]),
             clock=clock,
+            pools=PoolTable(config.table_name, clients["dynamodb"]),
         )
 
     # ---- inputs ------------------------------------------------------------------------------
@@ -286,22 +297,43 @@ class ControlPlane:
 
     def _commit(self, job_id: str, event: JobEvent) -> tuple[Decision, JobRecord | None]:
         decisions: list[Decision] = []
+        seen: list[Sighting] = []
 
         def change(job: JobRecord | None) -> JobRecord | None:
+            now = self.clock()
             decision = decide(
                 job,
                 event,
-                now=self.clock(),
+                now=now,
                 settings=self.settings,
-                market_policy=self.market_policy,
+                market_policy=self._policy_for(job, event),
             )
             decisions[:] = [decision]  # the decision of the read that was (or was not) written
+            seen[:] = sightings(job, event, now, self.settings) if self.pools else []
             if decision.record is not None:
                 decision.record.updated_at = self.clock()
             return decision.record
 
         read, written = self.jobs.update(job_id, change, attempts=CAS_ATTEMPTS)
+        self._record_sightings(job_id, seen)
         return decisions[0], written if written is not None else read
+
+    def _policy_for(self, job: JobRecord | None, event: JobEvent) -> MarketPolicy:
+        """The market policy for one decision: across pools, from their stored histories."""
+        if self._fixed_policy is not None or self.pools is None or job is None:
+            return self.market_policy
+        if not isinstance(event, PlaceNow | CapacityUnavailable | ReconcileTick):
+            return self.market_policy  # the event places nothing
+        keys = [PoolKey.of(p) for p in candidates(job, Market.SPOT, self.settings)]
+        return PoolPlacementPolicy(self.pools.load(keys))
+
+    def _record_sightings(self, job_id: str, seen: list[Sighting]) -> None:
+        assert self.pools is not None or not seen
+        for sighting in seen:
+            try:
+                self.pools.record(sighting)  # type: ignore[union-attr]
+            except Exception:  # an observation must never block or fail a transition
+                log.exception("job %s: could not record %s", job_id, sighting)
 
     def _run(self, job_id: str, effect: Effect, depth: int) -> None:
         match effect:

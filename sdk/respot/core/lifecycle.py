@@ -47,9 +47,16 @@ from respot.core.job import (
     CheckpointInfo,
     JobRecord,
     Market,
+    Placement,
     TimelineEntry,
 )
-from respot.core.placement import ControlSettings, MarketChoice, MarketPolicy, candidates
+from respot.core.placement import (
+    ControlSettings,
+    MarketChoice,
+    MarketPolicy,
+    SwitchPolicy,
+    candidates,
+)
 from respot.core.states import JobState, Transition, can, next_state
 from respot.messages import (
     AgentCheckpoint,
@@ -160,7 +167,7 @@ def decide(
         case CancelRequested():
             return _cancel(d, event)
         case ReconcileTick():
-            return _tick(d, event, settings)
+            return _tick(d, event, settings, policy)
     raise TypeError(f"unknown event {event!r}")
 
 
@@ -207,7 +214,9 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
     switch_to = job.policy.pop("switch_to", None)
     job.policy.pop("switching", None)
     if switch_to is not None:
-        choice = MarketChoice(Market(switch_to), job.policy.get("market_reason", "switch"))
+        market = Market(switch_to)
+        ranked = tuple(_in_order(job, candidates(job, market, settings)))
+        choice = MarketChoice(market, job.policy.get("market_reason", "switch"), pools=ranked)
     else:
         choice = policy.choose(job, d.now, settings)
     if choice.fail:
@@ -219,7 +228,8 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
         job.waiting_since = job.waiting_since or d.now
         d.note("waiting", f"waiting for capacity: {choice.reason}")
         return
-    pools = candidates(job, choice.market, settings)
+    pools = list(choice.pools) or candidates(job, choice.market, settings)
+    job.policy["pool_order"] = [p.key for p in pools]
     if not pools:
         _finish(
             d,
@@ -255,6 +265,13 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
         instance_type=attempt.placement.instance_type,
         availability_zone=attempt.placement.availability_zone,
     )
+
+
+def _in_order(job: JobRecord, pools: list[Placement]) -> list[Placement]:
+    """The pools the policy ranked for this request, in its order (all if it ranked none)."""
+    by_key = {p.key: p for p in pools}
+    ranked = [by_key[k] for k in job.policy.get("pool_order", []) if k in by_key]
+    return ranked or pools
 
 
 def _launch_effect(job: JobRecord, attempt: Attempt) -> LaunchInstance:
@@ -331,7 +348,7 @@ def _unavailable(
     ):
         return _unchanged("ignored: stale capacity error")
     att.tried.append(f"{att.placement.key}: {event.error_code}")
-    pools = candidates(job, att.placement.market, settings)
+    pools = _in_order(job, candidates(job, att.placement.market, settings))
     tried = {t.split(": ", 1)[0] for t in att.tried}
     remaining = [p for p in pools if p.key not in tried]
     if remaining:
@@ -814,7 +831,9 @@ def _cancel(d: _Draft, event: CancelRequested) -> Decision:
 # ---- the scheduled look ----------------------------------------------------------------------
 
 
-def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decision:
+def _tick(
+    d: _Draft, event: ReconcileTick, settings: ControlSettings, policy: MarketPolicy
+) -> Decision:
     job = d.job
     now = event.at
     spec = job.spec
@@ -871,10 +890,15 @@ def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decisio
         and job.state is JobState.RUNNING
         and "switching" not in job.policy
     ):
-        # The deadline policy may want the job off spot before the deadline is at risk.
-        switch = DeadlinePolicy().switch_running(job, now, settings)
+        # The deadline policy may want the job off spot before the deadline is at risk (or,
+        # across pools, back on spot from on-demand).
+        switcher = policy if isinstance(policy, SwitchPolicy) else DeadlinePolicy()
+        switch = switcher.switch_running(job, now, settings)
         if switch is not None and switch.market is not None:
+            if switch.market is Market.SPOT:
+                job.policy["spot_returns"] = int(job.policy.get("spot_returns", 0)) + 1
             job.policy.update(
+                pool_order=[p.key for p in switch.pools],
                 switching=att.number,
                 switch_to=switch.market.value,
                 market=switch.market.value,
@@ -882,9 +906,10 @@ def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decisio
             )
             d.effects.append(StopAttempt(job.job_id, att.number, switch.reason))
             d.note(
-                "fallback",
-                f"moving to {switch.market.value} to keep the deadline ({switch.reason}): "
-                f"{att.instance_id} checkpoints and stops",
+                "fallback" if switch.market is Market.ON_DEMAND else "spot-return",
+                f"moving to {switch.market.value} "
+                f"{'to keep the deadline ' if switch.market is Market.ON_DEMAND else ''}"
+                f"({switch.reason}): {att.instance_id} checkpoints and stops",
                 reason=switch.reason,
                 attempt=att.number,
             )

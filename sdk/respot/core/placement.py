@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from respot.core.job import JobRecord, Market, Placement
 
@@ -67,6 +67,8 @@ class MarketChoice:
     market: Market | None
     reason: str
     fail: bool = False
+    # The pools to ask, in order (empty: every candidate in the fixed order of `candidates`).
+    pools: tuple[Placement, ...] = ()
 
 
 class MarketPolicy(Protocol):
@@ -74,6 +76,17 @@ class MarketPolicy(Protocol):
 
     def choose(self, job: JobRecord, now: datetime, settings: ControlSettings) -> MarketChoice:
         """The market to buy from now."""
+        ...
+
+
+@runtime_checkable
+class SwitchPolicy(Protocol):
+    """Moves a training job to the other market (a planned stop after a checkpoint)."""
+
+    def switch_running(
+        self, job: JobRecord, now: datetime, settings: ControlSettings
+    ) -> MarketChoice | None:
+        """The market to move to now, or None to stay."""
         ...
 
 

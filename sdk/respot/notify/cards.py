@@ -460,6 +460,13 @@ def _fallback(
     )
 
 
+def _spot_return(
+    entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
+) -> SlackPost:
+    reason = entry.data.get("reason") or entry.text
+    return _reply(f":recycle: *Back to spot*: {escape(str(reason))}", _at(entry))
+
+
 def _completed(
     entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
 ) -> SlackPost:
@@ -510,6 +517,7 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "preempted": _preempted,
     "resumed": _resumed,
     "fallback": _fallback,
+    "spot-return": _spot_return,
     "completed": _completed,
     "failed": _failed,
     "cancelled": _cancelled,

@@ -1,0 +1,178 @@
+"""Live placement across pools: `respot.policy.MultiPoolPolicy` fed from the pools' shared past.
+
+The job's side of the observation (C, w, D, d, G, r, the tick) is the single-zone one
+(`respot.core.deadline.observe`); the pools are the spot candidates of the job (its instance
+types x the stack's subnets) and their histories are what the account observed of them
+(`respot.core.pool_watch`), read by the control plane before it decides. A pool seen this
+tick (by any job) is available as seen; a pool not seen this tick counts as available when
+placing (asking is how to find out: a refusal marks it down for this tick and the next
+pool is asked) and as last seen when deciding whether to leave on-demand.
+
+The answer for a job that needs capacity is a market plus the spot pools ranked by the
+policy: its pick first, then its pick with that pool down, and so on while it still wants
+spot. The lifecycle asks them in that order. Jobs without a deadline (or a work estimate)
+keep `SpotFirstPolicy`'s market; their spot pools are the fixed order with the pools seen
+down this tick last.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+
+from respot.core.deadline import DeadlinePolicy, observe
+from respot.core.job import JobRecord, Market, Placement
+from respot.core.placement import ControlSettings, MarketChoice, SpotFirstPolicy, candidates
+from respot.core.pool_watch import PoolKey, PoolRecord, PoolsView, absolute_tick, view
+from respot.policy import Choice, MultiPoolPolicy, Observation, Pool, PoolsObservation
+from respot.policy import Placement as PoolChoice
+from respot.policy.multipool import PoolsDecision
+from respot.policy.pools import NOTHING, ON_DEMAND
+
+MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover)
+HOME = "home"  # every subnet of the stack is in its one region: no transfer fee between pools
+
+
+def _observation(
+    base: Observation,
+    pools: list[Placement],
+    seen: PoolsView,
+    available: tuple[bool, ...],
+    held: PoolChoice,
+) -> PoolsObservation:
+    return PoolsObservation(
+        tick=base.tick,
+        gap_seconds=base.gap_seconds,
+        work_seconds=base.work_seconds,
+        deadline_seconds=base.deadline_seconds,
+        changeover_seconds=base.changeover_seconds,
+        done_seconds=base.done_seconds,
+        remaining_changeover_seconds=base.remaining_changeover_seconds,
+        held=held,
+        home=HOME,
+        pools=tuple(Pool(PoolKey.of(p).name, HOME) for p in pools),
+        available=available,
+        histories=seen.histories,
+    )
+
+
+def _held(job: JobRecord, base: Observation, pools: list[Placement]) -> PoolChoice:
+    if base.held is Choice.ON_DEMAND:
+        return ON_DEMAND
+    att = job.current
+    if base.held is Choice.SPOT and att is not None:
+        for index, pool in enumerate(pools):
+            if PoolKey.of(pool) == PoolKey.of(att.placement):
+                return PoolChoice.spot(index)
+    return NOTHING
+
+
+def _rank(
+    base: Observation,
+    pools: list[Placement],
+    seen: PoolsView,
+    available: list[bool],
+    held: PoolChoice,
+) -> tuple[PoolsDecision, list[Placement]]:
+    """The policy's decision, and the spot pools in the order it would take them.
+
+    Its pick, then its pick with that pool down, and so on while it still takes spot (at
+    most one decision per pool).
+    """
+    up = list(available)
+    ranked: list[Placement] = []
+    first: PoolsDecision | None = None
+    for _ in pools:
+        decision = MultiPoolPolicy().decide(_observation(base, pools, seen, tuple(up), held))
+        first = first or decision
+        if decision.placement.choice is not Choice.SPOT or decision.placement.pool is None:
+            break
+        ranked.append(pools[decision.placement.pool])
+        up[decision.placement.pool] = False
+    assert first is not None, "a job has at least one spot pool"
+    return first, ranked
+
+
+class PoolPlacementPolicy:
+    """The `MarketPolicy` of the live control plane: market and ranked pools, with reasons."""
+
+    def __init__(self, records: Mapping[PoolKey, PoolRecord] | None = None) -> None:
+        self.records = dict(records or {})
+        self._deadline = DeadlinePolicy()
+        self._fallback = SpotFirstPolicy()
+
+    def _view(self, pools: list[Placement], now: datetime, settings: ControlSettings) -> PoolsView:
+        keys = [PoolKey.of(p) for p in pools]
+        return view(self.records, keys, absolute_tick(now, settings))
+
+    def choose(self, job: JobRecord, now: datetime, settings: ControlSettings) -> MarketChoice:
+        """Spot (with its pools ranked), on-demand or wait, with the reason."""
+        pools = candidates(job, Market.SPOT, settings)
+        seen = self._view(pools, now, settings)
+        base = observe(job, now, settings)
+        if base is None or base.ticks_left <= 0 or not pools:
+            choice = (
+                self._fallback.choose(job, now, settings)
+                if base is None
+                else self._deadline.choose(job, now, settings)
+            )
+            if choice.market is Market.SPOT:
+                down = [p for p, s in zip(pools, seen.seen_now, strict=True) if s is False]
+                up = [p for p in pools if p not in down]
+                return replace(choice, pools=tuple(up + down))
+            return choice
+        available = [s is not False for s in seen.seen_now]  # not seen now: worth asking
+        first, ranked = _rank(base, pools, seen, available, _held(job, base, pools))
+        reason = f"multi-pool policy: {first.mode.value}"
+        if first.placement.choice is Choice.SPOT:
+            best = ranked[0]
+            reason += f", {best.instance_type} in {best.availability_zone} first of {len(ranked)}"
+            return MarketChoice(Market.SPOT, reason, pools=tuple(ranked))
+        if first.placement.choice is Choice.ON_DEMAND:
+            return DeadlinePolicy._finish_late(job, reason)
+        if base.remaining_seconds <= 0:
+            return MarketChoice(Market.SPOT, "multi-pool policy: work estimate reached; finishing")
+        return MarketChoice(None, reason)
+
+    def switch_running(
+        self, job: JobRecord, now: datetime, settings: ControlSettings
+    ) -> MarketChoice | None:
+        """For a job training now: the other market if the policy says so, else None.
+
+        Spot -> on-demand as `DeadlinePolicy.switch_running` (the safety net, or falling
+        behind). On-demand -> spot when the multi-pool policy switches (a spot run seen by
+        the account, old enough to be worth two changeovers), at most `MAX_SPOT_RETURNS`
+        times per job: a return that finds no spot after all costs a changeover.
+        """
+        att = job.current
+        if att is None or att.end is not None or att.notice_at is not None:
+            return None
+        if att.started_at is None or att.instance_id is None:
+            return None
+        if att.placement.market is Market.SPOT:
+            return self._deadline.switch_running(job, now, settings)
+        returns = int(job.policy.get("spot_returns", 0))
+        if returns >= MAX_SPOT_RETURNS:
+            return None
+        pools = candidates(job, Market.SPOT, settings)
+        base = observe(job, now, settings)
+        if base is None or base.ticks_left <= 0 or not pools:
+            return None
+        seen = self._view(pools, now, settings)
+        # Leaving on-demand needs spot seen up: the newest sighting of each pool, by any job.
+        available = [
+            bool(s if s is not None else last)
+            for s, last in zip(seen.seen_now, seen.last, strict=True)
+        ]
+        if not any(available):
+            return None
+        first, ranked = _rank(base, pools, seen, available, ON_DEMAND)
+        if not ranked:
+            return None
+        best = ranked[0]
+        reason = (
+            f"multi-pool policy: {first.mode.value}, spot seen up in {best.instance_type} "
+            f"{best.availability_zone} (return {returns + 1} of at most {MAX_SPOT_RETURNS})"
+        )
+        return MarketChoice(Market.SPOT, reason, pools=tuple(ranked))

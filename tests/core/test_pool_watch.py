@@ -1,0 +1,105 @@
+"""The pools' shared history: observations folded in, aligned views, and what events show."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from respot.core.events import (
+    CapacityLaunched,
+    CapacityUnavailable,
+    InstanceUp,
+    InterruptionNotice,
+    ReconcileTick,
+    Submitted,
+)
+from respot.core.pool_watch import (
+    HISTORY_TICKS,
+    PoolKey,
+    PoolRecord,
+    absolute_tick,
+    observe,
+    sightings,
+    view,
+)
+from tests.core.factories import SETTINGS, at, submission
+from tests.core.test_lifecycle import Driver
+
+A = PoolKey("g5.xlarge", "us-east-1a")
+B = PoolKey("g5.xlarge", "us-east-1b")
+
+
+def fold(*seen: tuple[int, bool]) -> PoolRecord:
+    record: PoolRecord | None = None
+    for tick, value in seen:
+        record = observe(record, tick, value) or record
+    assert record is not None
+    return record
+
+
+def test_ticks_without_observation_repeat_the_last_and_the_newest_in_a_tick_wins() -> None:
+    record = fold((10, True), (13, False), (13, True), (15, False))
+    assert record.start == 10
+    assert list(record.runs) == [(1, 5), (0, 1)]  # 10..12 repeat 1, 13 overwritten by 1
+    assert record.value_at(13) == 1 and record.value_at(15) == 0 and record.value_at(16) is None
+
+
+def test_duplicates_and_out_of_order_sightings_change_nothing() -> None:
+    record = fold((10, True), (12, False))
+    assert observe(record, 12, False) is None  # the same sighting twice
+    assert observe(record, 11, True) is None  # older than the newest tick
+
+
+def test_the_history_is_bounded() -> None:
+    record = fold((0, True), (HISTORY_TICKS, False), (3 * HISTORY_TICKS, True))
+    assert record.end - record.start == HISTORY_TICKS
+    assert record.end == 3 * HISTORY_TICKS + 1 and len(record.runs) == 2
+
+
+def test_view_aligns_pools_and_repeats_the_last_value_up_to_now() -> None:
+    records = {A: fold((100, True), (104, False)), B: fold((102, True))}
+    seen = view(records, [A, B], now=108)
+    assert [list(h) for h in seen.histories] == [
+        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 1, 1, 1, 1],  # padded before its first sighting with that sighting
+    ]
+    assert seen.seen_now == (None, None) and seen.last == (False, True)
+    assert view(records, [A, B], now=104).seen_now == (False, None)  # B not seen at 104
+    unknown = view(records, [PoolKey("p4d.24xlarge", "us-east-1a")], now=108)
+    assert unknown.seen_now == (None,) and unknown.last == (None,)
+
+
+def test_events_show_capacity_errors_interruptions_and_running_instances() -> None:
+    d = Driver()
+    d.apply(Submitted(submission()))
+    assert d.job is not None
+    launch = d.launches()[-1]
+    tick = absolute_tick(at(0), SETTINGS)
+    refused = CapacityUnavailable(
+        launch.attempt, launch.client_token, "InsufficientInstanceCapacity"
+    )
+    (s,) = sightings(d.job, refused, at(0), SETTINGS)
+    assert (s.pool, s.tick, s.seen) == (PoolKey.of(launch.placement), tick, False)
+    # the job's price cap is not the pool's capacity; a stale token says nothing
+    capped = CapacityUnavailable(launch.attempt, launch.client_token, "SpotMaxPriceTooLow")
+    assert sightings(d.job, capped, at(0), SETTINGS) == []
+    stale = CapacityUnavailable(launch.attempt, "old-token", "InsufficientInstanceCapacity")
+    assert sightings(d.job, stale, at(0), SETTINGS) == []
+    # launched (1), then running through ticks (1), then noticed (0)
+    (ok,) = sightings(d.job, _launched(d), at(0), SETTINGS)
+    assert ok.seen
+    d.launch_ok("i-1")
+    later = at(timedelta(minutes=5).total_seconds())
+    assert sightings(d.job, ReconcileTick(later), later, SETTINGS) == []  # not started yet
+    d.apply(InstanceUp("i-1", 1, "running"))
+    (running,) = sightings(d.job, ReconcileTick(later), later, SETTINGS)
+    assert running.seen and running.tick == absolute_tick(later, SETTINGS)
+    notice = InterruptionNotice("i-1", 1, "interruption", "terminate")
+    (gone,) = sightings(d.job, notice, later, SETTINGS)
+    assert not gone.seen and gone.why == "interruption"
+    d.apply(notice)
+    assert sightings(d.job, notice, later, SETTINGS) == []  # a duplicate notice
+
+
+def _launched(d: Driver) -> CapacityLaunched:
+    last = d.launches()[-1]
+    return CapacityLaunched(last.attempt, last.client_token, "i-1", "sir-1", None, 0.3)
