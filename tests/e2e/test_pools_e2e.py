@@ -72,7 +72,9 @@ def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) 
     assert pools_of(record)[0] == f"spot g5.xlarge/{A}", pools_of(record)
     assert pools_of(record)[-1] == f"spot g5.xlarge/{B}", pools_of(record)
     assert record.attempts[0].end is AttemptEnd.INTERRUPTED
-    assert all(a.placement.market is Market.SPOT for a in record.attempts)
+    assert all(a.placement.market is Market.SPOT for a in record.attempts), [
+        e.text for e in record.timeline
+    ]
     assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(600, 2)
     # AND the account remembers what it saw of both pools, for every job
     table = PoolTable(rt.sdk_deployment().table_name, rt.client("dynamodb"))
