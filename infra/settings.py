@@ -37,6 +37,7 @@ CONTEXT_KEYS = (
     "on_demand_prices",
     "deployment_parameter",
     "alarm_topic_arn",
+    "max_boot_failures",
 )
 
 _TEXT_KEYS = {
@@ -84,6 +85,8 @@ class DeploySettings:
     on_demand_prices: Mapping[str, float] = field(default_factory=dict)
     deployment_parameter: str | None = None
     alarm_topic_arn: str | None = None
+    # Attempts in a row that never start training (broken boot) before the job fails.
+    max_boot_failures: int = 3
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.match(self.stage):
@@ -124,6 +127,10 @@ class DeploySettings:
                 raise DeploySettingsError(
                     f"data_bucket_arns: {bucket!r} is neither an S3 bucket ARN nor a bucket name"
                 )
+        if not 1 <= self.max_boot_failures <= 100:
+            raise DeploySettingsError(
+                f"max_boot_failures {self.max_boot_failures}: give 1..100 (default 3)"
+            )
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
         for name, price in self.on_demand_prices.items():
@@ -171,6 +178,13 @@ class DeploySettings:
             except (TypeError, ValueError) as exc:
                 raise DeploySettingsError(
                     f"root_volume_gb {raw['root_volume_gb']!r} is not a number"
+                ) from exc
+        if "max_boot_failures" in raw:
+            try:
+                values["max_boot_failures"] = int(raw["max_boot_failures"])
+            except (TypeError, ValueError) as exc:
+                raise DeploySettingsError(
+                    f"max_boot_failures {raw['max_boot_failures']!r} is not a number"
                 ) from exc
         if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")

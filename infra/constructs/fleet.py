@@ -77,7 +77,7 @@ class Fleet(Construct):
         data_buckets: Sequence[str] = (),
         root_volume_gb: int = 200,
         root_device_name: str = "/dev/sda1",
-        log_group_name: str = "/respot/jobs",
+        log_group_name: str | None = None,
         agent_asset: LocalAsset | None = None,
     ) -> None:
         super().__init__(scope, construct_id)

@@ -42,6 +42,7 @@ class ResearcherAccess(Construct):
         agent_queue: sqs.IQueue,
         parameter_name: str,
         job_logs: logs.ILogGroup | None = None,
+        slack_secret_arn: str | None = None,
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
     ) -> None:
@@ -59,6 +60,8 @@ class ResearcherAccess(Construct):
         }
         if job_logs is not None:  # where `respot logs` reads training output
             self.deployment["log_group"] = job_logs.log_group_name
+        if slack_secret_arn is not None:  # where the platform team puts the Slack token
+            self.deployment["slack_secret_arn"] = slack_secret_arn
         self.parameter = ssm.StringParameter(
             self,
             "Deployment",

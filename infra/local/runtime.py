@@ -248,7 +248,10 @@ class LocalRuntime:
         assert self.deployment is not None and self.market is not None
         ec2 = self.deployment.client("ec2")
         self.market.attach(ec2)
-        clients = {name: self.deployment.client(name) for name in ("dynamodb", "s3", "sqs")}
+        clients = {
+            name: self.deployment.client(name)
+            for name in ("dynamodb", "s3", "sqs", "service-quotas")
+        }
         clients["ec2"] = ec2
         control = ControlPlane.from_config(
             ControlPlaneConfig.from_env(self.env()), session=cloud.session(), clients=clients

@@ -38,6 +38,9 @@ class ControlSettings:
     policy_tick: timedelta = timedelta(minutes=1)
     # At most one "progress" timeline note (hence Slack reply) per job this often; 0: none.
     progress_note_interval: timedelta = timedelta(minutes=10)
+    # This many attempts in a row whose instance never started training (a broken boot, an
+    # instance that vanished before its agent reported) fail the job with the last reason.
+    max_boot_failures: int = 3
     on_demand_prices: dict[str, float] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
