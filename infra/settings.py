@@ -38,6 +38,7 @@ CONTEXT_KEYS = (
     "deployment_parameter",
     "alarm_topic_arn",
     "max_boot_failures",
+    "allowed_instance_types",
 )
 
 _TEXT_KEYS = {
@@ -50,7 +51,12 @@ _TEXT_KEYS = {
     "deployment_parameter",
     "alarm_topic_arn",
 }
-_LIST_KEYS = {"instance_types", "allowed_publisher_role_arns", "data_bucket_arns"}
+_LIST_KEYS = {
+    "instance_types",
+    "allowed_instance_types",
+    "allowed_publisher_role_arns",
+    "data_bucket_arns",
+}
 
 _STAGE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,24}$")
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
@@ -87,6 +93,9 @@ class DeploySettings:
     alarm_topic_arn: str | None = None
     # Attempts in a row that never start training (broken boot) before the job fails.
     max_boot_failures: int = 3
+    # Instance types jobs may use (IAM ec2:InstanceType and the submit check); empty: the
+    # default instance_types are the only ones allowed.
+    allowed_instance_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.match(self.stage):
@@ -108,6 +117,17 @@ class DeploySettings:
         if not self.instance_types or not all(_INSTANCE_TYPE.match(t) for t in self.instance_types):
             raise DeploySettingsError(
                 f"instance_types {list(self.instance_types)!r}: give EC2 types such as g5.xlarge"
+            )
+        if not all(_INSTANCE_TYPE.match(t) for t in self.allowed_instance_types):
+            raise DeploySettingsError(
+                f"allowed_instance_types {list(self.allowed_instance_types)!r}: give EC2 types "
+                "such as g5.xlarge"
+            )
+        outside = [t for t in self.instance_types if t not in self.allowed]
+        if outside:
+            raise DeploySettingsError(
+                f"instance_types {outside} are not in allowed_instance_types "
+                f"{list(self.allowed)}: the defaults must be allowed"
             )
         if self.ami_id is not None and not _AMI.match(self.ami_id):
             raise DeploySettingsError(f"ami_id {self.ami_id!r} is not an AMI id (ami-...)")
@@ -145,6 +165,11 @@ class DeploySettings:
                 f"deployment_parameter {self.deployment_parameter!r}: an SSM name such as "
                 "/respot/deployment"
             )
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The instance types jobs may use: allowed_instance_types, else instance_types."""
+        return self.allowed_instance_types or self.instance_types
 
     @property
     def stack_name(self) -> str:

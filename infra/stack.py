@@ -129,6 +129,7 @@ class RespotStack(Stack):
             parameter_name=settings.deployment_parameter_name,
             job_logs=self.fleet.log_group,
             slack_secret_arn=self.slack_secret.secret_arn,
+            instance_types=settings.allowed,
             policy_name=(
                 f"RespotResearcherPolicy-{settings.stage}"
                 if settings.stage
@@ -161,6 +162,7 @@ class RespotStack(Stack):
             config.ENV_AGENT_QUEUE_URL: self.messaging.agent_queue.queue_url,
             config.ENV_DEPLOYMENT_NAME: self.stack_name,
             config.ENV_MAX_BOOT_FAILURES: str(settings.max_boot_failures),
+            config.ENV_ALLOWED_INSTANCE_TYPES: ",".join(settings.allowed),
             config.ENV_SLACK_SECRET_ARN: self.slack_secret.secret_arn,
             **POWERTOOLS_ENVIRONMENT,
         }
@@ -187,6 +189,7 @@ class RespotStack(Stack):
             subnet_ids=tuple(p.subnet_id for p in self.network.placements),
             security_group_id=self.fleet.security_group.security_group_id,
             image_id=self.fleet.image_id,
+            allowed_instance_types=self.settings.allowed,
             slack_secret=self.slack_secret,
             notify_queue=notify_queue,
             dead_letter_queues=dead_letters_of,

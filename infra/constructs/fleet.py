@@ -111,6 +111,12 @@ class Fleet(Construct):
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
                 resources=[bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES],
             ),
+            iam.PolicyStatement(
+                # Pruning: blobs and manifests of checkpoints no longer kept (respot.checkpoints).
+                sid="PruneCheckpoints",
+                actions=["s3:DeleteObject"],
+                resources=[bucket.arn_for_objects(f"{jobs}*/checkpoints/*")],
+            ),
             list_job_objects(bucket),
             iam.PolicyStatement(
                 sid="ReadAgentPackage",

@@ -132,6 +132,8 @@ class InstanceFleet:
         self.emitted = 0
         self.instances: dict[str, LocalInstance] = {}
         self.on_boot: list[Callable[[LocalInstance], None]] = []
+        # instance id -> the credentials its instance profile gives it (None: the emulator's)
+        self.credentials: Callable[[str], dict[str, str]] | None = None
         self._lock = threading.RLock()
         self._events = deployment.client("events")
         self._ec2 = deployment.client("ec2")
@@ -214,6 +216,7 @@ class InstanceFleet:
                 **self.agent_env,
                 "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
                 "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+                **(self.credentials(inst.instance_id) if self.credentials else {}),
                 "AWS_DEFAULT_REGION": self.deployment.region,
                 "AWS_REGION": self.deployment.region,
                 # agent_env may point agents elsewhere (the cost benchmark counts them apart).

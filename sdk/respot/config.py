@@ -45,6 +45,8 @@ ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
 ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
 # This many attempts in a row that never start training fail the job (default 3).
 ENV_MAX_BOOT_FAILURES = "RESPOT_MAX_BOOT_FAILURES"
+# Comma-separated instance types jobs may use (empty: any); IAM enforces the same list.
+ENV_ALLOWED_INSTANCE_TYPES = "RESPOT_ALLOWED_INSTANCE_TYPES"
 
 
 class ConfigError(RespotError):
@@ -73,6 +75,7 @@ class ControlPlaneConfig:
     changeover_estimate: timedelta = timedelta(minutes=6)
     deployment_name: str = "respot"
     max_boot_failures: int = 3
+    allowed_instance_types: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -128,6 +131,11 @@ class ControlPlaneConfig:
             progress_note_interval=seconds(ENV_NOTIFY_PROGRESS_SECONDS, timedelta(minutes=10)),
             deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
             max_boot_failures=max_boot_failures,
+            allowed_instance_types=tuple(
+                t.strip()
+                for t in (env.get(ENV_ALLOWED_INSTANCE_TYPES) or "").split(",")
+                if t.strip()
+            ),
         )
 
     def settings(self) -> ControlSettings:
@@ -143,6 +151,7 @@ class ControlPlaneConfig:
             boot_timeout=self.boot_timeout,
             progress_note_interval=self.progress_note_interval,
             max_boot_failures=self.max_boot_failures,
+            allowed_instance_types=self.allowed_instance_types,
             on_demand_prices=dict(self.on_demand_prices),
         )
 

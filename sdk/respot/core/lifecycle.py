@@ -51,7 +51,13 @@ from respot.core.job import (
     Market,
     TimelineEntry,
 )
-from respot.core.placement import ControlSettings, MarketChoice, MarketPolicy, candidates
+from respot.core.placement import (
+    ControlSettings,
+    MarketChoice,
+    MarketPolicy,
+    candidates,
+    disallowed_instance_types,
+)
 from respot.core.quotas import QuotaReading, quota_for
 from respot.core.states import JobState, Transition, can, next_state
 from respot.messages import (
@@ -195,6 +201,11 @@ def _submitted(
         deadline=spec.deadline.isoformat() if spec.deadline else None,
         owner=sub.submitted_by,
     )
+    problem = disallowed_instance_types(spec.instance_types, settings.allowed_instance_types)
+    if problem is not None:
+        # Refused before anything is spent; IAM would refuse the launch anyway.
+        _finish(d, Transition.FAIL, AttemptEnd.FAILED, problem)
+        return d.decision("created")
     d.follow_up = PlaceNow("submitted")
     return d.decision("created")
 
