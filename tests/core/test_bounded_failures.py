@@ -231,3 +231,24 @@ def test_quota_codes() -> None:
     assert inf is not None and inf.quota_class == "Inf"
     unknown = QuotaReading(quota_for("trn1.2xlarge", Market.SPOT), None, 8)  # type: ignore[arg-type]
     assert "list-service-quotas" in unknown.increase_command()
+
+
+def test_a_type_outside_the_allowed_list_fails_at_submit_naming_the_allowed_types() -> None:
+    from dataclasses import replace
+
+    from respot.core.lifecycle import decide
+    from tests.core.factories import T0
+
+    settings = replace(SETTINGS, allowed_instance_types=("g5.xlarge", "g4dn.xlarge"))
+    sub = submission(instance_types=["g5.xlarge", "p4d.24xlarge"])
+    decision = decide(None, Submitted(sub), now=T0, settings=settings)
+    assert decision.record is not None and decision.record.state is JobState.FAILED
+    assert decision.record.reason == (
+        "instance_types: p4d.24xlarge is not allowed by this deployment; choose from "
+        "g5.xlarge, g4dn.xlarge (the platform team sets allowed_instance_types)"
+    )
+    assert decision.follow_up is None and decision.effects == []
+    ok = decide(
+        None, Submitted(submission(instance_types=["g4dn.xlarge"])), now=T0, settings=settings
+    )
+    assert ok.record is not None and ok.record.state is JobState.QUEUED
