@@ -46,6 +46,7 @@ class ResearcherAccess(Construct):
         instance_types: Sequence[str] = (),
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
+        fis_template_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -59,6 +60,8 @@ class ResearcherAccess(Construct):
             "bucket": bucket.bucket_name,
             "agent_queue_url": agent_queue.queue_url,
         }
+        if fis_template_id is not None:  # what `respot selftest` starts
+            self.deployment["fis_template_id"] = fis_template_id
         if job_logs is not None:  # where `respot logs` reads training output
             self.deployment["log_group"] = job_logs.log_group_name
         if slack_secret_arn is not None:  # where the platform team puts the Slack token

@@ -42,6 +42,7 @@ class Deployment:
     log_group: str | None = None  # CloudWatch Logs group of training output; None: the default
     # The instance types the deployment allows (the stack's allowed_instance_types); None: any.
     instance_types: tuple[str, ...] | None = None
+    fis_template_id: str | None = None  # the self-test's FIS experiment template (respot selftest)
 
     @property
     def job_log_group(self) -> str:
