@@ -167,20 +167,6 @@ class AgentBootFailed(_Message):
     log_tail: list[str] = Field(default_factory=list)
 
 
-class AgentBootFailed(_Message):
-    """The boot script gave up before the agent could start (sent just before power-off).
-
-    The envelope names the job, attempt and instance (read from IMDS tags); `reason` is one
-    line (which step failed, e.g. "agent package download from S3 failed: exit 1") and
-    `log_tail` the last lines of the boot log. Several of these in a row fail the job
-    (`ControlSettings.max_boot_failures`).
-    """
-
-    kind: Literal["boot_failed"] = "boot_failed"
-    reason: str = Field(max_length=2000)
-    log_tail: list[str] = Field(default_factory=list, max_length=200)
-
-
 AgentBody = Annotated[
     AgentStarted
     | AgentProgress
