@@ -67,11 +67,26 @@ def test_events_of_foreign_instances_cost_no_ec2_call(env: Env) -> None:
     assert calls == []
 
 
-def test_a_mistyped_instance_type_fails_the_job_at_once(env: Env) -> None:
-    # GIVEN EC2 refuses the type (its answer for an instance type that does not exist)
-    message = "Invalid value 'g5.xlarg' for InstanceType."
-    _refuse_runinstances(env, "InvalidParameterValue", message)
+def test_a_mistyped_instance_type_fails_at_submit_without_a_launch(env: Env) -> None:
+    # GIVEN the deployment's allowed types (the local deployment allows its instance_types)
+    calls = _count_ec2_calls(env)
     sub = submission(instance_types=["g5.xlarg"])
+    response = submit.handler(
+        env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
+    )
+    # THEN the job is FAILED at once, naming the allowed types, and EC2 was never called
+    assert response == {"batchItemFailures": []}
+    record = env.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert record.reason is not None and "choose from g5.xlarge, g4dn.xlarge" in record.reason
+    assert "RunInstances" not in calls
+
+
+def test_a_launch_ec2_refuses_for_good_fails_the_job_at_once(env: Env) -> None:
+    # GIVEN EC2 refuses every launch for a reason no retry fixes
+    message = "You are not authorized to perform this operation. Encoded message: abc"
+    _refuse_runinstances(env, "UnauthorizedOperation", message)
+    sub = submission()
     # WHEN the job is submitted
     response = submit.handler(
         env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
@@ -81,7 +96,7 @@ def test_a_mistyped_instance_type_fails_the_job_at_once(env: Env) -> None:
     record = env.control.jobs.get(sub.job_id)
     assert record is not None and record.state is JobState.FAILED
     assert record.reason is not None and message in record.reason
-    assert "InvalidParameterValue" in record.reason
+    assert "UnauthorizedOperation" in record.reason
 
 
 def test_an_aws_internal_error_is_retried_not_fatal(env: Env) -> None:
