@@ -301,6 +301,7 @@ def test_describe_is_the_only_star_resource(resources):
             assert set(as_list(statement["Action"])) <= {
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
+                "ec2:DescribeInstanceTypes",  # the vCPUs named when a quota refuses a launch
             }, name
 
 
