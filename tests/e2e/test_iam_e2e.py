@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def rt() -> Iterator[LocalRuntime]:
-    chaos = ChaosSchedule(after_boot={1: 2.0})  # the first instance is interrupted
+    chaos = ChaosSchedule(after_boot={1: 30.0})  # the first instance is interrupted (1 s real)
     with LocalRuntime(RuntimeOptions(iam=True, chaos=chaos, log_level="ERROR")) as runtime:
         yield runtime
 
