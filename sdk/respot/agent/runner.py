@@ -56,7 +56,6 @@ from respot.agent.workspace import (
     fetch_code,
     fetch_data,
     read_submission,
-    upload_tree,
     wait_for_object,
     write_handoff,
 )
@@ -70,6 +69,7 @@ from respot.messages import (
     AgentStarted,
     JobSubmission,
 )
+from respot.outputs import OutputsManifest, upload_outputs
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -644,11 +644,11 @@ class _AttemptRun:
             logger.warning("checkpoint uploads did not finish; going on")
         prefix = layout.outputs_prefix(self.job_id)
         try:
-            keys = upload_tree(self.s3, self.dirs.output, self.config.bucket, prefix)
+            outputs = self._upload_outputs("completed")
         except Exception as exc:
             logger.exception("uploading outputs failed")
             return self._failed(uploader, f"uploading outputs failed: {exc}", 0, [], step)
-        logger.info("uploaded %d output file(s) to %s", len(keys), prefix)
+        logger.info("uploaded %d output file(s) to %s", len(outputs.files), prefix)
         self._finish(uploader, "completed")
         self.messenger.send(
             AgentCompleted(step=step, outputs_prefix=prefix, train_seconds=round(train_seconds, 3))
@@ -696,12 +696,27 @@ class _AttemptRun:
         if not uploader.wait_idle(FAILED_UPLOAD_WAIT_SECONDS):
             logger.warning("checkpoint uploads did not finish; going on")
         logger.error("failed: %s", reason)
+        if not reason.startswith("uploading outputs failed"):
+            try:  # what the session left is worth having (`respot pull` of a FAILED job)
+                self._upload_outputs("failed")
+            except Exception as exc:
+                logger.warning("uploading the failed attempt's outputs failed: %s", exc)
         self._finish(uploader, "failed")
         self.messenger.send(
             AgentFailed(reason=reason[:2000], exit_code=exit_code, log_tail=log_tail, step=step)
         )
         return AgentResult(
             "failed", self.job_id, self.attempt, step=step, exit_code=exit_code, reason=reason
+        )
+
+    def _upload_outputs(self, outcome: Literal["completed", "failed"]) -> OutputsManifest:
+        return upload_outputs(
+            self.s3,
+            self.dirs.output,
+            bucket=self.config.bucket,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            outcome=outcome,
         )
 
     def _finish(self, uploader: CheckpointUploader, outcome: str) -> None:

@@ -96,6 +96,12 @@ def run(
     check: Annotated[
         bool, typer.Option(help="Only validate the job file; submit nothing.")
     ] = False,
+    pull: Annotated[
+        Path | None,
+        typer.Option(
+            "--pull", help="With --wait: download the results to this directory when it ends."
+        ),
+    ] = None,
     local: LocalOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -128,6 +134,8 @@ def run(
             rerun, deployment=conn.deployment, session=conn.session, overrides=overrides
         )
     flag = " --local" if conn.local else ""
+    if pull is not None and not wait:
+        fail("--pull downloads the results when the job ends: add --wait")
     if not wait:
         if json_output:
             print_json({"job_id": handle.job_id, "state": "SUBMITTED", "rerun_of": rerun})
@@ -149,6 +157,13 @@ def run(
         )
     except TimeoutError as exc:
         fail(f"{exc}; it goes on: `respot status {handle.job_id}{flag}`")
+    if pull is not None:
+        from respot.cli.results import pull_into
+        from respot.cli.results import report as report_pull
+
+        pulled = pull_into(conn, handle.job_id, pull, False, json_output)
+        if not json_output:
+            report_pull(pulled, False)
     _finish(status, json_output)
 
 
