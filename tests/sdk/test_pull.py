@@ -7,6 +7,7 @@ Against a real moto server (S3 over HTTP); the outputs are uploaded by the agent
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -185,10 +186,15 @@ def test_a_manifest_naming_a_path_outside_dir_is_refused(
     s3.put_object(
         Bucket=bucket,
         Key=layout.outputs_manifest_key(jid),
-        Body=(
-            '{"schema_version": 1, "job_id": "%s", "attempt": 1, "outcome": "completed", '
-            '"created_at": "2026-11-23T00:00:00Z", "files": [{"path": "../../x", "size": 1, '
-            '"sha256": "%s"}]}' % (jid, "0" * 64)
+        Body=json.dumps(
+            {
+                "schema_version": 1,
+                "job_id": jid,
+                "attempt": 1,
+                "outcome": "completed",
+                "created_at": "2026-11-23T00:00:00Z",
+                "files": [{"path": "../../x", "size": 1, "sha256": "0" * 64}],
+            }
         ).encode(),
     )
     with pytest.raises(PullError, match="malformed"):
