@@ -51,6 +51,7 @@ from respot.agent.protocol import (
     SessionLaunch,
 )
 from respot.agent.scalars import ScalarLog
+from respot.agent.telemetry import GpuTelemetry
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
 from respot.agent.workspace import (
     fetch_code,
@@ -60,6 +61,7 @@ from respot.agent.workspace import (
     write_handoff,
 )
 from respot.checkpoints import CheckpointStore, UploadResult
+from respot.gpu import GpuSample, tensorboard_scalars
 from respot.messages import (
     AgentCheckpoint,
     AgentCompleted,
@@ -125,6 +127,7 @@ class _Progress:
     total_steps: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     reports: int = 0
+    gpus: Callable[[], list[GpuSample] | None] | None = None  # GpuTelemetry.take
 
     def update(self, report: ReportLine) -> bool:
         """Take a report; True if it is the first one."""
@@ -137,9 +140,10 @@ class _Progress:
 
     def message(self) -> AgentProgress:
         with self.lock:
-            return AgentProgress(
-                step=self.step, total_steps=self.total_steps, metrics=dict(self.metrics)
-            )
+            step, total, metrics = self.step, self.total_steps, dict(self.metrics)
+        return AgentProgress(
+            step=step, total_steps=total, metrics=metrics, gpus=self.gpus() if self.gpus else None
+        )
 
 
 class _LogTail(logging.Handler):
@@ -542,6 +546,10 @@ class _AttemptRun:
         )
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
+        telemetry = GpuTelemetry(
+            every_seconds=self.config.gpu_sample_seconds, on_sample=self._gpu_sample
+        ).start()
+        self.progress.gpus = telemetry.take
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()
         process.start()
@@ -599,6 +607,7 @@ class _AttemptRun:
                     process.terminate(grace_seconds=5.0)
         finally:
             heartbeat.stop()
+            telemetry.stop()
             if exit_code is None:  # the loop itself failed: do not leave the session running
                 process.terminate(grace_seconds=5.0)
         train_seconds = time.monotonic() - train_started
@@ -623,6 +632,10 @@ class _AttemptRun:
             process.log_tail(),
             _max(failed.step if failed else None, step),
         )
+
+    def _gpu_sample(self, gpus: list[GpuSample]) -> None:
+        step = _max(self.progress.step, self.restored_step) or 0
+        self.scalars.add(step, tensorboard_scalars(gpus), time.time())
 
     def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
         self.messenger.send(

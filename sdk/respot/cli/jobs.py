@@ -304,6 +304,13 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
         f"(reported {_ago(prog.at, now)})",
         markup=False,
     )
+    if prog.gpus:
+        from respot.gpu import per_gpu_lines, summary
+
+        out.print(f"  gpu         {summary(prog.gpus)}", markup=False)
+        if len(prog.gpus) > 1:
+            for line in per_gpu_lines(prog.gpus):
+                out.print(f"              {line}", markup=False)
     if record.checkpoint:
         cp = record.checkpoint
         out.print(
