@@ -152,8 +152,8 @@ def test_a_file_that_does_not_match_its_recorded_checksum_is_not_written(
 @pytest.mark.parametrize(
     "hostile",
     [
-        "../escaped.txt",
-        "a/../../escaped.txt",
+        "../escaped.txt",  # hostile-path
+        "a/../../escaped.txt",  # hostile-path
         "/etc/escaped.txt",
         "..\\escaped.txt",
         "C:/escaped.txt",
@@ -181,7 +181,7 @@ def test_hostile_output_keys_never_land_outside_dir(
 def test_a_manifest_naming_a_path_outside_dir_is_refused(
     s3: Any, bucket: str, tmp_path: Path
 ) -> None:
-    # GIVEN a forged outputs manifest naming ../../x
+    # GIVEN a forged outputs manifest naming ../../x  # hostile-path
     jid = job_id()
     s3.put_object(
         Bucket=bucket,
@@ -193,7 +193,7 @@ def test_a_manifest_naming_a_path_outside_dir_is_refused(
                 "attempt": 1,
                 "outcome": "completed",
                 "created_at": "2026-11-23T00:00:00Z",
-                "files": [{"path": "../../x", "size": 1, "sha256": "0" * 64}],
+                "files": [{"path": "../../x", "size": 1, "sha256": "0" * 64}],  # hostile-path
             }
         ).encode(),
     )

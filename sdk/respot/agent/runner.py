@@ -35,6 +35,7 @@ from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
 from respot.agent.messenger import AgentMessenger
+from respot.agent.notebook import session_entry
 from respot.agent.process import (
     AttemptDirs,
     SessionExited,
@@ -515,9 +516,9 @@ class _AttemptRun:
 
     def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
         spec = submission.spec
-        assert spec.entry_point is not None
+        entry_point, environment = session_entry(spec)  # a notebook: Papermill runs it
         launch = SessionLaunch(
-            entry_point=spec.entry_point,
+            entry_point=entry_point,
             code_dir=str(self.dirs.code),
             checkpoint_dir=str(self.dirs.checkpoint),
             data_dir=str(self.dirs.data),
@@ -539,7 +540,7 @@ class _AttemptRun:
         process = SessionProcess(
             launch,
             launch_path=self.dirs.launch,
-            env=session_environment(launch, spec.environment),
+            env=session_environment(launch, environment),
             log_path=self.dirs.log,
             on_event=events.put,
             on_output=self.shipper.write if self.shipper is not None else None,

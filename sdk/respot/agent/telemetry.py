@@ -136,11 +136,11 @@ class GpuTelemetry:
             count = int(nvml.nvmlDeviceGetCount())
         except Exception as exc:  # ImportError, NVMLError_LibraryNotFound, DriverNotLoaded...
             self.available = False
-            logger.info("no GPU (%s): no GPU telemetry; training goes on", _reason(exc))
+            logger.info("no GPU (%s): GPU telemetry off; training goes on", _reason(exc))
             return None
         if count == 0:
             self.available = False
-            logger.info("no GPU (NVML sees none): no GPU telemetry; training goes on")
+            logger.info("no GPU (NVML sees none): GPU telemetry off; training goes on")
             with contextlib.suppress(Exception):
                 nvml.nvmlShutdown()
             return None

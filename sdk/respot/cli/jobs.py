@@ -80,9 +80,21 @@ def status_json(record: JobRecord, now: datetime) -> dict[str, Any]:
 @reports_errors
 def run(
     job_file: Annotated[
-        Path | None, typer.Argument(help="A job file (YAML: the fields of TrainingEnvVar).")
+        Path | None,
+        typer.Argument(
+            help="A job file (YAML: the fields of TrainingEnvVar), or a notebook (.ipynb) to "
+            "run with Papermill."
+        ),
     ] = None,
     set_: SetOption = None,
+    parameter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--parameter",
+            "-p",
+            help="A hyperparameter (a notebook's parameter): -p lr=0.01. Repeatable; YAML value.",
+        ),
+    ] = None,
     rerun: Annotated[
         str | None,
         typer.Option(help="Launch this job again: same spec, same code (same SHA-256)."),
@@ -108,11 +120,12 @@ def run(
     """Submit a job from a YAML file (or --rerun an earlier one); --wait to follow it."""
     if (job_file is None) == (rerun is None):
         fail("give a job file, or --rerun JOB (not both)")
-    overrides = list(set_ or [])
-    if job_file is not None:
-        from respot.jobfile import load_job_file
+    from respot.jobfile import load_job_file, load_notebook_job, parameter_override
 
-        job = load_job_file(job_file, overrides)
+    overrides = list(set_ or []) + [parameter_override(p) for p in parameter or []]
+    if job_file is not None:
+        load = load_notebook_job if job_file.suffix == ".ipynb" else load_job_file
+        job = load(job_file, overrides)
         if check:
             if json_output:
                 print_json(job.spec.model_dump(mode="json", exclude_none=True))
