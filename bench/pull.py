@@ -1,6 +1,6 @@
 """`respot pull` against `aws s3 cp`: a 1 GiB job output downloaded from one endpoint.
 
-    .venv/bin/python -m bench.pull [--size-mib 1024] [--runs 5] [--json]
+    .venv/bin/python -m bench.pull [--size-mib 1024] [--runs 3] [--aws-defaults] [--json]
 
 One moto server on 127.0.0.1 holds a job whose output is one file of `--size-mib` (random
 bytes), uploaded by the agent's own `respot.outputs.upload_outputs` (so its outputs manifest
@@ -15,9 +15,14 @@ new process, timed on the wall clock from start to exit:
   reading the job record from DynamoDB and downloading the logs, which `respot pull` also does
   (two small requests locally).
 - AWS CLI: `aws s3 cp s3://.../weights.bin DIR/` (awscli from PyPI, pinned in
-  requirements.txt; its defaults: 8 MiB parts, 10 at a time). It checks no SHA-256 of what it
-  downloads.
-Reported: per tool, the median and the spread (min-max) of seconds and MB/s over the runs.
+  requirements.txt), configured with respot's transfer settings (64 MiB multipart
+  threshold, 16 MiB parts, 10 requests at a time) so that both tools send the same 64 ranged
+  GETs; `--aws-defaults` leaves the CLI at its own (8 MiB parts: 128 GETs). It checks no
+  SHA-256 of what it downloads.
+Why the same parts: moto (5.2) answers every ranged GET by copying the whole object under a
+lock (`FakeKey.value`), so on this endpoint a download's time grows with its number of parts
+times the object's size, which S3 does not do; equal request patterns compare the tools, not
+moto. Reported: per tool, the median and the spread (min-max) of seconds and MB/s.
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from bench import _report
-from bench.checkpoints import aws
 from infra.local import cloud
 
 MIB = 2**20
@@ -83,6 +87,41 @@ def run_respot(endpoint: str, dest: Path) -> None:
     )
 
 
+AWS_CONFIG_LIKE_RESPOT = """[default]
+s3 =
+  multipart_threshold = 64MB
+  multipart_chunksize = 16MB
+  max_concurrent_requests = 10
+"""
+
+
+def run_aws(endpoint: str, uri: str, dest: Path, config_file: str) -> None:
+    """`aws s3 cp URI DEST/` with fake credentials and the given config file."""
+    exe = Path(sys.executable).with_name("aws")
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": config_file,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    subprocess.run(
+        [
+            str(exe),
+            "--endpoint-url",
+            endpoint,
+            "s3",
+            "cp",
+            uri,
+            str(dest) + "/",
+            "--only-show-errors",
+        ],
+        check=True,
+        env=env,
+    )
+
+
 def timed(action: Any) -> float:
     """Seconds `action()` takes."""
     t0 = time.perf_counter()
@@ -90,7 +129,7 @@ def timed(action: Any) -> float:
     return time.perf_counter() - t0
 
 
-def run(size_mib: int, runs: int, scratch: Path) -> list[dict[str, Any]]:
+def run(size_mib: int, runs: int, scratch: Path, aws_defaults: bool) -> list[dict[str, Any]]:
     """`runs` rounds, each tool once per round, the order alternating."""
     from respot import layout
     from respot.checkpoints import file_sha256
@@ -109,6 +148,9 @@ def run(size_mib: int, runs: int, scratch: Path) -> list[dict[str, Any]]:
         upload_outputs(s3, src, bucket=BUCKET, job_id=JOB, attempt=1, outcome="completed")
         shutil.rmtree(src)
         uri = f"s3://{BUCKET}/{layout.outputs_prefix(JOB)}{NAME}"
+        config = scratch / "aws-config"
+        config.write_text(AWS_CONFIG_LIKE_RESPOT)
+        config_file = os.devnull if aws_defaults else str(config)
 
         def respot_once(dest: Path) -> float:
             seconds = timed(lambda: run_respot(endpoint, dest))
@@ -116,7 +158,7 @@ def run(size_mib: int, runs: int, scratch: Path) -> list[dict[str, Any]]:
             return seconds
 
         def aws_once(dest: Path) -> float:
-            seconds = timed(lambda: aws(endpoint, "cp", uri, str(dest) + "/"))
+            seconds = timed(lambda: run_aws(endpoint, uri, dest, config_file))
             assert (dest / NAME).stat().st_size == size
             return seconds
 
@@ -159,12 +201,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def markdown(rows: list[dict[str, Any]], size_mib: int) -> str:
+def markdown(rows: list[dict[str, Any]], size_mib: int, aws_defaults: bool) -> str:
     """The results as markdown."""
     stats = summarize(rows)
+    parts = "its default settings" if aws_defaults else "respot's part size and concurrency"
     return (
         f"One {size_mib} MiB output file, one moto server on 127.0.0.1, each tool a new process, "
-        f"{len(rows) // 2} runs in alternating order.\n\n"
+        f"{len(rows) // 2} runs in alternating order; the AWS CLI at {parts}.\n\n"
         + _report.table(
             ["tool", "runs", "median s", "min-max s", "median MB/s", "min-max MB/s"],
             [
@@ -188,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--aws-defaults", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "DEST"), help=argparse.SUPPRESS)
@@ -197,14 +241,20 @@ def main(argv: list[str] | None = None) -> int:
         return child(args.child[0], Path(args.child[1]))
     scratch = Path(tempfile.mkdtemp(prefix="respot-bench-pull-"))
     try:
-        rows = run(args.size_mib, args.runs, scratch)
+        rows = run(args.size_mib, args.runs, scratch, args.aws_defaults)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    payload = {"size_mib": args.size_mib, "rows": rows, "summary": summarize(rows)}
-    md = markdown(rows, args.size_mib)
+    payload = {
+        "size_mib": args.size_mib,
+        "aws_defaults": args.aws_defaults,
+        "rows": rows,
+        "summary": summarize(rows),
+    }
+    md = markdown(rows, args.size_mib, args.aws_defaults)
     if not args.no_write:
         command = "python -m bench.pull " + " ".join(argv or sys.argv[1:])
-        _report.write("pull", payload, md, command=command)
+        name = "pull-aws-defaults" if args.aws_defaults else "pull"
+        _report.write(name, payload, md, command=command)
     print(json.dumps(payload, indent=1) if args.json else md)
     return 0
 
