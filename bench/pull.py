@@ -139,7 +139,15 @@ def run(size_mib: int, runs: int, scratch: Path, aws_defaults: bool) -> list[dic
     endpoint = server.start()
     rows: list[dict[str, Any]] = []
     try:
-        s3 = cloud.client("s3", endpoint)
+        # Setting up only: on a loaded machine moto can take minutes to complete a 1 GiB
+        # multipart upload, and a retried CompleteMultipartUpload fails (the upload is gone).
+        from botocore.config import Config
+
+        s3 = cloud.session().client(
+            "s3",
+            endpoint_url=endpoint,
+            config=Config(read_timeout=1800, retries={"max_attempts": 1}),
+        )
         s3.create_bucket(Bucket=BUCKET)
         size = size_mib * MIB
         src = scratch / "output"
