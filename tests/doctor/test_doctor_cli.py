@@ -103,8 +103,15 @@ def test_user_text_is_printed_literally(capsys: pytest.CaptureFixture[str]) -> N
     from respot.doctor.findings import blocker
 
     _print(
-        [blocker("[bold]x", "[red]not markup[/red]", "[link=evil]fix[/link]")],
+        [
+            blocker(
+                "[bold]x",
+                "[red]not markup[/red] arn:aws:secretsmanager:r:1:secret:x",
+                "[link=evil]fix[/link]",
+            )
+        ],
         Target(region="us-east-1", instance_types=("g5.xlarge",)),
     )
     out = capsys.readouterr().out
     assert "[red]not markup[/red]" in out and "[link=evil]fix[/link]" in out
+    assert ":secret:x" in out  # not turned into an emoji

@@ -6,17 +6,18 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
 1. **Which pool.** A job already on a pool's spot keeps it while it lasts (moving would pay a
    changeover now for a run that is still alive). Otherwise, among the pools that have spot
    now, it takes the one with the smallest expected overhead per second of work:
-   (d * (p_spot + lambda) + fee_k) / min(E_k * G, work left), where E_k is the expected
-   remaining life of pool k's current run, learned from k's own past run lengths with the
-   single-zone policy's Lindy prior (`RunStatistics.expected_residual`), d * (p_spot + lambda)
-   is what the changeover costs (billed seconds plus slack at its price lambda), and fee_k
-   the checkpoint transfer if k is in another region. A long-lived pool in another region
+   (d * (p_spot + lambda) + fee_k) / min(P_k, work left), where P_k is the work a new
+   instance on pool k is expected to do before k's current run ends (`_expected_progress`:
+   the run's remaining life learned from k's own past run lengths with the single-zone
+   policy's Lindy prior, less the changeover), d * (p_spot + lambda) is what the changeover
+   costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
+   if k is in another region. A long-lived pool in another region
    wins over a flickering one at home only when its expected life pays for the transfer.
 2. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
-   seeing spot as the union of the pools (available when any pool is; its availability,
-   outage hazards and run rate learned from the union's past) and the candidate pool's own
-   run (its age, hazard and survival when leaving on-demand for it, plus the transfer fee
-   lost if that run ends at once).
+   seeing spot as the union of the pools: available when any pool is; its availability,
+   outage hazards, run rate, and the age, hazard and survival of the current run (a trip off
+   on-demand ends only when no pool has spot) learned from the union's past; plus the
+   transfer fee lost if the run ends at once after a move to another region.
 3. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
@@ -30,6 +31,7 @@ and the fee are the benchmark's, and the overhead rule has no free parameter.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -77,6 +79,30 @@ class _Cached:
         return self.stats
 
 
+def _expected_progress(obs: PoolsObservation, stats: RunStatistics, prior: float) -> float:
+    """Seconds of work a new instance on this pool is expected to do before the pool's run ends.
+
+    The run is up now and has lasted `age` ticks before; L' ticks remain (this one included),
+    with P(L' > t) = S(age + t) / S(age) from the pool's past runs and the Lindy prior. The
+    changeover takes m = ceil(d / G) ticks, the last of which makes m G - d of progress; every
+    later tick makes G. So E = (m G - d) P(L' > m - 1) + G * sum_{t = m}^{H - 1} P(L' > t),
+    the sum being P(L' > m) times the expected residual life at age + m (capped at the
+    horizon H). With d <= G this is G E[min(L', H)] - d.
+    """
+    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left
+    steps = max(1, -(-changeover // gap))
+    if horizon < steps:
+        return 0.0
+    age = stats.current_age(1)
+    alive = stats.survival(1, age, prior)
+
+    def lasting(more: int) -> float:  # P(L' > more)
+        return stats.survival(1, age + more, prior) / alive if more else 1.0
+
+    tail = lasting(steps) * stats.expected_residual(1, age + steps, horizon - steps, prior)
+    return (steps * gap - changeover) * lasting(steps - 1) + gap * tail
+
+
 class MultiPoolPolicy:
     """respot across pools: choose the pool by expected overhead, then decide as one zone.
 
@@ -104,7 +130,10 @@ class MultiPoolPolicy:
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
         candidate = self._candidate(obs, pools, supply)
         view = single_view(obs, pool=candidate)
-        run = supply if candidate is None else pools[candidate]
+        # A trip off on-demand ends when no pool has spot any more (a lost pool is replaced
+        # by another that has spot): the union's run is the one whose hazard and survival
+        # decide a switch. The candidate's own run only chose the pool.
+        run = supply
         fee = 0.0 if candidate is None else obs.transfer_fee(candidate)
         wanted = self.core.wanted(
             view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
@@ -132,11 +161,10 @@ class MultiPoolPolicy:
         )
         best: tuple[float, float, int] | None = None
         for k in up:
-            stats = pools[k]
-            life = stats.expected_residual(1, stats.current_age(1), obs.ticks_left, prior)
-            useful = min(life * obs.gap_seconds, obs.remaining_seconds)
-            overhead = (changeover_cost + obs.transfer_fee(k)) / useful
-            key = (overhead, -life, k)
+            progress = min(_expected_progress(obs, pools[k], prior), obs.remaining_seconds)
+            cost = changeover_cost + obs.transfer_fee(k)
+            overhead = cost / progress if progress > 0 else math.inf
+            key = (overhead, -progress, k)
             if best is None or key < best:
                 best = key
         assert best is not None
