@@ -322,3 +322,31 @@ def test_a_session_process_that_lingers_after_train_returns_still_completes(
     assert result.outcome == "completed", result
     assert isinstance(stage.mailbox.of(1)[-1].body, AgentCompleted)
     assert took < 20
+
+
+def test_a_notebook_whose_cell_raises_fails_and_leaves_its_executed_copy(stage: Stage) -> None:
+    s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    # GIVEN a notebook job (Papermill on the instance) whose third cell raises at step 3
+    sub = submit_job(s3, bucket, hyperparameters={"fail_at": 3}, entry_point="failing.ipynb")
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        code = agent.wait(240)
+    finally:
+        agent.stop()
+    mailbox.poll()
+    # THEN the attempt fails naming the cell and the error, with the reports it made
+    assert code == 1, agent.log()
+    failed = mailbox.of(1)[-1].body
+    assert isinstance(failed, AgentFailed), mailbox.kinds(1)
+    # In [4]: papermill runs its injected-parameters cell after the parameters cell
+    assert "the cell In [4] raised ValueError: boom at step 3" in failed.reason
+    assert any(isinstance(m.body, AgentProgress) and m.body.step for m in mailbox.of(1))
+    # AND the executed notebook (the traceback in it) and what the cells wrote are the
+    # job's outputs, for `respot pull` of the FAILED job
+    outputs = get_json(s3, bucket, layout.outputs_manifest_key(sub.job_id))
+    assert outputs["outcome"] == "failed"
+    assert {f["path"] for f in outputs["files"]} == {"failing.ipynb", "partial.txt"}
+    executed = get_json(s3, bucket, layout.outputs_prefix(sub.job_id) + "failing.ipynb")
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("ename")]
+    assert [(e["ename"], e["evalue"]) for e in errors] == [("ValueError", "boom at step 3")]
+    assert "never reached" not in json.dumps(executed["cells"][-1].get("outputs", []))

@@ -104,7 +104,7 @@ def _describe(exc: Exception) -> str:
     ename = getattr(exc, "ename", None)
     if ename is not None:  # papermill.PapermillExecutionError
         count = getattr(exc, "exec_count", None)
-        where = f"cell {count}" if count is not None else "a cell"
+        where = f"the cell In [{count}]" if count is not None else "a cell"
         return f"{where} raised {ename}: {getattr(exc, 'evalue', '')}"[:1500]
     return f"{type(exc).__name__}: {exc}"[:1500]
 
