@@ -12,7 +12,8 @@ runtime, this stand-in does what FIS would do, and keeps the experiment's state 
   exactly the local spot market's interruption (`InstanceFleet.interrupt`: IMDS
   `spot/instance-action`, the EventBridge warning, then termination).
 - The experiment is `running` while it acts, `completed` after, or `failed` when no target
-  resolves (FIS's default `emptyTargetResolutionMode` is `fail`).
+  resolves (FIS's default `emptyTargetResolutionMode` is `fail`); `StopExperiment` (moto
+  marks it `stopping`) ends it `stopped`, and notices not yet sent are not sent.
 
 Emulated, not AWS: the role is not assumed (the stand-in acts as the fleet), stop conditions
 are not evaluated, and only this one action is carried out (others fail the experiment).
@@ -84,6 +85,7 @@ class FaultInjection:
         self.scale = scale
         self.timers = timers
         self.carried_out: dict[str, list[str]] = {}  # experiment id -> instance ids
+        self._stopped: set[str] = set()
         self._set_state = _freeze_moto_experiments()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="local-fis", daemon=True)
@@ -103,11 +105,15 @@ class FaultInjection:
             try:
                 summaries = self.fis.list_experiments()["experiments"]
                 for summary in summaries:
-                    if (
-                        summary["id"] not in self.carried_out
-                        and summary.get("experimentTemplateId") == self.template_id
-                    ):
-                        self.carry_out(summary["id"])
+                    if summary.get("experimentTemplateId") != self.template_id:
+                        continue
+                    experiment_id, status = summary["id"], summary["state"]["status"]
+                    if status == "stopping":  # StopExperiment, before or after it acted
+                        self.carried_out.setdefault(experiment_id, [])
+                        self._stopped.add(experiment_id)
+                        self._set_state(self.region, experiment_id, "stopped")
+                    elif experiment_id not in self.carried_out:
+                        self.carry_out(experiment_id)
             except Exception:  # keep watching; the failure is in the log
                 log.exception("local FIS stand-in")
 
@@ -141,21 +147,25 @@ class FaultInjection:
             )
             longest = max(longest, duration)
             for inst in chosen:
-                self._interrupt(inst, duration)
+                self._interrupt(experiment_id, inst, duration)
                 self.carried_out[experiment_id].append(inst.instance_id)
         self._set_state(self.region, experiment_id, "running")
-        self.timers.after(
-            self.scale.real(longest),
-            lambda: self._set_state(self.region, experiment_id, "completed"),
-        )
+
+        def complete() -> None:
+            if experiment_id not in self._stopped:
+                self._set_state(self.region, experiment_id, "completed")
+
+        self.timers.after(self.scale.real(longest), complete)
         log.info("FIS %s: interrupting %s", experiment_id, self.carried_out[experiment_id])
 
-    def _interrupt(self, inst: LocalInstance, duration: float) -> None:
+    def _interrupt(self, experiment_id: str, inst: LocalInstance, duration: float) -> None:
         self.fleet.rebalance(inst.instance_id)
-        self.timers.after(
-            self.scale.real(max(duration - NOTICE_SECONDS, 0.0)),
-            lambda: self.fleet.interrupt(inst.instance_id),
-        )
+
+        def notice() -> None:
+            if experiment_id not in self._stopped:
+                self.fleet.interrupt(inst.instance_id)
+
+        self.timers.after(self.scale.real(max(duration - NOTICE_SECONDS, 0.0)), notice)
 
     def _fail(self, experiment_id: str, reason: str) -> None:
         log.warning("FIS %s failed: %s", experiment_id, reason)
