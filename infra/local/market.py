@@ -166,6 +166,12 @@ class SpotMarket:
                 self._pools[pool] = self.traces[len(self._pools) % len(self.traces)]
             return self._pools[pool]
 
+    def set_pool_trace(self, pool: str, trace: Trace) -> None:
+        """From now on, pool "<instance type>/<zone>" follows `trace` (a test's pool going away)."""
+        with self._lock:
+            self.pool_traces[pool] = trace
+            self._pools[pool] = trace
+
     def available(self, instance_type: str, availability_zone: str) -> bool:
         """True if the pool can give a spot instance now."""
         trace = self.trace_of(f"{instance_type}/{availability_zone}")

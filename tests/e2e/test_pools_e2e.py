@@ -7,7 +7,8 @@ seconds at x30. The job's own times (deadline, estimate) are real seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -46,8 +47,29 @@ def pools_of(record: JobRecord) -> list[str]:
     ]
 
 
+def wait_for(check: Callable[[], bool], timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"not true within {timeout}s")
+
+
+def _training_in(rt: LocalRuntime, job_id: str, pool: str) -> bool:
+    record = rt.control_plane().jobs.get(job_id)
+    att = record.current if record else None
+    return bool(
+        att
+        and att.started_at
+        and f"{att.placement.instance_type}/{att.placement.availability_zone}" == pool
+        and record is not None
+        and (record.progress.step or 0) >= 100
+    )
+
+
 GOES_AWAY = {
-    f"g5.xlarge/{A}": trace("a-goes-away", [1] * 4 + [0]),  # gone after 8 real seconds
+    f"g5.xlarge/{A}": trace("a-until-the-test-takes-it", [1]),
     f"g5.xlarge/{B}": trace("b-stays", [1]),
     f"g4dn.xlarge/{A}": trace("g4dn-a-never", [0]),
     f"g4dn.xlarge/{B}": trace("g4dn-b-never", [0]),
@@ -65,6 +87,9 @@ def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) 
             hyperparameters={"steps": 600, "step_seconds": 0.02, "checkpoint_every": 50},
         )
     )
+    wait_for(lambda: _training_in(rt, handle.job_id, f"g5.xlarge/{A}"), timeout=60)
+    assert rt.market is not None
+    rt.market.set_pool_trace(f"g5.xlarge/{A}", trace("a-gone", [0]))
     status = handle.wait(timeout=120, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "COMPLETED", record.timeline[-6:]
@@ -83,18 +108,20 @@ def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) 
     assert a_runs[-1][0] == 0 and any(v == 1 for v, _ in a_runs), a_runs
     assert b_runs[-1][0] == 1 and b_runs[-1][1] >= 2, b_runs  # its run aged tick by tick
     wait_no_live_instances(rt, handle.job_id)
-    # AND the next job asks the pool seen up first: no refusal from the pool seen gone (the
-    # fixed order would ask us-east-1a first)
+    # AND the next job, whose work outlasts what the pool seen gone was ever seen to give,
+    # asks the pool seen up first: no refusal (the fixed order asks us-east-1a first)
     second = rt.run(
         counting_spec(
             "learns-from-the-first",
-            deadline="+60s",
-            estimated_runtime="3s",
-            hyperparameters={"steps": 100, "step_seconds": 0.02},
+            deadline="+30m",
+            estimated_runtime="10m",
+            hyperparameters={"steps": 100_000, "step_seconds": 0.02},
         )
     )
-    status = second.wait(timeout=60, poll_seconds=0.3)
-    record = status.record
-    assert record is not None and status.state == "COMPLETED", record.timeline[-6:]
-    first = record.attempts[0]
-    assert pools_of(record) == [f"spot g5.xlarge/{B}"] and first.tried == [], first.tried
+    wait_for(lambda: _training_in(rt, second.job_id, f"g5.xlarge/{B}"), timeout=60)
+    record = rt.control_plane().jobs.get(second.job_id)
+    assert record is not None
+    assert pools_of(record) == [f"spot g5.xlarge/{B}"], pools_of(record)
+    assert record.attempts[0].tried == [], record.attempts[0].tried
+    second.cancel()
+    wait_no_live_instances(rt, second.job_id)
