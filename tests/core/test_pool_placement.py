@@ -64,7 +64,7 @@ def test_the_pool_with_the_longest_expected_run_is_asked_first() -> None:
     choice = policy.choose(_job(deadline_submission()), T0, SETTINGS)
     # THEN the policy takes spot in the steady pool first, and the pool whose runs last one
     # tick last (after the pools with no run seen, which only the Lindy prior speaks for)
-    assert choice.market is Market.SPOT and "multi-pool policy" in choice.reason
+    assert choice.market is Market.SPOT and "deadline policy across pools" in choice.reason
     assert [PoolKey.of(p) for p in choice.pools] == [STEADY, G4DN_A, G4DN_B, FLICKER]
 
 

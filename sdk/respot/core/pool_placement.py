@@ -124,7 +124,7 @@ class PoolPlacementPolicy:
             return choice
         available = [s is not False for s in seen.seen_now]  # not seen now: worth asking
         first, ranked = _rank(base, pools, seen, available, _held(job, base, pools))
-        reason = f"multi-pool policy: {first.mode.value}"
+        reason = f"deadline policy across pools: {first.mode.value}"
         if first.placement.choice is Choice.SPOT:
             best = ranked[0]
             reason += f", {best.instance_type} in {best.availability_zone} first of {len(ranked)}"
@@ -132,7 +132,9 @@ class PoolPlacementPolicy:
         if first.placement.choice is Choice.ON_DEMAND:
             return DeadlinePolicy._finish_late(job, reason)
         if base.remaining_seconds <= 0:
-            return MarketChoice(Market.SPOT, "multi-pool policy: work estimate reached; finishing")
+            return MarketChoice(
+                Market.SPOT, "deadline policy across pools: work estimate reached; finishing"
+            )
         return MarketChoice(None, reason)
 
     def switch_running(
@@ -172,7 +174,8 @@ class PoolPlacementPolicy:
             return None
         best = ranked[0]
         reason = (
-            f"multi-pool policy: {first.mode.value}, spot seen up in {best.instance_type} "
-            f"{best.availability_zone} (return {returns + 1} of at most {MAX_SPOT_RETURNS})"
+            f"deadline policy across pools: {first.mode.value}, spot seen up in "
+            f"{best.instance_type} {best.availability_zone} "
+            f"(return {returns + 1} of at most {MAX_SPOT_RETURNS})"
         )
         return MarketChoice(Market.SPOT, reason, pools=tuple(ranked))
