@@ -37,6 +37,7 @@ from infra.wiring import WIRING, Grant, Wiring
 from respot import config
 
 NOTIFY_QUEUE = "notifications"
+SWEEP_QUEUE = "sweep-events"
 POWERTOOLS_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME": "respot",
     "POWERTOOLS_METRICS_NAMESPACE": "respot",
@@ -166,6 +167,9 @@ class RespotStack(Stack):
             env[config.ENV_ON_DEMAND_PRICES] = self.to_json_string(dict(settings.on_demand_prices))
         if notify_queue is not None:
             env[config.ENV_NOTIFY_QUEUE_URL] = notify_queue.queue_url
+        sweep_queue = self.messaging.queues.get(SWEEP_QUEUE)
+        if sweep_queue is not None:
+            env[config.ENV_SWEEP_QUEUE_URL] = sweep_queue.queue_url
         return env
 
     def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:
@@ -185,6 +189,7 @@ class RespotStack(Stack):
             image_id=self.fleet.image_id,
             slack_secret=self.slack_secret,
             notify_queue=notify_queue,
+            sweep_queue=self.messaging.queues.get(SWEEP_QUEUE),
             dead_letter_queues=dead_letters_of,
         )
         for spec in wiring.functions:

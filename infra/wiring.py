@@ -15,6 +15,10 @@ local runtime's resources say the same thing. It is plain data: importing it cos
     schedule every minute                                --> lambdas.reconcile
     control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
         (message group = job id: one job's news is posted in order, never concurrently)
+    laptop --SNS jobs topic--> [command=sweep] --> SQS jobs --> lambdas.submit (records the sweep)
+                               [command=sweep-stop] --> SQS cancel --> lambdas.cancel
+    submit/cancel (kick, stop), control plane (a trial job's metric values and its end)
+        --> SQS FIFO sweep-events --> lambdas.sweep (message group = sweep id)
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Grant(enum.StrEnum):
     NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
     DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
     SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
+    SWEEP_SEND = "sweep-send"  # SendMessage to the sweep-events queue
 
 
 CONTROL_GRANTS = frozenset(
@@ -45,6 +50,7 @@ CONTROL_GRANTS = frozenset(
         Grant.EC2_TERMINATE,
         Grant.EC2_DESCRIBE,
         Grant.NOTIFY_SEND,
+        Grant.SWEEP_SEND,
     }
 )
 
@@ -197,10 +203,18 @@ WIRING = Wiring(
             timeout_seconds=30,
             description="Posts each job's news to its Slack thread",
         ),
+        Function(
+            "sweep",
+            "lambdas.sweep",
+            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.SLACK_SECRET_READ},
+            memory_mb=512,  # Optuna and NumPy
+            timeout_seconds=120,
+            description="Runs Optuna sweeps: tells each study its trials' values, submits the next",
+        ),
     ),
     queues=(
-        Queue("jobs", "submit", topic_filter={"command": ["submit"]}),
-        Queue("cancel", "cancel", topic_filter={"command": ["cancel"]}),
+        Queue("jobs", "submit", topic_filter={"command": ["submit", "sweep"]}),
+        Queue("cancel", "cancel", topic_filter={"command": ["cancel", "sweep-stop"]}),
         Queue("agent-events", "agent_events", fed_by_agents=True, max_batching_window_seconds=1),
         # One message per invocation: a Slack failure retries only that message, after the
         # visibility timeout (6x the function's), up to 20 times: about an hour of Slack outage
@@ -211,6 +225,14 @@ WIRING = Wiring(
             batch_size=1,
             max_receive_count=20,
             visibility_timeout_seconds=180,
+            fifo=True,
+        ),
+        # One sweep's messages one at a time, in order (message group = sweep id).
+        Queue(
+            "sweep-events",
+            "sweep",
+            batch_size=1,
+            visibility_timeout_seconds=720,
             fifo=True,
         ),
     ),

@@ -1,6 +1,7 @@
 """Lambda `cancel`: cancels jobs on a researcher's request and terminates their instances.
 
-Trigger: SQS `cancel` (SNS envelope bodies, filter command=cancel).
+Trigger: SQS `cancel` (SNS envelope bodies, filter command=cancel|sweep-stop). A `sweep-stop`
+stops a sweep (`lambdas.sweep.stop_sweep`).
 """
 
 from __future__ import annotations
@@ -9,15 +10,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from lambdas._runtime import PoisonMessageError, command_name, control_plane, logger, sqs_batch
 from respot.ec2events import unwrap_sns
 from respot.messages import COMMAND_ADAPTER, CancelCommand
 from respot.spec import describe_validation_error
 
 
 def _cancel(body: str) -> None:
+    message = unwrap_sns(body)
+    if command_name(message) == "sweep-stop":
+        from lambdas.sweep import stop_sweep
+
+        stop_sweep(message)
+        return
     try:
-        command = COMMAND_ADAPTER.validate_json(unwrap_sns(body))
+        command = COMMAND_ADAPTER.validate_json(message)
     except ValidationError as exc:
         raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
     if not isinstance(command, CancelCommand):

@@ -127,6 +127,7 @@ class LocalDeployment:
             cfg.ENV_INSTANCE_TYPES: ",".join(self.instance_types),
             cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
+            cfg.ENV_SWEEP_QUEUE_URL: self.queue_urls.get("sweep-events", ""),
             cfg.ENV_DLQ_URL: dlq,
             cfg.ENV_SLACK_SECRET_ARN: self.slack_secret_arn,
             cfg.ENV_DEPLOYMENT_NAME: self.name,

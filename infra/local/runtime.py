@@ -28,6 +28,7 @@ from typing import Any
 
 import lambdas._runtime as lambda_runtime
 import lambdas.notify as notify_lambda
+import lambdas.sweep as sweep_lambda
 from infra.local import cloud
 from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
@@ -43,7 +44,10 @@ from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
 from respot.deployment import Deployment
 from respot.notify import SlackNotifier
+from respot.notify.sweep_thread import SlackSweepNews
+from respot.notify.token import SlackTokenSource
 from respot.spec import TrainingEnvVar
+from respot.sweep.client import SweepHandle
 
 log = logging.getLogger("respot.local")
 
@@ -174,6 +178,7 @@ class LocalRuntime:
             ignored = {"spot-interruption", "instance-state"}
             wiring = replace(WIRING, rules=tuple(r for r in WIRING.rules if r.name not in ignored))
         notify_lambda.install(self._build_notifier)
+        sweep_lambda.install(self._build_sweep_news)
         self.dispatcher = Dispatcher(
             self.deployment,
             wiring=wiring,
@@ -204,6 +209,7 @@ class LocalRuntime:
             self.timers.stop()
         lambda_runtime.install(None)
         notify_lambda.install(None)
+        sweep_lambda.install(None)
         if self.slack is not None:
             self.slack.stop()
         self.server.stop()
@@ -263,6 +269,17 @@ class LocalRuntime:
             NotifyConfig.from_env(self.env()), session=cloud.session(), clients=clients
         )
 
+    def _build_sweep_news(self) -> SlackSweepNews:
+        assert self.deployment is not None
+        config = NotifyConfig.from_env(self.env())
+        return SlackSweepNews(
+            tokens=SlackTokenSource(
+                config.slack_secret_arn, self.deployment.client("secretsmanager")
+            ),
+            default_channel=config.slack_channel,
+            base_url=config.slack_api_url,
+        )
+
     def control_plane(self) -> ControlPlane:
         """The control plane the handlers share (built on first use)."""
         return lambda_runtime.control_plane()
@@ -320,6 +337,12 @@ class LocalRuntime:
     def run(self, spec: TrainingEnvVar | dict[str, Any] | str, **kwargs: Any) -> JobHandle:
         """`respot.run` against this runtime."""
         return run(spec, deployment=self.sdk_deployment(), session=cloud.session(), **kwargs)
+
+    def sweep(self, spec: Any, **kwargs: Any) -> SweepHandle:
+        """`respot.sweep` against this runtime."""
+        from respot.sweep.client import sweep
+
+        return sweep(spec, deployment=self.sdk_deployment(), session=cloud.session(), **kwargs)
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job."""

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from respot.exceptions import RespotError, SpecError
     from respot.session import TrainingSession
     from respot.spec import DataSourceEnvVar, TrainingEnvVar
+    from respot.sweep.client import SweepHandle, sweep
+    from respot.sweep.spec import SweepSpec
 
 __version__ = "0.1.0"
 __all__ = [
@@ -27,9 +29,12 @@ __all__ = [
     "JobStatus",
     "RespotError",
     "SpecError",
+    "SweepHandle",
+    "SweepSpec",
     "TrainingEnvVar",
     "TrainingSession",
     "run",
+    "sweep",
 ]
 
 # The public names are loaded on first use (PEP 562), so that `import respot.config` in a
@@ -44,6 +49,9 @@ _HOMES = {
     "TrainingSession": "respot.session",
     "DataSourceEnvVar": "respot.spec",
     "TrainingEnvVar": "respot.spec",
+    "SweepHandle": "respot.sweep.client",
+    "SweepSpec": "respot.sweep.spec",
+    "sweep": "respot.sweep.client",
 }
 
 

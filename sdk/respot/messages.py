@@ -60,6 +60,17 @@ class Provenance(_Message):
     rerun_of: str | None = None
 
 
+class TrialRef(_Message):
+    """On a trial job's submission: the sweep and the trial number the job runs.
+
+    Set only by the sweep Lambda, which submits trial jobs in-process; the submit Lambda
+    refuses a published submission that carries one.
+    """
+
+    sweep_id: str
+    trial: int = Field(ge=0)
+
+
 class JobSubmission(_Message):
     """A researcher's `run()`: the validated spec plus what respot adds on the laptop."""
 
@@ -71,6 +82,7 @@ class JobSubmission(_Message):
     provenance: Provenance | None = None
     submitted_at: datetime
     submitted_by: str | None = None
+    sweep: TrialRef | None = None
 
 
 class CancelCommand(_Message):
@@ -138,6 +150,9 @@ class AgentCompleted(_Message):
     step: int | None = None
     outputs_prefix: str
     train_seconds: float
+    # The newest value of each metric the session reported (its final result, e.g. for a
+    # sweep): the last heartbeat may be older than the session's last report.
+    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 class AgentFailed(_Message):

@@ -131,7 +131,10 @@ class _Progress:
         with self.lock:
             self.step = report.step if self.step is None else max(self.step, report.step)
             self.total_steps = report.total_steps or self.total_steps
-            self.metrics = dict(list(report.metrics.items())[:MAX_METRICS])
+            # The newest value of each metric: a metric reported every N steps (val_loss)
+            # stays known between its reports.
+            merged = {**self.metrics, **report.metrics}
+            self.metrics = dict(list(merged.items())[:MAX_METRICS])
             self.reports += 1
             return self.reports == 1
 
@@ -651,7 +654,12 @@ class _AttemptRun:
         logger.info("uploaded %d output file(s) to %s", len(keys), prefix)
         self._finish(uploader, "completed")
         self.messenger.send(
-            AgentCompleted(step=step, outputs_prefix=prefix, train_seconds=round(train_seconds, 3))
+            AgentCompleted(
+                step=step,
+                outputs_prefix=prefix,
+                train_seconds=round(train_seconds, 3),
+                metrics=self.progress.message().metrics,
+            )
         )
         return AgentResult("completed", self.job_id, self.attempt, step=step, exit_code=0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, jobs, local, observe
+from respot.cli import bench, jobs, local, observe, sweep
 
 app = typer.Typer(
     name="respot",
@@ -21,6 +21,7 @@ app.command()(observe.cost)
 app.command()(observe.tensorboard)
 app.command()(observe.timeline)
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
+app.add_typer(sweep.app, name="sweep", help="Optuna sweeps on spot: each trial is a respot job.")
 app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")
 
 

@@ -24,6 +24,7 @@ from respot import layout
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.config import ControlPlaneConfig
+from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
     Effect,
@@ -117,6 +118,7 @@ class ControlPlane:
         settings: ControlSettings,
         notifications: Notifications | None = None,
         market_policy: MarketPolicy | None = None,
+        sweeps: SweepFeed | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.jobs = jobs
@@ -126,6 +128,7 @@ class ControlPlane:
         self.settings = settings
         self.notifications = notifications or Notifications(None)
         self.market_policy = market_policy or DeadlinePolicy()
+        self.sweeps = sweeps or SweepFeed(None)
         self.clock = clock
 
     @classmethod
@@ -166,6 +169,7 @@ class ControlPlane:
             bucket=config.bucket,
             settings=config.settings(),
             notifications=Notifications(config.notify_queue_url, clients["sqs"]),
+            sweeps=SweepFeed(config.sweep_queue_url, clients["sqs"]),
             clock=clock,
         )
 
@@ -274,6 +278,7 @@ class ControlPlane:
         )
         if record is not None and decision.notes:
             self.notifications.send(record, decision.notes)
+        self.sweeps.offer(record, event)
         for effect in decision.effects:
             self._run(job_id, effect, depth)
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:

@@ -667,6 +667,8 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             att.last_step = max(att.last_step or 0, body.step or 0)
             if body.step is not None:
                 job.progress.step = max(job.progress.step or 0, body.step)
+            if body.metrics:
+                job.progress.metrics = {**job.progress.metrics, **body.metrics}
             job.outputs_prefix = body.outputs_prefix
             _finish(
                 d,
