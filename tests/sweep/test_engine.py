@@ -205,3 +205,24 @@ def test_a_message_for_an_unknown_trial_or_sweep(engine: SweepEngine, table: Swe
 
     with pytest.raises(SweepNotFoundError):
         engine.handle(SweepKick(sweep_id="nope"))
+
+
+def test_a_grid_sweep_never_runs_a_point_twice_even_in_parallel(
+    engine: SweepEngine, jobs: FakeJobs, table: SweepTable
+) -> None:
+    # Optuna's GridSampler, rebuilt per message, repeats points still running; ours does not.
+    sweep_id = started(
+        engine,
+        n_trials=10,
+        parallelism=2,
+        search_space={"lr": {"type": "categorical", "choices": [0.05, 0.3, 40.0]}},
+        sampler={"name": "grid", "seed": 0},
+        pruner={"name": "none"},
+    )
+    engine.handle(event(sweep_id, 0, "COMPLETED", step=1, metrics={"val_loss": 1.0}))
+    engine.handle(event(sweep_id, 1, "COMPLETED", step=1, metrics={"val_loss": 2.0}))
+    engine.handle(event(sweep_id, 2, "COMPLETED", step=1, metrics={"val_loss": 3.0}))
+    record = table.require(sweep_id)
+    assert sorted(t.params["lr"] for t in record.trials) == [0.05, 0.3, 40.0]
+    assert record.state is SweepState.COMPLETED  # the grid is done before n_trials
+    assert len(jobs.submitted) == 3

@@ -169,7 +169,7 @@ class SweepEngine:
         if record.state is SweepState.RUNNING:
             self._repair(record, study)
             new_trials = self._fill(record, study)
-            if not record.running() and len(record.trials) >= record.spec.n_trials:
+            if not record.running() and self._all_asked(record):
                 record.state = SweepState.COMPLETED
                 record.finished_at = self.clock()
                 best = record.best()
@@ -269,6 +269,11 @@ class SweepEngine:
         space = studies.distributions(spec)
         new: list[Trial] = []
         while len(record.running()) < spec.parallelism and len(record.trials) < spec.n_trials:
+            if spec.sampler.name == "grid":
+                point = studies.next_grid_point(spec, [t.params for t in record.trials])
+                if point is None:
+                    break  # every grid point has (or had) a trial
+                study.enqueue_trial(point, skip_if_exists=False)
             study.sampler = studies.make_sampler(spec, len(study.get_trials(deepcopy=False)))
             asked = study.ask(space)
             trial = Trial(
@@ -280,6 +285,14 @@ class SweepEngine:
             record.trials.append(trial)
             new.append(trial)
         return new
+
+    @staticmethod
+    def _all_asked(record: SweepRecord) -> bool:
+        spec = record.spec
+        if len(record.trials) >= spec.n_trials:
+            return True
+        taken = [t.params for t in record.trials]
+        return spec.sampler.name == "grid" and studies.next_grid_point(spec, taken) is None
 
     # ---- acting ----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ MAX_TRIALS = 1000
 MAX_PARALLELISM = 64
 MAX_PARAMETERS = 32
 MAX_CHOICES = 64
+MAX_GRID_POINTS = 100_000
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _METRIC_NAME = re.compile(r"[A-Za-z0-9_./-]{1,128}")
 
@@ -165,17 +166,33 @@ class SweepSpec(_Strict):
                     "and start with a letter, e.g. 'lr'"
                 )
         if self.sampler.name == "grid":
+            points = 1
             for name, param in self.search_space.items():
                 if isinstance(param, FloatParam) and param.step is None:
                     raise ValueError(
                         f"search_space.{name}: the grid sampler needs a step for floats "
                         "(or use type: categorical)"
                     )
+                points *= _grid_size(param)
+            if points > MAX_GRID_POINTS:
+                raise ValueError(
+                    f"search_space: the grid has {points:,} points; at most "
+                    f"{MAX_GRID_POINTS:,} (use larger steps, fewer choices, or sampler tpe)"
+                )
         return self
 
     def trial_hyperparameters(self, params: dict[str, Any]) -> dict[str, Any]:
         """The trial job's hyperparameters: the job's own, then the trial's on top."""
         return {**self.job.hyperparameters, **params}
+
+
+def _grid_size(param: FloatParam | IntParam | CategoricalParam) -> int:
+    if isinstance(param, CategoricalParam):
+        return len(param.choices)
+    if isinstance(param, IntParam):
+        return (param.high - param.low) // param.step + 1
+    assert param.step is not None
+    return int((param.high - param.low) / param.step + 1e-9) + 1
 
 
 def validate_sweep(data: Any) -> SweepSpec:

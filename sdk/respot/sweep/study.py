@@ -6,11 +6,16 @@ kept between calls. Two consequences:
   alone: a sampler rebuilt with one fixed seed would draw the same "random" parameters for
   every trial. The sequence of a sweep is still reproducible from its spec.
 - The pruner is rebuilt from the spec; Optuna's pruners keep no state outside the study.
+- Grid sweeps do not use Optuna's `GridSampler`: rebuilt per message, and with trials
+  running in parallel, it hands out a grid point that is still running (checked: with 3
+  points and 2 running it repeats one). The engine instead takes the next point of a seeded
+  order of the whole grid that no trial of the record has, and enqueues it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -30,7 +35,7 @@ if TYPE_CHECKING:
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 STUDY_NAME = "respot"  # one study per journal: the journal is the sweep's own
-GRID_POINTS_MAX = 10_000
+GRID_POINTS_MAX = 100_000  # the whole grid (every combination), see SweepSpec
 
 
 def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
@@ -47,7 +52,7 @@ def distributions(spec: SweepSpec) -> dict[str, BaseDistribution]:
 
 
 def grid(spec: SweepSpec) -> dict[str, list[Any]]:
-    """Every value the grid sampler tries, per parameter."""
+    """Every value the grid tries, per parameter."""
     values: dict[str, list[Any]] = {}
     for name, param in spec.search_space.items():
         if isinstance(param, CategoricalParam):
@@ -58,9 +63,23 @@ def grid(spec: SweepSpec) -> dict[str, list[Any]]:
             assert param.step is not None  # checked by SweepSpec
             n = int((param.high - param.low) / param.step + 1e-9) + 1
             values[name] = [param.low + i * param.step for i in range(n)]
-        if len(values[name]) > GRID_POINTS_MAX:
-            values[name] = values[name][:GRID_POINTS_MAX]
     return values
+
+
+def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
+    """Every combination of the grid, in an order fixed by the sampler's seed."""
+    import numpy as np
+
+    values = grid(spec)
+    names = list(values)
+    points = [dict(zip(names, combo, strict=True)) for combo in itertools.product(*values.values())]
+    order = np.random.default_rng(spec.sampler.seed).permutation(len(points))
+    return [points[i] for i in order]
+
+
+def next_grid_point(spec: SweepSpec, taken: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first grid point in seeded order that no trial has taken; None when all are."""
+    return next((p for p in grid_points(spec) if p not in taken), None)
 
 
 def trial_seed(spec: SweepSpec, n_trials_so_far: int) -> int:
@@ -75,7 +94,8 @@ def make_sampler(spec: SweepSpec, n_trials_so_far: int) -> optuna.samplers.BaseS
     if spec.sampler.name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler.name == "grid":
-        return optuna.samplers.GridSampler(grid(spec), seed=seed)
+        # The point itself is chosen by `next_grid_point` and enqueued; nothing is sampled.
+        return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=spec.sampler.n_startup_trials)
 
 
