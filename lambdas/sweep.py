@@ -124,6 +124,16 @@ def start_sweep(message: str) -> None:
         submission = SweepSubmission.model_validate_json(message)
     except ValidationError as exc:
         raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    if submission.code is not None:
+        # The code must be the sweep's own upload: never another job's, never another bucket.
+        from respot import layout
+
+        cp = control_plane()
+        own = f"s3://{cp.bucket}/{layout.code_key(submission.sweep_id, submission.code.sha256)}"
+        if submission.code.s3_uri != own:
+            raise PoisonMessageError(
+                f"sweep {submission.sweep_id}: code must be at {own}, not {submission.code.s3_uri}"
+            )
     record, created = engine().create(submission)
     if not created and not _same_sweep(record.submission, submission):
         raise PoisonMessageError(
@@ -131,7 +141,7 @@ def start_sweep(message: str) -> None:
             "(a new id is chosen)"
         )
     _send({"kind": "kick", "sweep_id": submission.sweep_id}, f"{submission.sweep_id}-kick")
-    logger.info("sweep", extra={"sweep_id": submission.sweep_id, "created": created})
+    logger.info("sweep", extra={"sweep_id": submission.sweep_id, "new_sweep": created})
 
 
 def _same_sweep(stored: SweepSubmission, new: SweepSubmission) -> bool:

@@ -430,22 +430,25 @@ def test_notifications_flow_through_a_fifo_queue_to_the_notify_function(respot, 
     assert variables[config.ENV_DLQ_URL] == {"Ref": dlq_id}
 
 
-def test_only_the_notify_function_reads_the_slack_token_and_only_that_secret(resources):
+def test_only_the_slack_posting_functions_read_the_token_and_only_that_secret(resources):
+    # notify posts job threads; sweep posts sweep threads. No other function reads it.
     (secret_id,) = of_type(resources, "AWS::SecretsManager::Secret")
     readers = [
         (name, s)
         for name, s in statements(resources)
         if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
     ]
-    assert len(readers) == 1
-    name, statement = readers[0]
-    assert statement["Resource"] == {"Ref": secret_id}
-    assert as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
-    notify_role = functions_by_handler(resources)["lambdas.notify.handler"][1]["Properties"][
-        "Role"
-    ]["Fn::GetAtt"][0]
-    assert statement in role_statements(resources, notify_role)
-    assert name  # the policy holding it
+    assert len(readers) == 2
+    by_handler = functions_by_handler(resources)
+    for handler in ("lambdas.notify.handler", "lambdas.sweep.handler"):
+        role = by_handler[handler][1]["Properties"]["Role"]["Fn::GetAtt"][0]
+        (statement,) = [
+            s
+            for s in role_statements(resources, role)
+            if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
+        ]
+        assert statement["Resource"] == {"Ref": secret_id}
+        assert as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
 
 
 def test_a_grant_without_iam_fails_the_synth():
