@@ -114,9 +114,11 @@ def test_intermediate_values_reach_the_pruner_and_a_bad_trial_is_stopped(
     # AND the job's own end (CANCELLED) does not turn the trial into a failure
     engine.handle(event(sweep_id, 1, "CANCELLED", reason="trial 1 pruned"))
     assert table.require(sweep_id).trials[1].state is TrialState.PRUNED
-    # AND a value told twice (a redelivered report) is told once
+    # AND a value told twice (a redelivered report) is told once: not even a journal write
     engine.handle(event(sweep_id, 2, step=10, metrics={"val_loss": 0.1}))
+    logs = len(list(table.journal(sweep_id).read_logs(0)))
     engine.handle(event(sweep_id, 2, step=10, metrics={"val_loss": 0.1}))
+    assert len(list(table.journal(sweep_id).read_logs(0))) == logs
     study = studies.open_study(table.journal(sweep_id), record.spec)
     assert study.trials[2].intermediate_values == {10: 0.1}
 

@@ -129,14 +129,20 @@ def open_study(
 ) -> optuna.Study:
     """The sweep's study on its journal, with a sampler seeded for the next trial."""
     storage = JournalStorage(backend)
-    if create:
-        optuna.create_study(
+    try:
+        study = optuna.load_study(study_name=STUDY_NAME, storage=storage, pruner=make_pruner(spec))
+    except KeyError:
+        if not create:
+            raise
+        # Created only when missing: `create_study(load_if_exists=True)` would append a
+        # create-study log to the journal on every call before finding the study exists.
+        study = optuna.create_study(
             storage=storage,
             study_name=STUDY_NAME,
             direction=spec.direction,
+            pruner=make_pruner(spec),
             load_if_exists=True,
         )
-    study = optuna.load_study(study_name=STUDY_NAME, storage=storage, pruner=make_pruner(spec))
     study.sampler = make_sampler(spec, len(study.get_trials(deepcopy=False)))
     return study
 
