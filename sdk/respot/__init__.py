@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from respot.client import JobHandle, JobStatus, run
     from respot.core.states import JobState
     from respot.exceptions import RespotError, SpecError
+    from respot.notebook import Interrupted, session
     from respot.session import TrainingSession
     from respot.spec import DataSourceEnvVar, TrainingEnvVar
     from respot.sweep.client import SweepHandle, sweep
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 __all__ = [
     "DataSourceEnvVar",
+    "Interrupted",
     "JobHandle",
     "JobState",
     "JobStatus",
@@ -34,6 +36,7 @@ __all__ = [
     "TrainingEnvVar",
     "TrainingSession",
     "run",
+    "session",
     "sweep",
 ]
 
@@ -47,6 +50,8 @@ _HOMES = {
     "RespotError": "respot.exceptions",
     "SpecError": "respot.exceptions",
     "TrainingSession": "respot.session",
+    "session": "respot.notebook",
+    "Interrupted": "respot.notebook",
     "DataSourceEnvVar": "respot.spec",
     "TrainingEnvVar": "respot.spec",
     "SweepHandle": "respot.sweep.client",
