@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from lambdas._runtime import (
+    PoisonMessageError,
+    control_plane,
+    current_function,
+    logger,
+    sqs_batch,
+)
 from respot.messages import CancelCommand, CodeArtifact, JobSubmission
 from respot.spec import describe_validation_error
 
@@ -28,14 +34,16 @@ if TYPE_CHECKING:
     from respot.sweep.model import SweepSubmission
 
 _news_factory: Callable[[], SweepNews | None] | None = None
-_engine: SweepEngine | None = None
+# One engine per function, as Lambda has one per container: the submit and cancel functions
+# use it too (to record and stop sweeps), each with its own role's clients.
+_engines: dict[str | None, SweepEngine] = {}
 
 
 def install(news_factory: Callable[[], SweepNews | None] | None) -> None:
     """Use `news_factory` for the sweep's Slack thread from now on (None: from the environment)."""
-    global _news_factory, _engine  # noqa: PLW0603 - one per container
+    global _news_factory  # noqa: PLW0603 - one per container
     _news_factory = news_factory
-    _engine = None
+    _engines.clear()
 
 
 class ControlPlaneTrials:
@@ -73,20 +81,20 @@ class ControlPlaneTrials:
 
 def engine() -> SweepEngine:
     """The container's sweep engine, built once on the control plane's clients."""
-    global _engine  # noqa: PLW0603 - one per container
-    if _engine is None:
+    function = current_function()
+    if function not in _engines:
         from respot.sweep.engine import SweepEngine
         from respot.sweep.table import SweepTable
 
         cp = control_plane()
         news = _news_factory() if _news_factory is not None else _news_from_env()
-        _engine = SweepEngine(
+        _engines[function] = SweepEngine(
             table=SweepTable(cp.jobs.table_name, cp.jobs.client),
             jobs=ControlPlaneTrials(cp),
             news=news,
             clock=cp.clock,
         )
-    return _engine
+    return _engines[function]
 
 
 def _news_from_env() -> SweepNews | None:
