@@ -30,6 +30,7 @@ from infra.constructs import (
     Network,
     ResearcherAccess,
 )
+from infra.constructs.activity import wire_activity
 from infra.grants import GrantTargets, policy_for
 from infra.nag import suppress
 from infra.settings import DeploySettings
@@ -115,6 +116,7 @@ class RespotStack(Stack):
             event_dead_letters=self.messaging.event_dead_letters,
         )
         self._grant(wiring, notify_queue)
+        wire_activity(self.functions, self.messaging.queues, wiring)
 
         self.researchers = ResearcherAccess(
             self,
