@@ -370,6 +370,11 @@ class LocalRuntime:
         """A handle on an existing job."""
         return JobHandle(job_id, self.sdk_deployment(), cloud.session())
 
+    def state_extra(self) -> dict[str, Any]:
+        """What `respot local up` tells other shells beyond the deployment (doctor, selftest)."""
+        assert self.deployment is not None
+        return {"doctor": self.deployment.doctor_facts()}
+
     def client(self, service: str) -> Any:
         """A boto3 client on the emulator."""
         assert self.deployment is not None
