@@ -29,6 +29,7 @@ from infra.constructs import (
     Messaging,
     Network,
     ResearcherAccess,
+    SelftestExperiment,
 )
 from infra.constructs.activity import wire_activity
 from infra.grants import GrantTargets, policy_for
@@ -118,6 +119,8 @@ class RespotStack(Stack):
         self._grant(wiring, notify_queue)
         wire_activity(self.functions, self.messaging.queues, wiring)
 
+        self.selftest = SelftestExperiment(self, "Selftest", deployment_name=self.stack_name)
+
         self.researchers = ResearcherAccess(
             self,
             "Researchers",
@@ -134,6 +137,7 @@ class RespotStack(Stack):
                 else "RespotResearcherPolicy"
             ),
             publisher_role_arns=settings.allowed_publisher_role_arns,
+            fis_template_id=self.selftest.template_id,
         )
 
     def _machine_image(self, settings: DeploySettings) -> ec2.IMachineImage:

@@ -100,6 +100,7 @@ class LocalDeployment:
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
     vpc_id: str | None = None  # the VPC of `subnets`
     ami_id: str = LOCAL_AMI
+    fis_template_id: str | None = None  # the self-test's experiment (infra/local/fis.py acts)
 
     def doctor_facts(self) -> dict[str, Any]:
         """What `respot doctor --local` checks the emulator for (the deploy settings' part)."""
@@ -126,6 +127,7 @@ class LocalDeployment:
             agent_queue_url=self.queue_urls["agent-events"],
             endpoint_url=self.endpoint_url,
             log_group=self.log_group,
+            fis_template_id=self.fis_template_id,
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
@@ -200,6 +202,29 @@ def _prepare_account(ec2: Any, iam: Any, subnets: tuple[SubnetRef, ...]) -> str:
             ),
         )
     return vpc_id
+
+
+def _selftest_template(iam: Any, fis: Any, prefix: str) -> str:
+    """The self-test's FIS role and experiment template, as the stack creates them."""
+    from respot.selftest.experiment import experiment_template
+
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "fis.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    role_arn = iam.create_role(
+        RoleName=f"{prefix}-fis", AssumeRolePolicyDocument=json.dumps(trust)
+    )["Role"]["Arn"]
+    template = fis.create_experiment_template(
+        clientToken=f"{prefix}-selftest", **experiment_template(role_arn, prefix)
+    )
+    return str(template["experimentTemplate"]["id"])
 
 
 def provision(
@@ -352,6 +377,9 @@ def provision(
         name=prefix,
         log_group=log_group,
         vpc_id=vpc_id,
+        fis_template_id=_selftest_template(
+            client("iam", endpoint_url), client("fis", endpoint_url), prefix
+        ),
     )
     ssm.put_parameter(
         Name=local.parameter_name,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, doctor, jobs, local, observe
+from respot.cli import bench, doctor, jobs, local, observe, results, selftest
 
 app = typer.Typer(
     name="respot",
@@ -17,10 +17,12 @@ app.command()(jobs.ls)
 app.command()(jobs.status)
 app.command()(observe.logs)
 app.command()(jobs.cancel)
+app.command()(results.pull)
 app.command()(observe.cost)
 app.command()(observe.tensorboard)
 app.command()(observe.timeline)
 app.command()(doctor.doctor)
+app.command()(selftest.selftest)
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
 app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")
 

@@ -119,8 +119,8 @@ def _aws_target(cdk_json: Path, context: list[str], region: str | None) -> tuple
 
 
 def _print(findings: list[Finding], target: Target) -> None:
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     where = "the local runtime's emulator" if target.local else f"region {target.region}"
@@ -128,9 +128,13 @@ def _print(findings: list[Finding], target: Target) -> None:
     for column in ("check", "status", "finding", "fix"):
         table.add_column(column, overflow="fold")
     for f in findings:
-        style = STATUS_STYLE[f.status.value]
+        # Text, not markup: what AWS and cdk.json say is printed as it is (no [tags], no
+        # :emoji: codes such as the ":secret:" in a Secrets Manager ARN).
         table.add_row(
-            escape(f.check), f"[{style}]{f.status.value}[/]", escape(f.summary), escape(f.fix)
+            Text(f.check),
+            Text(f.status.value, style=STATUS_STYLE[f.status.value]),
+            Text(f.summary),
+            Text(f.fix),
         )
     out.print(table)
     blockers = sum(f.status.blocks for f in findings)
