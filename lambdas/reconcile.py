@@ -22,8 +22,10 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     switch = _activity.switch()
     activity = None
     if switch is not None:  # at rest, turn the pollers (this schedule included) off
+        # A job whose tick failed is not in `results` but is still live: count the index.
+        live = len(results) or sum(1 for _ in control.jobs.live_job_ids())
         activity = switch.tick(
-            len(results), instances=lambda: len(control.capacity.managed_instances())
+            live, instances=lambda: len(control.capacity.managed_instances())
         ).value
     logger.info(
         "reconciled",
