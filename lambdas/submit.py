@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lambdas import _activity
 from lambdas._runtime import PoisonMessageError, command_name, control_plane, logger, sqs_batch
 from respot.ec2events import unwrap_sns
 from respot.messages import COMMAND_ADAPTER, JobSubmission
@@ -22,6 +23,7 @@ def _submit(body: str) -> None:
         from lambdas.sweep import start_sweep
 
         start_sweep(message)
+        _ensure_pollers_on()
         return
     try:
         command = COMMAND_ADAPTER.validate_json(message)
@@ -37,6 +39,13 @@ def _submit(body: str) -> None:
         )
     result = control_plane().submit(command)
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
+    _ensure_pollers_on()
+
+
+def _ensure_pollers_on() -> None:
+    switch = _activity.switch()
+    if switch is not None:  # a live job needs the pollers: always ensure "on" (raises to retry)
+        switch.ensure_on()
 
 
 @logger.inject_lambda_context(clear_state=True)
