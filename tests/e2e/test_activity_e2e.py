@@ -22,7 +22,12 @@ from tests.e2e.helpers import counting_spec
 pytestmark = pytest.mark.e2e
 
 SCALE = 1.0 / 30.0  # reconcile every 2 s, the 5-minute grace is 10 s
-ALL_OFF = {"queue:agent-events": False, "queue:notifications": False, "schedule:reconcile": False}
+ALL_OFF = {
+    "queue:agent-events": False,
+    "queue:notifications": False,
+    "queue:sweep-events": False,
+    "schedule:reconcile": False,
+}
 ALL_ON = {k: True for k in ALL_OFF}
 
 

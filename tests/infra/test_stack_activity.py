@@ -41,7 +41,11 @@ def test_switched_mappings_and_the_schedule_are_created_disabled_the_intake_enab
             if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
         ]
         assert mapping["Properties"].get("Enabled", True) is (not spec.idle_off), spec.name
-    assert {q.name for q in WIRING.queues if q.idle_off} == {"agent-events", "notifications"}
+    assert {q.name for q in WIRING.queues if q.idle_off} == {
+        "agent-events",
+        "notifications",
+        "sweep-events",
+    }
     (schedule,) = [
         r
         for r in of_type(resources, "AWS::Events::Rule").values()
@@ -87,7 +91,7 @@ def test_only_submit_and_reconcile_may_switch_and_only_those_resources(
         ]
         assert as_list(mapping_statement["Action"]) == ["lambda:UpdateEventSourceMapping"]
         resources_named = json.dumps(mapping_statement["Resource"])
-        assert len(as_list(mapping_statement["Resource"])) == len(idle_esm_ids) == 2
+        assert len(as_list(mapping_statement["Resource"])) == len(idle_esm_ids) == 3
         for mid in idle_esm_ids:
             assert mid in resources_named, (handler, mid)
         for mid in set(esm) - idle_esm_ids:  # never the intake's mappings
@@ -121,4 +125,4 @@ def test_only_reconcile_reads_the_switched_queues_counts(resources: dict[str, An
     assert set(holding) == {"lambdas.reconcile.handler"}
     statement = holding["lambdas.reconcile.handler"]
     assert as_list(statement["Action"]) == ["sqs:GetQueueAttributes"]
-    assert len(as_list(statement["Resource"])) == 2
+    assert len(as_list(statement["Resource"])) == 3

@@ -28,7 +28,7 @@ from respot.sweep.exceptions import SweepStorageError
 
 LOG_DIGITS = 12
 TRANSACTION_ITEMS = 100  # DynamoDB TransactWriteItems limit
-APPEND_ATTEMPTS = 20
+APPEND_ATTEMPTS = 100  # each lost race means another writer got through: no livelock
 APPEND_BACKOFF_SECONDS = 0.02
 MAX_LOG_BYTES = 350 * 1024  # an item holds at most 400 KB
 
