@@ -22,7 +22,9 @@ new process, timed on the wall clock from start to exit:
 Why the same parts: moto (5.2) answers every ranged GET by copying the whole object under a
 lock (`FakeKey.value`), so on this endpoint a download's time grows with its number of parts
 times the object's size, which S3 does not do; equal request patterns compare the tools, not
-moto. Reported: per tool, the median and the spread (min-max) of seconds and MB/s.
+moto. Both tools wait up to 900 s for a response (their default is 60 s, after which
+they retry, and under load give up). Reported: per tool, the median and the spread (min-max)
+of seconds and MB/s.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ from bench import _report
 from infra.local import cloud
 
 MIB = 2**20
+# Both tools wait this long for a response (the defaults are 60 s): on a loaded machine moto
+# can take minutes to answer one ranged GET of a large object (see above).
+READ_TIMEOUT_SECONDS = 900
 BUCKET = "bench-pull"
 JOB = "bench-pull-job"
 NAME = "weights.bin"
@@ -63,9 +68,13 @@ def write_output(root: Path, size_bytes: int) -> None:
 
 def child(endpoint: str, dest: Path) -> int:
     """The respot side of one run, in its own process: what `respot pull` does for outputs."""
+    from botocore.config import Config
+
     from respot.pull import pull_outputs
 
-    s3 = cloud.client("s3", endpoint)
+    s3 = cloud.session().client(
+        "s3", endpoint_url=endpoint, config=Config(read_timeout=READ_TIMEOUT_SECONDS)
+    )
     manifest, files = pull_outputs(s3, BUCKET, JOB, dest)
     assert manifest is not None and all(f.verified for f in files), "not verified"
     return 0
@@ -111,6 +120,8 @@ def run_aws(endpoint: str, uri: str, dest: Path, config_file: str) -> None:
             str(exe),
             "--endpoint-url",
             endpoint,
+            "--cli-read-timeout",
+            str(READ_TIMEOUT_SECONDS),
             "s3",
             "cp",
             uri,
