@@ -7,21 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
-from respot.ec2events import unwrap_sns
-from respot.messages import COMMAND_ADAPTER, CancelCommand
-from respot.spec import describe_validation_error
+from lambdas._commands import read_command
+from lambdas._runtime import control_plane, logger, sqs_batch
+from respot.messages import CancelCommand
 
 
 def _cancel(body: str) -> None:
-    try:
-        command = COMMAND_ADAPTER.validate_json(unwrap_sns(body))
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
-    if not isinstance(command, CancelCommand):
-        raise PoisonMessageError(f"the cancel queue got a {command.command!r} command")
+    command, _ = read_command(body, CancelCommand)
     result = control_plane().cancel(command)
     logger.info("cancel", extra={"job_id": command.job_id, "outcome": result.outcome})
 

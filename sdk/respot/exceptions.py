@@ -38,3 +38,7 @@ class MessageTooLargeError(RespotError):
 
 class CheckpointError(RespotError):
     """A checkpoint is missing, partial or does not match its manifest."""
+
+
+class DuplicateJobError(RespotError):
+    """A submission reused the id of a recorded job with other content or another owner."""

@@ -61,6 +61,7 @@ from respot.agent.workspace import (
     write_handoff,
 )
 from respot.checkpoints import CheckpointStore, UploadResult
+from respot.jobid import InvalidJobIdError, check_job_id
 from respot.messages import (
     AgentCheckpoint,
     AgentCompleted,
@@ -191,21 +192,28 @@ class NoticePoller:
             self._stop.wait(self._every)
 
     def poll_once(self) -> None:
-        try:
-            if not self._seen_action:
+        # The two IMDS paths are polled independently: one failing (a 500, a timeout, an
+        # unreadable document) must not hide a notice on the other.
+        if not self._seen_action:
+            try:
                 action = self._imds.instance_action()
-                if action is not None:
-                    self._seen_action = True
-                    notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
-                    logger.warning("IMDS: spot %s at %s", action.action, action.time)
-                    self._emit(_InterruptionNotice(notice, action.time))
+            except Exception as exc:
+                logger.warning("polling IMDS spot/instance-action failed: %s", exc)
+                action = None
+            if action is not None:
+                self._seen_action = True
+                notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
+                logger.warning("IMDS: spot %s at %s", action.action, action.time)
+                self._emit(_InterruptionNotice(notice, action.time))
+        try:
             rebalance = self._imds.rebalance_notice()
-            if rebalance is not None and rebalance != self._seen_rebalance:
-                self._seen_rebalance = rebalance
-                logger.warning("IMDS: rebalance recommendation at %s", rebalance)
-                self._emit(_RebalanceNotice(rebalance))
         except Exception as exc:
-            logger.warning("polling IMDS failed: %s", exc)
+            logger.warning("polling IMDS events/recommendations/rebalance failed: %s", exc)
+            rebalance = None
+        if rebalance is not None and rebalance != self._seen_rebalance:
+            self._seen_rebalance = rebalance
+            logger.warning("IMDS: rebalance recommendation at %s", rebalance)
+            self._emit(_RebalanceNotice(rebalance))
         if self._control is None or self._seen_action or time.monotonic() < self._control_next:
             return
         self._control_next = time.monotonic() + self._control_every
@@ -322,6 +330,10 @@ class Agent:
                 "(launch it from respot's launch template with instance metadata tags on)"
             )
         job_id, attempt = identity.job_id, identity.attempt
+        try:
+            check_job_id(job_id)  # before it becomes a key, a path or a message
+        except InvalidJobIdError as exc:
+            raise AgentError(f"this instance's respot:job-id tag is invalid: {exc}") from None
         self._make_clients(identity.region)
         logger.info(
             "job %s attempt %d on %s (%s, %s)",
@@ -345,7 +357,7 @@ class Agent:
             control=lambda: self._stop_requested(job_id, attempt),
             control_every_seconds=self.config.heartbeat_seconds,
         ).start()
-        dirs = AttemptDirs(self.config.work_dir / job_id / f"{attempt:04d}")
+        dirs = AttemptDirs.of(self.config.work_dir, job_id, attempt)
         run = _AttemptRun(
             self,
             identity,
