@@ -45,6 +45,11 @@ def install(
     _dead_letters = dead_letters
 
 
+def is_installed() -> bool:
+    """True when a test or the local runtime handed in the control plane (`install`)."""
+    return _factory is not None
+
+
 def control_plane() -> ControlPlane:
     """The container's control plane, built once."""
     global _control_plane  # noqa: PLW0603 - one per container

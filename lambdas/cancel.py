@@ -7,14 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from lambdas._commands import read_command
-from lambdas._runtime import control_plane, logger, sqs_batch
+from lambdas._commands import admin_principals, read_command
+from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from respot.exceptions import NotOwnerError
 from respot.messages import CancelCommand
 
 
 def _cancel(body: str) -> None:
-    command, _ = read_command(body, CancelCommand)
-    result = control_plane().cancel(command)
+    command = read_command(body, CancelCommand)
+    try:
+        result = control_plane().cancel(command, admins=admin_principals())
+    except NotOwnerError as exc:
+        logger.warning("cancel refused", extra={"job_id": command.job_id, "reason": str(exc)})
+        raise PoisonMessageError(str(exc)) from exc
     logger.info("cancel", extra={"job_id": command.job_id, "outcome": result.outcome})
 
 

@@ -14,7 +14,7 @@ from respot.messages import JobSubmission
 
 
 def _submit(body: str) -> None:
-    command, _ = read_command(body, JobSubmission)
+    command = read_command(body, JobSubmission)
     try:
         result = control_plane().submit(command)
     except DuplicateJobError as exc:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import lambdas._commands as lambda_commands
 import lambdas._runtime as lambda_runtime
 import lambdas.notify as notify_lambda
 from infra.local import cloud
@@ -42,6 +43,7 @@ from respot.config import ControlPlaneConfig, NotifyConfig
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
 from respot.deployment import Deployment
+from respot.identity import DynamoProofLedger, Verifier, sts_url
 from respot.notify import SlackNotifier
 from respot.spec import TrainingEnvVar
 
@@ -169,6 +171,16 @@ class LocalRuntime:
                 SecretString=json.dumps({"bot_token": self.slack.token}),
             )
         lambda_runtime.install(self._build_control_plane, self._dead_letter)
+        # Identity proofs run for real: executed against the emulator's STS, as on AWS.
+        lambda_commands.install_verifier(
+            Verifier(
+                sts_url=sts_url(self.deployment.region, endpoint),
+                region=self.deployment.region,
+                ledger=DynamoProofLedger(
+                    self.deployment.table_name, self.deployment.client("dynamodb")
+                ),
+            )
+        )
         wiring = WIRING
         if not opts.react_to_notices:
             ignored = {"spot-interruption", "instance-state"}
@@ -203,6 +215,7 @@ class LocalRuntime:
         if self.timers is not None:
             self.timers.stop()
         lambda_runtime.install(None)
+        lambda_commands.uninstall_verifier()
         notify_lambda.install(None)
         if self.slack is not None:
             self.slack.stop()

@@ -177,12 +177,25 @@ class JobHandle:
             job_id=self.job_id,
             reason=reason,
             requested_at=datetime.now(UTC),
-            requested_by=_user(),
         )
+        self.publish(command)
+
+    def publish(self, command: JobSubmission | CancelCommand) -> None:
+        """Sign an identity proof for `command` (respot.identity) and publish it."""
+        from respot.identity import prove, sts_url
+
+        session = self._session or self.deployment.session()
+        proof = prove(
+            command,
+            session,
+            region=self.deployment.region,
+            url=sts_url(self.deployment.region, self.deployment.endpoint_url),
+        )
+        signed = command.model_copy(update={"proof": proof})
         self._client("sns").publish(
             TopicArn=self.deployment.topic_arn,
-            Message=encode(command),
-            MessageAttributes={"command": {"DataType": "String", "StringValue": "cancel"}},
+            Message=encode(signed),
+            MessageAttributes={"command": {"DataType": "String", "StringValue": command.command}},
         )
 
 
@@ -244,17 +257,12 @@ def run(
         code=code,
         provenance=provenance or capture_provenance(env),
         submitted_at=now,
-        submitted_by=_user(),
     )
-    body = encode(submission)  # refuses an oversize message before anything is spent
+    encode(submission)  # refuses an oversize message before anything is spent
     handle = JobHandle(job_id, deployment, session)
     if code_bytes is not None and code is not None:
         _put_code(handle._client("s3"), deployment.bucket, job_id, code.sha256, code_bytes)
-    handle._client("sns").publish(
-        TopicArn=deployment.topic_arn,
-        Message=body,
-        MessageAttributes={"command": {"DataType": "String", "StringValue": "submit"}},
-    )
+    handle.publish(submission)
     return handle
 
 

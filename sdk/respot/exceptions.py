@@ -42,3 +42,7 @@ class CheckpointError(RespotError):
 
 class DuplicateJobError(RespotError):
     """A submission reused the id of a recorded job with other content or another owner."""
+
+
+class NotOwnerError(RespotError):
+    """A researcher asked to change a job that is not theirs (and is not an admin)."""

@@ -62,6 +62,15 @@ class Provenance(_Message):
     rerun_of: str | None = None
 
 
+class IdentityProof(_Message):
+    """A signed, unsent `sts:GetCallerIdentity` request (see respot.identity)."""
+
+    method: Literal["POST"] = "POST"
+    url: str = Field(max_length=512)
+    body: str = Field(max_length=256)
+    headers: dict[str, str] = Field(max_length=16)
+
+
 class JobSubmission(_Message):
     """A researcher's `run()`: the validated spec plus what respot adds on the laptop."""
 
@@ -72,7 +81,8 @@ class JobSubmission(_Message):
     code: CodeArtifact | None = None
     provenance: Provenance | None = None
     submitted_at: datetime
-    submitted_by: str | None = None
+    submitted_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
 
 
 class CancelCommand(_Message):
@@ -83,7 +93,8 @@ class CancelCommand(_Message):
     job_id: JobId
     reason: str = "cancelled by user"
     requested_at: datetime
-    requested_by: str | None = None
+    requested_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
 
 
 Command = Annotated[JobSubmission | CancelCommand, Field(discriminator="command")]
@@ -187,8 +198,8 @@ REDACTED = "<redacted>"
 
 
 def stored_submission(submission: JobSubmission) -> str:
-    """The JSON the control plane stores as `submission.json` for the agent."""
-    return submission.model_dump_json(exclude_none=True)
+    """The JSON the control plane stores as `submission.json` for the agent (no proof)."""
+    return submission.model_dump_json(exclude={"proof"}, exclude_none=True)
 
 
 def submission_digest(submission: JobSubmission) -> str:
@@ -203,6 +214,7 @@ def redacted(submission: JobSubmission) -> JobSubmission:
     only the names of the environment variables; their values travel to the instance in
     `submission.json`, which researchers cannot read (`RespotResearcherPolicy`).
     """
+    submission = submission.model_copy(update={"proof": None})
     if not submission.spec.environment:
         return submission
     spec = submission.spec.model_copy(

@@ -45,7 +45,8 @@ from respot.core.events import (
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
 from respot.core.placement import ControlSettings, MarketPolicy
-from respot.exceptions import DuplicateJobError
+from respot.exceptions import DuplicateJobError, NotOwnerError
+from respot.identity import principal_matches
 from respot.jobid import is_job_id
 from respot.messages import CancelCommand, JobSubmission, stored_submission, submission_digest
 
@@ -209,8 +210,26 @@ class ControlPlane:
                 raise
             log.info("submission of job %s is already stored", submission.job_id)
 
-    def cancel(self, command: CancelCommand) -> Applied:
-        """Cancel a job and terminate its instances."""
+    def cancel(self, command: CancelCommand, *, admins: tuple[str, ...] = ()) -> Applied:
+        """Cancel a job and terminate its instances: only its owner or an admin may.
+
+        The owner is the job's `submitted_by`, the caller STS verified at submission; the
+        requester is the caller STS verified for this cancel. `admins` are principal ARNs
+        (a role ARN covers its sessions) that may cancel any job.
+        """
+        record = self.jobs.get(command.job_id)
+        if record is not None:
+            owner = record.submission.submitted_by
+            by = command.requested_by
+            allowed = by == owner or (
+                by is not None and any(principal_matches(by, a) for a in admins)
+            )
+            if not allowed:
+                raise NotOwnerError(
+                    f"{by or 'an unidentified caller'} may not cancel job {command.job_id}: "
+                    f"it belongs to {owner or 'an unidentified submitter'}; only the owner or "
+                    "an admin principal (stack setting admin_principal_arns) can cancel it"
+                )
         return self.apply(command.job_id, CancelRequested(command))
 
     def instance_event(
