@@ -33,6 +33,7 @@ CONTEXT_KEYS = (
     "root_device_name",
     "slack_channel",
     "allowed_publisher_role_arns",
+    "admin_principal_arns",
     "data_bucket_arns",
     "on_demand_prices",
     "deployment_parameter",
@@ -49,7 +50,12 @@ _TEXT_KEYS = {
     "deployment_parameter",
     "alarm_topic_arn",
 }
-_LIST_KEYS = {"instance_types", "allowed_publisher_role_arns", "data_bucket_arns"}
+_LIST_KEYS = {
+    "instance_types",
+    "allowed_publisher_role_arns",
+    "admin_principal_arns",
+    "data_bucket_arns",
+}
 
 _STAGE = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,24}")
 _SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
@@ -80,6 +86,8 @@ class DeploySettings:
     root_device_name: str = DEFAULT_ROOT_DEVICE
     slack_channel: str | None = None
     allowed_publisher_role_arns: tuple[str, ...] = ()
+    # Principals that may cancel any job (a role ARN covers its sessions); owners cancel theirs.
+    admin_principal_arns: tuple[str, ...] = ()
     data_bucket_arns: tuple[str, ...] = ()  # bucket ARNs (a /prefix narrows) or bucket names
     on_demand_prices: Mapping[str, float] = field(default_factory=dict)
     deployment_parameter: str | None = None
@@ -121,6 +129,12 @@ class DeploySettings:
         for arn in self.allowed_publisher_role_arns:
             if not _ARN.fullmatch(arn) or ":iam::" not in arn:
                 raise DeploySettingsError(f"allowed_publisher_role_arns: {arn!r} is not an IAM ARN")
+        for arn in self.admin_principal_arns:
+            if not _ARN.fullmatch(arn) or ":iam::" not in arn or "," in arn:
+                raise DeploySettingsError(
+                    f"admin_principal_arns: {arn!r} is not an IAM user or role ARN "
+                    "(arn:aws:iam::<account>:role/<name>)"
+                )
         for bucket in self.data_bucket_arns:
             if not (
                 _BUCKET_NAME.fullmatch(bucket) or (_ARN.fullmatch(bucket) and ":s3:::" in bucket)
