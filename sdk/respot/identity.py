@@ -62,7 +62,8 @@ ENV_ADMINS = "RESPOT_ADMIN_PRINCIPALS"
 
 _AUTH = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(?P<key>[A-Za-z0-9]{4,128})/(?P<date>\d{8})"
-    r"/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request, ?SignedHeaders=(?P<signed>[a-z0-9;-]+), ?"
+    r"/(?P<region>[a-z0-9-]+)/(?P<service>[a-z0-9-]+)/aws4_request, ?"
+    r"SignedHeaders=(?P<signed>[a-z0-9;-]+), ?"
     r"Signature=(?P<signature>[0-9a-f]{64})"
 )
 _AMZ_DATE = "%Y%m%dT%H%M%SZ"
