@@ -115,6 +115,9 @@ _IMAGE = re.compile(
     r"(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
 _S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<key>.*))?")
+_SECRET_ARN = re.compile(
+    r"arn:aws[a-z-]*:secretsmanager:[a-z]{2}(-[a-z]+)+-\d:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}"
+)
 _SLACK_CHANNEL = re.compile(r"(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})")
 RESERVED_ENV_PREFIXES = ("RESPOT_", "AWS_")
 RESERVED_TAG_PREFIXES = ("aws:", "respot:")
@@ -185,6 +188,10 @@ class TrainingEnvVar(BaseModel):
     )
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     environment: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="{ENV_NAME: Secrets Manager ARN}: read on the instance, never stored",
+    )
     instance_types: list[str] | None = Field(
         default=None, description="EC2 instance types in order of preference, e.g. ['g5.xlarge']"
     )
@@ -276,6 +283,25 @@ class TrainingEnvVar(BaseModel):
                 )
         return value
 
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 20:
+            raise ValueError("at most 20 secrets; keep related values in one JSON secret")
+        for key, arn in value.items():
+            if not _ENV_KEY.fullmatch(key) or key.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name you may set; use letters, "
+                    "digits and '_' (not RESPOT_* or AWS_*)"
+                )
+            if not _SECRET_ARN.fullmatch(arn):
+                raise ValueError(
+                    f"the value of {key!r} must be a Secrets Manager ARN, e.g. "
+                    "'arn:aws:secretsmanager:us-east-1:123456789012:secret:respot/jobs/wandb-AbCdEf'"
+                    " (the secret itself never goes in the spec)"
+                )
+        return value
+
     @field_validator("instance_types")
     @classmethod
     def _check_instance_types(cls, value: list[str] | None) -> list[str] | None:
@@ -342,6 +368,8 @@ class TrainingEnvVar(BaseModel):
 
     @model_validator(mode="after")
     def _check_whole(self) -> TrainingEnvVar:
+        if both := sorted(set(self.environment) & set(self.secrets)):
+            raise ValueError(f"{', '.join(both)}: set each in environment or in secrets, not both")
         if self.entry_point is None and self.image is None:
             raise ValueError(
                 "say what to run: set entry_point ('package.module:SessionClass') and/or image"

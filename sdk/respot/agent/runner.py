@@ -51,6 +51,7 @@ from respot.agent.protocol import (
     SessionLaunch,
 )
 from respot.agent.scalars import ScalarLog
+from respot.agent.secrets import resolve_secrets
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
 from respot.agent.workspace import (
     fetch_code,
@@ -75,6 +76,8 @@ from respot.messages import (
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
+
+    from respot.spec import TrainingEnvVar
 
 logger = logging.getLogger("respot.agent")
 
@@ -276,6 +279,7 @@ class Agent:
         self._s3 = s3
         self._sqs = sqs
         self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
+        self.secrets_client: Any = None  # Secrets Manager, for `secrets` (made when needed)
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: _InterruptionNotice | None = None
@@ -413,6 +417,18 @@ class Agent:
 class _AttemptRun:
     """The state of one attempt while it runs."""
 
+    def _secrets(self, spec: TrainingEnvVar) -> dict[str, str]:
+        """The values of the spec's `secrets`, read now (respot.agent.secrets)."""
+        if not spec.secrets:
+            return {}
+        if self.agent.secrets_client is None:
+            import boto3
+
+            self.agent.secrets_client = boto3.session.Session(
+                region_name=self.config.region or self.identity.region
+            ).client("secretsmanager", endpoint_url=self.config.endpoint_url)
+        return resolve_secrets(self.agent.secrets_client, spec.secrets)
+
     def __init__(
         self,
         agent: Agent,
@@ -547,7 +563,7 @@ class _AttemptRun:
         process = SessionProcess(
             launch,
             launch_path=self.dirs.launch,
-            env=session_environment(launch, spec.environment),
+            env=session_environment(launch, {**spec.environment, **self._secrets(spec)}),
             log_path=self.dirs.log,
             on_event=events.put,
             on_output=self.shipper.write if self.shipper is not None else None,
