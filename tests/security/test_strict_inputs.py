@@ -96,3 +96,43 @@ def test_the_powertools_style_underscore_event_is_malformed() -> None:
     event["detail_type"] = event.pop("detail-type")
     with pytest.raises(EventShapeError):
         parse_ec2_event(event)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("name", "../../etc"),
+        ("name", "a b"),
+        ("name", "$(id)"),
+        ("name", "x" * 65),
+        ("name", ""),
+        ("entry_point", "os:system"),  # a module outside the code is caught on the laptop
+        ("entry_point", "a.b:C; rm -rf /"),
+        ("entry_point", "../a:C"),
+        ("entry_point", "a.b:C\nimport os"),
+        ("instance_types", ["g5.xlarge; reboot"]),
+        ("instance_types", ["G5.XLARGE"]),
+        ("instance_types", ["../g5"]),
+        ("data", [{"s3_uri": "s3://UPPER/key", "local_path": "d"}]),
+        ("data", [{"s3_uri": "https://bucket/key", "local_path": "d"}]),
+        ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "../outside"}]),
+        ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "/etc"}]),
+        ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "a\x00b"}]),
+        ("environment", {"LD_PRELOAD=x": "1"}),
+        ("environment", {"RESPOT_JOB_ID": "other-job"}),
+        ("tags", {"respot:job-id": "other-job"}),
+        ("slack_channel", "#general <!channel>"),
+    ],
+)
+def test_hostile_spec_values_are_refused_naming_the_field(field: str, value: object) -> None:
+    spec = {**BASE, field: value}
+    if field == "entry_point" and value == "os:system":
+        from respot.client import preflight
+
+        env = validate_spec({**spec, "source_dir": "."})
+        problems = preflight(env, now=__import__("datetime").datetime.now().astimezone())
+        assert any(p.startswith("entry_point") for p in problems), problems
+        return
+    with pytest.raises(SpecError) as err:
+        validate_spec(spec)
+    assert any(p.startswith(field) for p in err.value.problems), err.value.problems
