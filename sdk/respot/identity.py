@@ -236,7 +236,7 @@ class Verifier:
         max_age: timedelta = DEFAULT_MAX_AGE,
         post: HttpPost = urllib3_post,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        timeout: float = 5.0,
+        timeout: float = 10.0,
     ) -> None:
         parts = urlsplit(sts_url)
         if parts.scheme not in ("https", "http") or not parts.hostname:
