@@ -16,8 +16,9 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 
 from lambdas import agent_events, cancel, instance_state, spot_interruption, submit
 from respot import layout
+from respot.core.events import AgentReport
 from respot.core.states import JobState
-from respot.messages import JobSubmission
+from respot.messages import AgentMessage, AgentProgress, JobSubmission
 from respot.spec import TrainingEnvVar
 from tests.handlers.test_handlers import CONTEXT, Env, submit_job
 
@@ -277,3 +278,40 @@ def test_a_fresh_warning_still_acts(env: Env) -> None:
     spot_interruption.handler(event, CONTEXT)
     record = env.control.jobs.get(job_id)
     assert record is not None and record.interruptions == 1
+
+
+def test_late_warnings_while_the_agent_still_reports_are_recorded_rebalances_still_count(
+    env: Env,
+) -> None:
+    job_id, iid = submit_job(env)
+    now = datetime.now(UTC)
+    # the agent reports now, from the current instance
+    env.control.apply(
+        job_id,
+        AgentReport(
+            AgentMessage(
+                job_id=job_id,
+                attempt=1,
+                instance_id=iid,
+                seq=1,
+                sent_at=now,
+                body=AgentProgress(step=5),
+            )
+        ),
+    )
+    # an interruption warning stamped 10 minutes ago cannot be about an instance still talking
+    stale = env.ec2_event("spot-interruption-warning", iid)
+    stale["time"] = (now - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # (the attempt itself was requested just now, so shift its request time back first)
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.current is not None
+    record.current.requested_at = now - timedelta(hours=1)
+    env.control.jobs.save(record, expected_version=record.version)
+    assert spot_interruption.handler(stale, CONTEXT)["outcome"] == "recorded: stale event"
+    # but a rebalance recommendation of the same age is still noted: it does not end anything
+    late = env.ec2_event("rebalance-recommendation", iid)
+    late["time"] = stale["time"]
+    spot_interruption.handler(late, CONTEXT)
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.interruptions == 0
+    assert record.timeline[-1].kind == "rebalance"

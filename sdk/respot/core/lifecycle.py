@@ -464,7 +464,7 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
         return _unchanged("ignored: instance of no attempt")
     if job.state.is_terminal() or att.end is not None:
         return _unchanged("ignored: attempt is over")
-    if (why := _stale(att, event.at, notice=True)) is not None:
+    if (why := _stale(att, event.at, notice=event.kind == "interruption")) is not None:
         return _record_stale(d, att, event.instance_id, event.kind, why)
     if event.kind == "rebalance":
         if job.policy.get(f"rebalance-{att.number}"):
