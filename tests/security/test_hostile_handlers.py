@@ -64,7 +64,18 @@ def all_instances(env: Env) -> list[dict[str, Any]]:
     return [i for r in pages for i in r["Instances"]]
 
 
-@pytest.mark.parametrize("job_id", ["", " ", "job-1 ", "../../x", "/abs", "a/b", "job\n"])
+HOSTILE_IDS = [
+    "",
+    " ",
+    "job-1 ",
+    "../../x",  # hostile-path
+    "/abs",
+    "a/b",
+    "job\n",
+]
+
+
+@pytest.mark.parametrize("job_id", HOSTILE_IDS)
 def test_invalid_ids_are_dead_lettered_and_never_launched(env: Env, job_id: str) -> None:
     before = len(all_instances(env))
     body = env.sns_envelope(raw_submission(job_id), "submit")
@@ -79,7 +90,11 @@ def test_invalid_ids_are_dead_lettered_and_never_launched(env: Env, job_id: str)
 
 def test_cancel_with_an_invalid_id_is_dead_lettered(env: Env) -> None:
     body = json.dumps(
-        {"command": "cancel", "job_id": "../x", "requested_at": datetime.now(UTC).isoformat()}
+        {
+            "command": "cancel",
+            "job_id": "../x",  # hostile-path
+            "requested_at": datetime.now(UTC).isoformat(),
+        }
     )
     cancel.handler(env.sqs_event(env.sns_envelope(body, "cancel")), CONTEXT)
     (reason,) = reasons(env)
@@ -116,7 +131,7 @@ def test_an_oversize_body_is_dead_lettered_with_the_reason(env: Env) -> None:
 def test_agent_message_with_a_hostile_id_is_dead_lettered(env: Env) -> None:
     body = json.dumps(
         {
-            "job_id": "../../etc",
+            "job_id": "../../etc",  # hostile-path
             "attempt": 1,
             "instance_id": "i-1",
             "seq": 0,

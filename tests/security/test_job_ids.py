@@ -26,8 +26,8 @@ HOSTILE_IDS = [
     "\njob-1",
     "job\x00",
     "..",
-    "../../x",
-    "a/../../b",
+    "../../x",  # hostile-path
+    "a/../../b",  # hostile-path
     "/etc/passwd",
     "jobs/other",
     "a\\b",
@@ -98,7 +98,7 @@ def test_run_refuses_a_bad_job_id_before_anything_is_sent() -> None:
             {"name": "x", "entry_point": "a.b:C"},
             deployment=_deployment(),
             session=Recording(),
-            job_id="../x",
+            job_id="../x",  # hostile-path
         )
     assert calls == []
 

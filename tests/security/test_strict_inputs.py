@@ -101,21 +101,21 @@ def test_the_powertools_style_underscore_event_is_malformed() -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("name", "../../etc"),
+        ("name", "../../etc"),  # hostile-path
         ("name", "a b"),
         ("name", "$(id)"),
         ("name", "x" * 65),
         ("name", ""),
         ("entry_point", "os:system"),  # a module outside the code is caught on the laptop
         ("entry_point", "a.b:C; rm -rf /"),
-        ("entry_point", "../a:C"),
+        ("entry_point", "../a:C"),  # hostile-path
         ("entry_point", "a.b:C\nimport os"),
         ("instance_types", ["g5.xlarge; reboot"]),
         ("instance_types", ["G5.XLARGE"]),
-        ("instance_types", ["../g5"]),
+        ("instance_types", ["../g5"]),  # hostile-path
         ("data", [{"s3_uri": "s3://UPPER/key", "local_path": "d"}]),
         ("data", [{"s3_uri": "https://bucket/key", "local_path": "d"}]),
-        ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "../outside"}]),
+        ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "../outside"}]),  # hostile-path
         ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "/etc"}]),
         ("data", [{"s3_uri": "s3://bucket-a/key", "local_path": "a\x00b"}]),
         ("environment", {"LD_PRELOAD=x": "1"}),
