@@ -46,3 +46,11 @@ class DuplicateJobError(RespotError):
 
 class NotOwnerError(RespotError):
     """A researcher asked to change a job that is not theirs (and is not an admin)."""
+
+
+class JobNotFinishedError(RespotError):
+    """The job has not ended, so it has no outputs yet."""
+
+
+class PullError(RespotError):
+    """Downloading a job's results failed, or a file did not match its recorded checksum."""
