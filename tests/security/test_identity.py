@@ -40,7 +40,13 @@ class Person:
 
 def person(endpoint: str, name: str) -> Person:
     """An IAM user in the emulator with its own access key, and a boto3 session of it."""
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name=REGION)
+    iam = boto3.client(
+        "iam",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",  # the emulator's administrator, before auth is on
+        aws_secret_access_key="testing",
+    )
     user = f"{name}-{secrets.token_hex(3)}"
     arn = iam.create_user(UserName=user)["User"]["Arn"]
     key = iam.create_access_key(UserName=user)["AccessKey"]
