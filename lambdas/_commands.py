@@ -20,9 +20,8 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, control_plane, is_installed
-from respot.config import ENV_TABLE
 from respot.ec2events import sns_envelope
-from respot.identity import ENV_ADMINS, ProofError, Verifier
+from respot.identity import ENV_ADMINS, DynamoProofLedger, ProofError, Verifier
 from respot.inputs import InputLimitError, check_json_text
 from respot.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
 from respot.spec import describe_validation_error
@@ -51,10 +50,7 @@ def verifier() -> Verifier | None:
     if not _installed:
         if is_installed():
             return None  # a test's control plane without a verifier: no identity check
-        control = control_plane()
-        _verifier = Verifier.from_env(
-            dynamodb=control.jobs.client, table=os.environ.get(ENV_TABLE, "")
-        )
+        _verifier = Verifier.from_env()
         _installed = True
     return _verifier
 
@@ -83,8 +79,14 @@ def read_command(body: str, expected: type[C]) -> C:
     check = verifier()
     if check is None:
         return command
+    jobs = control_plane().jobs  # this function's own table client (its role's credentials)
+    ledger = check.ledger or DynamoProofLedger(jobs.table_name, jobs.client)
     try:
-        caller = check.verify(command, message_id or hashlib.sha256(body.encode()).hexdigest())
+        caller = check.verify(
+            command,
+            message_id or hashlib.sha256(body.encode()).hexdigest(),
+            ledger=ledger,
+        )
     except ProofError as exc:
         raise PoisonMessageError(f"identity: {exc}") from exc
     field = "submitted_by" if isinstance(command, JobSubmission) else "requested_by"

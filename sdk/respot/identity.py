@@ -260,8 +260,18 @@ class Verifier:
         ledger = DynamoProofLedger(table, dynamodb) if dynamodb is not None and table else None
         return cls(sts_url=url, region=region, ledger=ledger)
 
-    def verify(self, command: JobSubmission | CancelCommand, message_id: str) -> Caller:
-        """The verified caller of `command`; `ProofError` with the reason otherwise."""
+    def verify(
+        self,
+        command: JobSubmission | CancelCommand,
+        message_id: str,
+        *,
+        ledger: ProofLedger | None = None,
+    ) -> Caller:
+        """The verified caller of `command`; `ProofError` with the reason otherwise.
+
+        `ledger` (else the verifier's own) records the proof; without either, replays are
+        not detected (tests of the checks alone).
+        """
         proof = command.proof
         if proof is None:
             raise ProofError(
@@ -275,8 +285,9 @@ class Verifier:
         self._check_binding(command, headers, auth)
         signed_at = self._check_age(headers, auth)
         caller = self._ask_sts(proof, headers, auth.group("signature"))
-        if self.ledger is not None:
-            self.ledger.use(caller.signature, message_id, signed_at + timedelta(hours=1))
+        used = ledger or self.ledger
+        if used is not None:
+            used.use(caller.signature, message_id, signed_at + timedelta(hours=1))
         return caller
 
     # ---- the checks, in order ----------------------------------------------------------------
