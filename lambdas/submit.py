@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lambdas import _activity
 from lambdas._commands import read_command
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.exceptions import DuplicateJobError
@@ -21,6 +22,9 @@ def _submit(body: str) -> None:
         logger.warning("duplicate job id", extra={"job_id": command.job_id, "reason": str(exc)})
         raise PoisonMessageError(str(exc)) from exc
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
+    switch = _activity.switch()
+    if switch is not None:  # a live job needs the pollers: always ensure "on" (raises to retry)
+        switch.ensure_on()
 
 
 @logger.inject_lambda_context(clear_state=True)
