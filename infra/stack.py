@@ -37,6 +37,7 @@ from infra.nag import suppress
 from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring
 from respot import config
+from respot.identity import ENV_ADMINS, ENV_STS_URL
 
 NOTIFY_QUEUE = "notifications"
 SWEEP_QUEUE = "sweep-events"
@@ -182,6 +183,10 @@ class RespotStack(Stack):
         sweep_queue = self.messaging.queues.get(SWEEP_QUEUE)
         if sweep_queue is not None:
             env[config.ENV_SWEEP_QUEUE_URL] = sweep_queue.queue_url
+        # Identity proofs are executed against this STS endpoint only (respot.identity).
+        env[ENV_STS_URL] = f"https://sts.{self.region}.amazonaws.com/"
+        if settings.admin_principal_arns:
+            env[ENV_ADMINS] = ",".join(settings.admin_principal_arns)
         return env
 
     def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:

@@ -8,36 +8,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
 from lambdas import _activity
-from lambdas._runtime import PoisonMessageError, command_name, control_plane, logger, sqs_batch
-from respot.ec2events import unwrap_sns
-from respot.messages import COMMAND_ADAPTER, JobSubmission
-from respot.spec import describe_validation_error
+from lambdas._commands import published_command, read_command
+from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from respot.exceptions import DuplicateJobError
+from respot.messages import JobSubmission
 
 
 def _submit(body: str) -> None:
-    message = unwrap_sns(body)
-    if command_name(message) == "sweep":
+    if published_command(body) == "sweep":
         from lambdas.sweep import start_sweep
 
-        start_sweep(message)
+        start_sweep(body)
         _ensure_pollers_on()
         return
-    try:
-        command = COMMAND_ADAPTER.validate_json(message)
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
-    if not isinstance(command, JobSubmission):
-        raise PoisonMessageError(f"the submit queue got a {command.command!r} command")
+    command = read_command(body, JobSubmission)
     if command.sweep is not None:
         # Trial jobs are submitted by the sweep Lambda itself, never through the topic.
         raise PoisonMessageError(
             f"job {command.job_id} claims to be trial {command.sweep.trial} of sweep "
             f"{command.sweep.sweep_id}; only respot's sweep function submits trials"
         )
-    result = control_plane().submit(command)
+    try:
+        result = control_plane().submit(command)
+    except DuplicateJobError as exc:
+        logger.warning("duplicate job id", extra={"job_id": command.job_id, "reason": str(exc)})
+        raise PoisonMessageError(str(exc)) from exc
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
     _ensure_pollers_on()
 

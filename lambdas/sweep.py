@@ -124,14 +124,16 @@ def _send(message: dict[str, Any], dedup: str) -> None:
 # ---- commands from researchers (called by the submit and cancel Lambdas) --------------------
 
 
-def start_sweep(message: str) -> None:
-    """Record a researcher's sweep (create-only) and kick it; a redelivery changes nothing."""
+def start_sweep(body: str) -> None:
+    """Record a researcher's sweep (create-only) and kick it; a redelivery changes nothing.
+
+    `body` is the SQS body from the jobs queue: read like a job submission, its identity
+    proof verified (`lambdas._commands.read_signed`), `submitted_by` the caller STS names.
+    """
+    from lambdas._commands import read_signed
     from respot.sweep.model import SweepSubmission
 
-    try:
-        submission = SweepSubmission.model_validate_json(message)
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    submission: SweepSubmission = read_signed(body, SweepSubmission, "submitted_by")
     if submission.code is not None:
         # The code must be the sweep's own upload: never another job's, never another bucket.
         from respot import layout
@@ -156,19 +158,22 @@ def _same_sweep(stored: SweepSubmission, new: SweepSubmission) -> bool:
     return stored.model_dump(mode="json") == new.model_dump(mode="json")
 
 
-def stop_sweep(message: str) -> None:
-    """Stop a sweep at its owner's request: no new trials, running trials cancelled."""
+def stop_sweep(body: str) -> None:
+    """Stop a sweep at its owner's (or an admin's) verified request: no new trials, running
+    trials cancelled."""
+    from lambdas._commands import admin_principals, read_signed
+    from respot.identity import principal_matches
     from respot.sweep.model import SweepStopCommand
 
-    try:
-        command = SweepStopCommand.model_validate_json(message)
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    command: SweepStopCommand = read_signed(body, SweepStopCommand, "requested_by")
     record = engine().table.get(command.sweep_id)
     if record is None:
         raise PoisonMessageError(f"no sweep {command.sweep_id!r} to stop")
     owner = record.submission.submitted_by
-    if owner and command.requested_by != owner:
+    admin = command.requested_by is not None and any(
+        principal_matches(command.requested_by, entry) for entry in admin_principals()
+    )
+    if owner and command.requested_by != owner and not admin:
         raise PoisonMessageError(
             f"sweep {command.sweep_id} belongs to {owner}; {command.requested_by} cannot stop it"
         )

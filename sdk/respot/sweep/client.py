@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from respot import layout
 from respot.deployment import Deployment, discover
@@ -112,18 +112,37 @@ class SweepHandle:
 
     def stop(self, reason: str = "stopped by its owner") -> None:
         """Ask the control plane to stop the sweep: no new trials, running ones cancelled."""
-        from respot.client import _user
-
         command = SweepStopCommand(
-            sweep_id=self.sweep_id,
-            reason=reason,
-            requested_at=datetime.now(UTC),
-            requested_by=_user(),
+            sweep_id=self.sweep_id, reason=reason, requested_at=datetime.now(UTC)
         )
+        self.publish(command)
+
+    def publish(self, command: SweepSubmission | SweepStopCommand) -> None:
+        """Sign an identity proof for `command` (respot.identity) and publish it."""
+        from respot.identity import command_digest, sign_proof, sts_url
+
+        session = self._session or self.deployment.session()
+        credentials = session.get_credentials()
+        if credentials is None:
+            from respot.identity import ProofError
+
+            raise ProofError(
+                "no AWS credentials found to prove who you are; log in (e.g. `aws sso login`) "
+                "or set AWS_PROFILE"
+            )
+        proof = sign_proof(
+            credentials,
+            region=self.deployment.region or session.region_name or "us-east-1",
+            url=sts_url(self.deployment.region, self.deployment.endpoint_url),
+            job_id=self.sweep_id,
+            command=command.command,
+            digest=command_digest(cast(Any, command)),
+        )
+        signed = command.model_copy(update={"proof": proof})
         self._client("sns").publish(
             TopicArn=self.deployment.topic_arn,
-            Message=encode(command),
-            MessageAttributes={"command": {"DataType": "String", "StringValue": "sweep-stop"}},
+            Message=encode(signed),
+            MessageAttributes={"command": {"DataType": "String", "StringValue": command.command}},
         )
 
 
@@ -164,7 +183,7 @@ def sweep(
     `deployment` if given, else the local runtime if RESPOT_LOCAL is set, else the one
     `discover()` finds.
     """
-    from respot.client import _user, capture_provenance, package_code, preflight
+    from respot.client import capture_provenance, package_code, preflight
 
     checked = validate_sweep(spec)
     now = datetime.now(UTC)
@@ -194,9 +213,8 @@ def sweep(
         code=code,
         provenance=capture_provenance(checked.job),
         submitted_at=now,
-        submitted_by=_user(),
     )
-    body = encode(submission)  # refuses an oversize message before anything is spent
+    encode(submission)  # refuses an oversize message before anything is spent
     handle = SweepHandle(sweep_id, deployment, session)
     if code_bytes is not None and code is not None:
         handle._client("s3").put_object(
@@ -205,9 +223,5 @@ def sweep(
             Body=code_bytes,
             ChecksumAlgorithm="SHA256",
         )
-    handle._client("sns").publish(
-        TopicArn=deployment.topic_arn,
-        Message=body,
-        MessageAttributes={"command": {"DataType": "String", "StringValue": "sweep"}},
-    )
+    handle.publish(submission)
     return handle

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from respot.messages import CodeArtifact, Provenance, TrialRef
+from respot.jobid import JobId
+from respot.messages import CodeArtifact, IdentityProof, Provenance, TrialRef
 from respot.sweep.spec import SweepSpec
 
 __all__ = [
@@ -73,18 +74,24 @@ class SweepSubmission(BaseModel):
 
     schema_version: Literal[1] = 1
     command: Literal["sweep"] = "sweep"
-    sweep_id: str
+    sweep_id: JobId
     spec: SweepSpec
     code: CodeArtifact | None = None
     provenance: Provenance | None = None
     submitted_at: datetime
-    submitted_by: str | None = None
+    submitted_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
+
+    @property
+    def job_id(self) -> str:
+        """The id an identity proof is bound to (respot.identity): the sweep's."""
+        return self.sweep_id
 
 
 class SweepRecord(BaseModel):
     """Everything respot keeps about one sweep besides its study."""
 
-    sweep_id: str
+    sweep_id: JobId
     state: SweepState = SweepState.RUNNING
     version: int = 0
     created_at: datetime
@@ -123,7 +130,7 @@ class TrialEvent(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["trial"] = "trial"
-    sweep_id: str
+    sweep_id: JobId
     job_id: str
     trial: int
     state: str  # the job's state (JobState value)
@@ -138,7 +145,7 @@ class SweepKick(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["kick"] = "kick"
-    sweep_id: str
+    sweep_id: JobId
 
 
 class SweepStop(BaseModel):
@@ -147,7 +154,7 @@ class SweepStop(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["stop"] = "stop"
-    sweep_id: str
+    sweep_id: JobId
     reason: str = "stopped by its owner"
 
 
@@ -158,7 +165,13 @@ class SweepStopCommand(BaseModel):
 
     schema_version: Literal[1] = 1
     command: Literal["sweep-stop"] = "sweep-stop"
-    sweep_id: str
+    sweep_id: JobId
     reason: str = Field(default="stopped by its owner", max_length=500)
     requested_at: datetime
-    requested_by: str | None = None
+    requested_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
+
+    @property
+    def job_id(self) -> str:
+        """The id an identity proof is bound to (respot.identity): the sweep's."""
+        return self.sweep_id
