@@ -14,8 +14,8 @@ emulator's STS; tests that install a control plane without a verifier skip the c
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 from typing import Any, TypeVar
 
 from pydantic import ValidationError

@@ -27,7 +27,6 @@ from lambdas._runtime import (
     sqs_batch,
 )
 from respot.messages import CancelCommand, CodeArtifact, JobSubmission
-from respot.spec import describe_validation_error
 
 if TYPE_CHECKING:
     from respot.sweep.engine import SweepEngine, SweepMessage, SweepNews
