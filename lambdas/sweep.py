@@ -56,15 +56,20 @@ class ControlPlaneTrials:
         self.cp.submit(submission)
 
     def cancel(self, job_id: str, reason: str) -> None:
-        """Cancel a trial job; its instance is terminated."""
-        self.cp.cancel(
-            CancelCommand(
-                job_id=job_id,
-                reason=reason,
-                requested_at=datetime.now(UTC),
-                requested_by="respot:sweep",
-            )
+        """Cancel a trial job; its instance is terminated.
+
+        Applied directly, not through `ControlPlane.cancel`'s owner check: the sweep function
+        is the control plane acting on a job it submitted itself for the sweep's owner.
+        """
+        from respot.core.events import CancelRequested
+
+        command = CancelCommand(
+            job_id=job_id,
+            reason=reason,
+            requested_at=datetime.now(UTC),
+            requested_by="respot:sweep",
         )
+        self.cp.apply(job_id, CancelRequested(command))
 
     def copy_code(self, code: CodeArtifact, job_id: str) -> CodeArtifact:
         """The sweep's code zip, copied under the trial job's own prefix."""

@@ -228,3 +228,19 @@ def test_a_grid_sweep_never_runs_a_point_twice_even_in_parallel(
     assert sorted(t.params["lr"] for t in record.trials) == [0.05, 0.3, 40.0]
     assert record.state is SweepState.COMPLETED  # the grid is done before n_trials
     assert len(jobs.submitted) == 3
+
+
+def test_a_pruned_trial_whose_cancel_was_lost_is_cancelled_again(
+    engine: SweepEngine, jobs: FakeJobs, table: SweepTable
+) -> None:
+    sweep_id = started(engine, n_trials=3, parallelism=2)
+    for step in (10, 20):
+        engine.handle(event(sweep_id, 0, step=step, metrics={"val_loss": 0.1}))
+    engine.handle(event(sweep_id, 0, "COMPLETED", step=20, metrics={"val_loss": 0.1}))
+    engine.handle(event(sweep_id, 1, step=10, metrics={"val_loss": 5.0}))
+    assert table.require(sweep_id).trials[1].state is TrialState.PRUNED
+    # GIVEN the cancel after that write was lost, and the job goes on reporting
+    jobs.cancelled.clear()
+    engine.handle(event(sweep_id, 1, step=20, metrics={"val_loss": 5.0}))
+    # THEN it is cancelled again
+    assert [j for j, _ in jobs.cancelled] == [trial_job_id(sweep_id, 1)]

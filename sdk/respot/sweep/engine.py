@@ -210,6 +210,10 @@ class SweepEngine:
         if trial is None or trial.number != event.trial:
             return f"ignored: {event.job_id} runs no trial of this sweep"
         if trial.state is not TrialState.RUNNING:
+            if event.state not in TERMINAL_JOB_STATES:
+                # The trial is over (pruned, stopped) but its job still reports: the cancel
+                # after the last write did not happen (a crash, a retry). Cancel it again.
+                self._to_cancel.append((trial.job_id, f"trial {trial.number} is over"))
             return f"ignored: trial {trial.number} is already {trial.state.value.lower()}"
         metric = record.spec.metric
         value = event.metrics.get(metric)
