@@ -351,16 +351,22 @@ class InstanceFleet:
         return sorted(found, key=lambda i: i.launched_at)
 
     def _emit(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
-        """Put an EC2 event on the bus (twice, or late, when the runtime asks for that chaos)."""
+        """Put an EC2 event on the bus (twice, or late, when the runtime asks for that chaos).
+
+        The event's `time` is now, the instant EC2 emits it, also when its delivery is delayed.
+        """
+        when = datetime.now(UTC)
         copies = 2 if self.duplicate_events else 1
         for _ in range(copies):
             if self.reorder_events:
                 delay = random.uniform(0.0, 0.6)  # noqa: S311 - chaos, not cryptography
-                self.timers.after(delay, lambda: self._put(detail_type, detail, inst))
+                self.timers.after(delay, lambda: self._put(detail_type, detail, inst, when))
             else:
-                self._put(detail_type, detail, inst)
+                self._put(detail_type, detail, inst, when)
 
-    def _put(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
+    def _put(
+        self, detail_type: str, detail: dict[str, Any], inst: LocalInstance, when: datetime
+    ) -> None:
         arn = f"arn:aws:ec2:{self.deployment.region}:123456789012:instance/{inst.instance_id}"
         with self._lock:
             self.emitted += 1
@@ -368,6 +374,7 @@ class InstanceFleet:
             self._events.put_events(
                 Entries=[
                     {
+                        "Time": when,
                         "Source": "aws.ec2",
                         "DetailType": detail_type,
                         "Detail": json.dumps(detail),

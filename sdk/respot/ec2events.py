@@ -8,6 +8,7 @@ The instance id is read from `detail.instance-id`, never from `resources`.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -63,6 +64,17 @@ class Ec2Event(BaseModel):
     detail: dict[str, Any]
 
 
+def event_time(value: str | None) -> datetime | None:
+    """The envelope's `time` (ISO-8601, whole seconds on AWS); None for a placeholder."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None  # the documentation's "yyyy-mm-ddThh:mm:ssZ"
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
 def parse_ec2_event(raw: Any) -> InstanceUp | InterruptionNotice | InstanceDown | None:
     """The core event for an EC2 EventBridge event; None for events respot does not act on.
 
@@ -87,7 +99,9 @@ def parse_ec2_event(raw: Any) -> InstanceUp | InterruptionNotice | InstanceDown 
                 )
             case "EC2 Spot Instance Interruption Warning":
                 i = InterruptionDetail.model_validate(event.detail)
-                return InterruptionNotice(i.instance_id, None, "interruption", i.instance_action)
+                return InterruptionNotice(
+                    i.instance_id, None, "interruption", i.instance_action, event_time(event.time)
+                )
             case "EC2 Instance Rebalance Recommendation":
                 r = _Detail.model_validate(event.detail)
                 return InterruptionNotice(r.instance_id, None, "rebalance")

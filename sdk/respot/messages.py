@@ -99,6 +99,10 @@ class AgentStarted(_Message):
     restored_manifest: str | None = None
     restore_seconds: float = 0.0
     setup_seconds: float = 0.0
+    # Warm start (docs/agent.md): True if the session process was started and its entry point
+    # imported before the restore; None if not tried (opted out). Why it fell back to cold.
+    warm: bool | None = None
+    warm_failure: str | None = None
 
 
 class AgentProgress(_Message):
@@ -108,6 +112,8 @@ class AgentProgress(_Message):
     step: int | None = None
     total_steps: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    # When the session's first report() of this attempt was made (its first training step).
+    first_step_at: datetime | None = None
 
 
 class AgentCheckpoint(_Message):
@@ -129,6 +135,7 @@ class AgentPreempted(_Message):
     step: int | None = None
     checkpoint_step: int | None = None
     notice: Literal["spot-interruption", "rebalance", "stop"]
+    last_step_at: datetime | None = None  # when the session's last report() was made
 
 
 class AgentCompleted(_Message):

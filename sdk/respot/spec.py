@@ -205,6 +205,12 @@ class TrainingEnvVar(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     slack_channel: str | None = None
     checkpoint_keep: int = Field(default=3, ge=1, le=100)
+    warm_start: bool = Field(
+        default=True,
+        description="a replacement imports the code and calls prepare() before it restores, "
+        "while the interrupted instance trains on; false: tell the session at the notice and "
+        "start the replacement's session only after the restore",
+    )
     budget_usd: float | None = Field(default=None, gt=0)
 
     def __init__(self, **data: Any) -> None:

@@ -32,7 +32,9 @@ from respot.agent.protocol import (
     FailedLine,
     InterruptLine,
     Notice,
+    ReadyLine,
     ReportLine,
+    ResumeLine,
     SessionLaunch,
     line,
 )
@@ -51,7 +53,7 @@ class SessionExited:
     exit_code: int
 
 
-SessionEvent = ReportLine | CheckpointLine | DoneLine | FailedLine | SessionExited
+SessionEvent = ReportLine | CheckpointLine | DoneLine | FailedLine | ReadyLine | SessionExited
 
 
 class SessionProcess:
@@ -137,6 +139,10 @@ class SessionProcess:
     def request_checkpoint(self) -> None:
         """Tell the session to checkpoint soon (a rebalance recommendation)."""
         self._tell(line(CheckpointRequestLine()))
+
+    def resume(self, resume_step: int | None) -> None:
+        """Warm start: the checkpoint is in place; the waiting session may train now."""
+        self._tell(line(ResumeLine(resume_step=resume_step)))
 
     def _tell(self, text: str) -> None:
         with self._control_lock:

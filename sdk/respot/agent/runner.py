@@ -3,11 +3,14 @@
 1. identity from IMDSv2: instance id, zone, type, tags respot:job-id / attempt /
    await-handoff; start polling spot/instance-action and the rebalance recommendation
 2. the submission from S3; the code (SHA-256 checked, unpacked safely); the data
-3. if await-handoff = N: wait for attempt N's handoff marker (its notice checkpoint)
+3. warm start (respot.agent.warmstart): start the session process, which imports and
+   prepares; if await-handoff = N: once it is ready, say so, and wait for attempt N's
+   handoff marker (its notice checkpoint)
 4. restore the newest complete checkpoint; send AgentStarted
-5. run the session in a child process; heartbeats (AgentProgress); upload each
-   checkpoint it saves (AgentCheckpoint) and prune
-6. on an interruption notice tell the session at once; on a rebalance ask it to checkpoint
+5. run the session in a child process (or let the warm one resume); heartbeats
+   (AgentProgress); upload each checkpoint it saves (AgentCheckpoint) and prune
+6. on an interruption notice tell the session (with warm start: once the replacement is warm
+   or the reserve for the final upload is reached); on a rebalance ask it to checkpoint
 7. the end: completed (outputs uploaded, AgentCompleted), preempted (uploads finished,
    handoff marker, AgentPreempted) or failed (AgentFailed with the log tail)
 """
@@ -52,6 +55,12 @@ from respot.agent.protocol import (
 )
 from respot.agent.scalars import ScalarLog
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
+from respot.agent.warmstart import (
+    WARM_HANDOFF_POLL_SECONDS,
+    NoticeHold,
+    WarmSession,
+    announce_ready,
+)
 from respot.agent.workspace import (
     fetch_code,
     fetch_data,
@@ -125,20 +134,28 @@ class _Progress:
     total_steps: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     reports: int = 0
+    first_at: datetime | None = None  # when the session made its first / last report()
+    last_at: datetime | None = None
 
     def update(self, report: ReportLine) -> bool:
         """Take a report; True if it is the first one."""
+        at = datetime.fromtimestamp(report.at, UTC) if report.at is not None else None
         with self.lock:
             self.step = report.step if self.step is None else max(self.step, report.step)
             self.total_steps = report.total_steps or self.total_steps
             self.metrics = dict(list(report.metrics.items())[:MAX_METRICS])
             self.reports += 1
+            self.first_at = self.first_at or at
+            self.last_at = at if self.last_at is None or at is None else max(self.last_at, at)
             return self.reports == 1
 
     def message(self) -> AgentProgress:
         with self.lock:
             return AgentProgress(
-                step=self.step, total_steps=self.total_steps, metrics=dict(self.metrics)
+                step=self.step,
+                total_steps=self.total_steps,
+                metrics=dict(self.metrics),
+                first_step_at=self.first_at,
             )
 
 
@@ -426,6 +443,9 @@ class _AttemptRun:
         self.restored_step: int | None = None
         self.scalars = ScalarLog(dirs.root / "tensorboard", attempt=attempt)
         self.shipper: LogShipper | None = None
+        self.warm: WarmSession | None = None  # the warm session process, until it resumes
+        self.warm_failure: str | None = None
+        self.slowest_upload: float | None = None  # of this attempt (the notice hold's estimate)
 
     def execute(self) -> AgentResult:
         # 1-4: prepare the job.
@@ -445,6 +465,8 @@ class _AttemptRun:
                 restored_manifest=manifest_key,
                 restore_seconds=round(restore_seconds, 3),
                 setup_seconds=round(setup_seconds, 3),
+                warm=None if not submission.spec.warm_start else self.warm is not None,
+                warm_failure=self.warm_failure,
             )
         )
         logger.info(
@@ -464,6 +486,8 @@ class _AttemptRun:
         try:
             if self.agent._notice_pending():
                 # Noticed before training began: nothing new to save; hand off at once.
+                if self.warm is not None:
+                    self.warm.stop()
                 return self._preempted(uploader, None)
             return self._train(submission, uploader)
         finally:
@@ -484,8 +508,16 @@ class _AttemptRun:
             fetch_code(self.s3, submission.code, self.dirs.code, self.dirs.root)
         fetched = fetch_data(self.s3, list(spec.data), self.dirs.data) if spec.data else 0
         logger.info("code and %d bytes of data in place", fetched)
+        if spec.warm_start:
+            self._start_warm(submission)
         previous = self.identity.await_handoff
         if previous is not None:
+            if self.warm is not None or self.warm_failure is not None:
+                self._settle_warm()
+                try:
+                    announce_ready(self.s3, self.config.bucket, self.job_id, previous)
+                except Exception as exc:
+                    logger.warning("writing the successor marker failed: %s", exc)
             key = layout.handoff_key(self.job_id, previous)
             waited = time.monotonic()
             found = wait_for_object(
@@ -493,6 +525,7 @@ class _AttemptRun:
                 self.config.bucket,
                 key,
                 timeout_seconds=self.config.handoff_wait_seconds,
+                poll_seconds=WARM_HANDOFF_POLL_SECONDS if spec.warm_start else 1.0,
                 give_up=self.agent._notice_pending,
             )
             logger.info(
@@ -505,14 +538,35 @@ class _AttemptRun:
         manifest = self.store.restore(self.dirs.checkpoint)
         restore_seconds = time.monotonic() - t0
         self.restored_step = manifest.step if manifest else None
+        if manifest is not None and self.slowest_upload is None:
+            self.slowest_upload = restore_seconds  # until this attempt uploads one
+        self._settle_warm()
         return submission, restore_seconds, manifest.key if manifest else None
 
-    # ---- 5-7 ---------------------------------------------------------------------------------
+    def _start_warm(self, submission: JobSubmission) -> None:
+        """Start the session process now: it imports and prepares while the agent waits."""
+        try:
+            self.warm = WarmSession(
+                lambda on_event: self._process(submission, on_event, warm=True),
+                forward=self.agent._events.put,
+            ).start()
+        except Exception as exc:
+            logger.exception("starting the warm session failed")
+            self.warm, self.warm_failure = None, f"{type(exc).__name__}: {exc}"[:500]
 
-    def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
+    def _settle_warm(self) -> None:
+        """Wait for the warm session to be ready; on a failed warm-up, fall back to cold."""
+        if self.warm is None or self.warm.ready_seconds is not None:
+            return
+        ready = self.warm.wait_ready(give_up=self.agent._notice_pending)
+        if not ready and self.warm.failure is not None:  # else a notice: execute() stops it
+            self.warm_failure = self.warm.failure
+            self.warm = None
+
+    def _launch(self, submission: JobSubmission, *, warm: bool) -> SessionLaunch:
         spec = submission.spec
         assert spec.entry_point is not None
-        launch = SessionLaunch(
+        return SessionLaunch(
             entry_point=spec.entry_point,
             code_dir=str(self.dirs.code),
             checkpoint_dir=str(self.dirs.checkpoint),
@@ -523,28 +577,44 @@ class _AttemptRun:
             seed=spec.seed,
             job_id=self.job_id,
             attempt=self.attempt,
-            resume_step=self.restored_step,
+            resume_step=None if warm else self.restored_step,
+            warm=warm,
         )
-        events = self.agent._events
-        if self.config.log_group and self.agent.logs is not None:
+
+    def _process(
+        self, submission: JobSubmission, on_event: Callable[[Any], None], *, warm: bool
+    ) -> SessionProcess:
+        launch = self._launch(submission, warm=warm)
+        if self.config.log_group and self.agent.logs is not None and self.shipper is None:
             self.shipper = LogShipper(
                 client=self.agent.logs,
                 group=self.config.log_group,
                 stream=stream_name(self.job_id, self.attempt, self.identity.instance_id),
             )
-        process = SessionProcess(
+        return SessionProcess(
             launch,
             launch_path=self.dirs.launch,
-            env=session_environment(launch, spec.environment),
+            env=session_environment(launch, submission.spec.environment),
             log_path=self.dirs.log,
-            on_event=events.put,
+            on_event=on_event,
             on_output=self.shipper.write if self.shipper is not None else None,
         )
+
+    # ---- 5-7 ---------------------------------------------------------------------------------
+
+    def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
+        spec = submission.spec
+        events = self.agent._events
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()
-        process.start()
+        if self.warm is not None:
+            process = self.warm.resume(self.restored_step)
+        else:
+            process = self._process(submission, events.put, warm=False)
+            process.start()
+        hold = NoticeHold(self.s3, self.config.bucket, self.job_id, self.attempt)
         heartbeat.start()
         logger.info("session %s started (pid %s)", spec.entry_point, process.pid)
         done: DoneLine | None = None
@@ -579,7 +649,7 @@ class _AttemptRun:
                 elif isinstance(event, _RebalanceNotice):
                     process.request_checkpoint()
                 notice = self.agent._notice
-                if notice is not None and not told:
+                if notice is not None and not told and self._may_tell(notice, hold, spec):
                     told = True
                     process.interrupt(notice.notice)
                     kill_at, end_by = _deadlines(notice.at)
@@ -598,6 +668,7 @@ class _AttemptRun:
                     logger.error("train() returned but the process does not exit; stopping it")
                     process.terminate(grace_seconds=5.0)
         finally:
+            hold.stop()
             heartbeat.stop()
             if exit_code is None:  # the loop itself failed: do not leave the session running
                 process.terminate(grace_seconds=5.0)
@@ -624,7 +695,16 @@ class _AttemptRun:
             _max(failed.step if failed else None, step),
         )
 
+    def _may_tell(self, notice: _InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
+        """Pass the notice on now? With warm start, a spot notice waits for the replacement."""
+        if notice.notice != "spot-interruption" or not spec.warm_start:
+            return True
+        if not hold.started:
+            hold.start(notice.at, DEFAULT_NOTICE_SECONDS, self.slowest_upload)
+        return hold.due()
+
     def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
+        self.slowest_upload = max(self.slowest_upload or 0.0, result.seconds)
         self.messenger.send(
             AgentCheckpoint(
                 step=item.step,
@@ -668,7 +748,12 @@ class _AttemptRun:
         step = _max(step, checkpoint_step)
         self._write_handoff(step, checkpoint_step, uploader.last_manifest_key, notice.notice)
         self.messenger.send(
-            AgentPreempted(step=step, checkpoint_step=checkpoint_step, notice=notice.notice)
+            AgentPreempted(
+                step=step,
+                checkpoint_step=checkpoint_step,
+                notice=notice.notice,
+                last_step_at=self.progress.last_at,
+            )
         )
         lost = (step or 0) - (checkpoint_step or 0)
         logger.warning(

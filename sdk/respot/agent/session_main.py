@@ -27,7 +27,9 @@ from respot.agent.protocol import (
     DoneLine,
     FailedLine,
     InterruptLine,
+    ReadyLine,
     ReportLine,
+    ResumeLine,
     SessionLaunch,
     line,
 )
@@ -49,11 +51,13 @@ class PipeHost:
         self._pending: ReportLine | None = None
         self._parent_gone = False
         self._session: TrainingSession | None = None
+        self._resume: ResumeLine | None = None
+        self._resumed = threading.Event()  # a ResumeLine came, or the agent is gone
 
     # ---- SessionHost -------------------------------------------------------------------------
 
     def report(self, step: int, total_steps: int | None, metrics: dict[str, float]) -> None:
-        message = ReportLine(step=step, total_steps=total_steps, metrics=metrics)
+        message = ReportLine(step=step, total_steps=total_steps, metrics=metrics, at=time.time())
         now = time.monotonic()
         with self._lock:
             if now - self._last_sent < self._interval:
@@ -111,13 +115,22 @@ class PipeHost:
                 continue
             if isinstance(message, InterruptLine):
                 self._session.request_interruption(message.notice)
+            elif isinstance(message, ResumeLine):
+                self._resume = message
+                self._resumed.set()
             else:
                 self._session.request_checkpoint()
         # EOF: the agent is gone, so nothing will upload checkpoints any more: stop.
         self._agent_gone()
 
+    def wait_resume(self) -> ResumeLine | None:
+        """Warm start: block until the agent says resume; None if the agent went away."""
+        self._resumed.wait()
+        return self._resume
+
     def _agent_gone(self) -> None:
         self._parent_gone = True
+        self._resumed.set()
         if self._session is not None and not self._session.interruption_requested:
             print("respot: the agent is gone; stopping the session", file=sys.stderr)
             self._session.request_interruption("stop")
@@ -151,7 +164,12 @@ def seed_rngs(seed: int) -> list[str]:
 
 
 def run(launch: SessionLaunch, events: IO[str], control: IO[str]) -> int:
-    """Build and run the session; returns the process exit code."""
+    """Build and run the session; returns the process exit code.
+
+    Warm start (`launch.warm`): import, build and `prepare()` at once, say ready, and wait for
+    the agent's ResumeLine (the checkpoint is restored by then) before `train()`.
+    """
+    began = time.monotonic()
     snapshots = CheckpointSnapshots(Path(launch.checkpoint_dir), Path(launch.staging_dir))
     host = PipeHost(events, snapshots, launch.report_interval_seconds)
     session: TrainingSession | None = None
@@ -166,11 +184,20 @@ def run(launch: SessionLaunch, events: IO[str], control: IO[str]) -> int:
             seed=launch.seed,
             job_id=launch.job_id,
             attempt=launch.attempt,
-            resume_step=launch.resume_step,
+            resume_step=None if launch.warm else launch.resume_step,
             host=host,
         )
         host.listen(control, session)
         _stop_on_sigterm(session)
+        session.prepare()
+        if launch.warm:
+            host.send(ReadyLine(seconds=round(time.monotonic() - began, 3)))
+            resume = host.wait_resume()
+            if resume is None:
+                return 0  # the agent is gone before training began: nothing to do
+            session.resume_from(resume.resume_step)
+            if resume.resume_step is not None:
+                os.environ["RESPOT_RESUME_STEP"] = str(resume.resume_step)
         session.train()
     except SystemExit as exc:
         if exc.code not in (None, 0):

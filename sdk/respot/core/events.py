@@ -66,6 +66,7 @@ class InterruptionNotice:
     attempt: int | None
     kind: str  # "interruption" or "rebalance"
     action: str | None = None  # terminate / stop / hibernate for interruptions
+    sent_at: datetime | None = None  # when EC2 emitted it (the event's `time`), if readable
 
 
 @dataclass(frozen=True)

@@ -435,6 +435,7 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
     if att.notice_at is not None:
         return _unchanged("duplicate")
     att.instance_id = event.instance_id
+    att.notice_sent_at = event.sent_at
     record_availability(job, d.now, d.settings, seen=False)
     _interrupt(d, att, "interruption notice", noticed=True)
     return d.decision()
@@ -527,6 +528,10 @@ def _started_note(
         text = f"started on {instance_id} (no checkpoint yet)"
     if downtime is not None:
         text += f"; {downtime:.1f}s after the previous instance's notice"
+    if body.warm_failure:
+        text += f"; warm-up failed ({body.warm_failure}), started cold"
+    elif body.warm:
+        text += "; warm start"
     if late:
         text += " (reported after the job ended)"
     d.note(
@@ -537,6 +542,7 @@ def _started_note(
         restored_step=body.restored_step,
         restore_seconds=body.restore_seconds,
         downtime_seconds=downtime,
+        warm=body.warm,
     )
 
 
@@ -590,6 +596,9 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 d.go(Transition.START)
             _started_note(d, att, msg.instance_id, body, late=False)
         case AgentProgress():
+            first_step = att.first_step_at is None and body.first_step_at is not None
+            if first_step:
+                att.first_step_at = body.first_step_at
             if body.step is not None:
                 att.last_step = max(att.last_step or 0, body.step)
                 if job.progress.step is None or body.step >= job.progress.step:
@@ -604,7 +613,10 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             if current and job.state is JobState.RUNNING and body.step is not None:
                 _progress_note(d, att, settings)
             material = (
-                job.state is not state_before or d.notes or len(job.timeline) != timeline_before
+                job.state is not state_before
+                or d.notes
+                or len(job.timeline) != timeline_before
+                or first_step
             )
             if (
                 not material
@@ -645,6 +657,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             if att.end is not None:
                 return _unchanged("duplicate")
             att.last_step = max(att.last_step or 0, body.step or 0)
+            att.last_step_at = body.last_step_at
             att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
             lost = (att.last_step or 0) - (body.checkpoint_step or 0)
             lost = max(lost, (body.step or 0) - (body.checkpoint_step or 0), 0)

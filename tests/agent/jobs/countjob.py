@@ -17,6 +17,15 @@ from respot.session import TrainingSession
 class CountingSession(TrainingSession):
     """Counts to `steps`, `sleep` seconds per step; checkpoints every `checkpoint_every`."""
 
+    prepared: dict[str, object] | None = None
+
+    def prepare(self) -> None:
+        # What the session could see before train(): with warm start, no checkpoint yet.
+        files = sorted(p.name for p in self.checkpoint_dir.iterdir())
+        if self.hparams.get("prepare_reads_checkpoint") and "state.json" not in files:
+            raise RuntimeError("prepare() expected the checkpoint to be restored already")
+        self.prepared = {"checkpoint_files": files, "resume_step": self.resume_step}
+
     def train(self) -> None:
         steps = int(self.hparams.get("steps", 20))
         sleep = float(self.hparams.get("sleep", 0.0))
@@ -57,6 +66,8 @@ class CountingSession(TrainingSession):
             "resumed_from": self.resume_step,
             "attempt": self.attempt,
             "hparams": self.hparams,
+            "prepared": self.prepared,
+            "resume_step_env": os.environ.get("RESPOT_RESUME_STEP"),
         }
         (self.output_dir / "result.json").write_text(json.dumps(result))
         names = self.hparams.get("echo_env", [])
