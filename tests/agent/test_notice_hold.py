@@ -19,7 +19,7 @@ from respot.agent.warmstart import NoticeHold, hold_seconds
         (120.0, 1.0, 90.0),  # AWS, a small checkpoint: keep 30 s for the final upload
         (120.0, 20.0, 40.0),  # a slow upload: keep 4 x its time
         (120.0, None, 0.0),  # nothing uploaded or restored yet: no estimate, no hold
-        (24.0, 0.3, 18.0),  # the local runtime at 1/5: keep a quarter
+        (24.0, 0.3, 16.0),  # the local runtime at 1/5: keep a third
         (4.0, 0.3, 1.0),  # at 1/30: keep at least 3 s (uploads are real seconds)
         (3.2, 0.3, 0.0),  # a hold under 0.5 s is not worth it
         (120.0, 40.0, 0.0),  # the final upload would not fit a hold: tell at once

@@ -457,6 +457,8 @@ class _AttemptRun:
             tail = list(self.agent._log_tail.lines)
             tail += traceback.format_exc().splitlines()[-(LOG_TAIL_LINES // 2) :]
             self.messenger.send(AgentFailed(reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:]))
+            if self.warm is not None:
+                self.warm.stop()
             return AgentResult("failed", self.job_id, self.attempt, reason=reason)
         setup_seconds = time.monotonic() - self.started
         self.messenger.send(
@@ -543,6 +545,8 @@ class _AttemptRun:
         self._settle_warm()
         return submission, restore_seconds, manifest.key if manifest else None
 
+    # ---- 3: warm start (respot.agent.warmstart) -----------------------------------------------
+
     def _start_warm(self, submission: JobSubmission) -> None:
         """Start the session process now: it imports and prepares while the agent waits."""
         try:
@@ -599,6 +603,8 @@ class _AttemptRun:
             on_event=on_event,
             on_output=self.shipper.write if self.shipper is not None else None,
         )
+
+    # ---- 5-7 ---------------------------------------------------------------------------------
 
     # ---- 5-7 ---------------------------------------------------------------------------------
 

@@ -40,10 +40,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("respot.agent.warmstart")
 
 # The old instance keeps this much of the notice to save and upload its final checkpoint: the
-# least of 30 s and a quarter of the notice, but at least 4 x the slowest upload of this
+# least of 30 s and a third of the notice, but at least 4 x the slowest upload of this
 # attempt and at least 3 s (the local runtime compresses the two minutes; uploads are real).
 HOLD_RESERVE_SECONDS = 30.0
-HOLD_RESERVE_FRACTION = 0.25
+HOLD_RESERVE_FRACTION = 1 / 3
 HOLD_UPLOAD_FACTOR = 4.0
 HOLD_MIN_RESERVE_SECONDS = 3.0
 HOLD_MIN_SECONDS = 0.5  # a hold shorter than this is not worth it: tell the session at once
