@@ -648,6 +648,8 @@ class _AttemptRun:
                     returned_at = time.monotonic()
                     if isinstance(event, DoneLine):
                         done = event
+                        if event.interrupted and end_by is not None:
+                            self._hand_off_early(uploader, event, end_by)
                     else:
                         failed = event
                 elif isinstance(event, SessionExited):
@@ -700,6 +702,22 @@ class _AttemptRun:
             process.log_tail(),
             _max(failed.step if failed else None, step),
         )
+
+    def _hand_off_early(self, uploader: CheckpointUploader, done: DoneLine, end_by: float) -> None:
+        """train() returned on a notice, so no checkpoint comes after the ones queued: once
+        they are uploaded, release the replacement now, not after the process has exited
+        (tearing down a PyTorch process takes seconds); `_preempted` writes it again."""
+        notice = self.agent._notice
+        assert notice is not None
+
+        def run() -> None:
+            if uploader.wait_idle(max(1.0, end_by - time.monotonic())):
+                step = _max(done.step, self.progress.step)
+                checkpoint_step = _max(uploader.last_step, self.restored_step)
+                manifest = uploader.last_manifest_key
+                self._write_handoff(step, checkpoint_step, manifest, notice.notice)
+
+        threading.Thread(target=run, name="early-handoff", daemon=True).start()
 
     def _may_tell(self, notice: _InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
         """Pass the notice on now? With warm start, a spot notice waits for the replacement."""
