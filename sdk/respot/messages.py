@@ -155,16 +155,42 @@ class AgentFailed(_Message):
     exit_code: int | None = None
     log_tail: list[str] = Field(default_factory=list)
     step: int | None = None
+    # "environment": the job's environment could not be built (pip refused the requirements,
+    # the image could not be pulled). The job's own input is at fault, so a new instance would
+    # fail the same way: the control plane fails the job at once, as for any AgentFailed.
+    stage: Literal["setup", "environment", "session"] | None = None
+
+
+class AgentBootFailed(_Message):
+    """The instance's boot script failed before the agent ran; the instance powers off next.
+
+    Sent by `infra/bootstrap/agent-bootstrap.sh` (not by the agent), in the same envelope
+    (`AgentMessage`, `seq` 0). `reason` says which step failed; `log_tail` is the end of the
+    boot script's log. An attempt that ends this way never started training.
+    """
+
+    kind: Literal["boot_failed"] = "boot_failed"
+    reason: str
+    log_tail: list[str] = Field(default_factory=list)
 
 
 AgentBody = Annotated[
-    AgentStarted | AgentProgress | AgentCheckpoint | AgentPreempted | AgentCompleted | AgentFailed,
+    AgentStarted
+    | AgentProgress
+    | AgentCheckpoint
+    | AgentPreempted
+    | AgentCompleted
+    | AgentFailed
+    | AgentBootFailed,
     Field(discriminator="kind"),
 ]
 
 
 class AgentMessage(_Message):
-    """Envelope of everything an agent sends; `seq` grows by one per message of one agent run."""
+    """Envelope of everything an agent sends; `seq` grows by one per message of one agent run.
+
+    The boot script's `AgentBootFailed` uses the same envelope with `seq` 0.
+    """
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
     job_id: str

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from respot.messages import (
+    AgentBootFailed,
     AgentCompleted,
+    AgentFailed,
     AgentMessage,
     AgentPreempted,
     AgentProgress,
@@ -38,3 +40,16 @@ def test_messages_with_values_round_trip() -> None:
 )
 def test_messages_with_none_fields_round_trip(body: AgentCompleted | AgentPreempted) -> None:
     assert roundtrip(body).body == body
+
+
+def test_boot_failed_travels_in_the_agent_envelope() -> None:
+    # What infra/bootstrap/agent-bootstrap.sh sends before powering off (seq 0).
+    text = (
+        '{"schema_version": 1, "job_id": "j", "attempt": 2, "instance_id": "i-1", "seq": 0,'
+        ' "sent_at": "2026-01-01T00:00:00Z", "body": {"kind": "boot_failed",'
+        ' "reason": "no Python", "log_tail": ["a", "b"]}}'
+    )
+    body = AgentMessage.model_validate_json(text).body
+    assert isinstance(body, AgentBootFailed)
+    assert (body.reason, body.log_tail) == ("no Python", ["a", "b"])
+    assert roundtrip(AgentFailed(reason="pip", stage="environment")).body.kind == "failed"
