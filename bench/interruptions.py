@@ -93,6 +93,8 @@ class Changeover:
     paused_simulated_s: float | None  # of it: waiting for simulated EC2 (boot, poll, window)
     paused_share_s: float | None  # of it: respot's own share
     aws_paused_s: float | None  # simulated part unscaled + respot's share
+    final_upload_s: float | None  # the old attempt's notice checkpoint upload (agent's timing)
+    paused_rest_s: float | None  # paused - final upload - restore: what else the pause holds
 
 
 def _wall(mono: float | None, offset: float) -> datetime | None:
@@ -157,6 +159,20 @@ def changeovers(
             share = total - ec2 - (poll or 0.0)
             aws = share + ec2 / scale + (poll or 0.0) / scale
         paused = _secs(last, first)
+        final_upload = next(
+            (
+                float(e.data["upload_seconds"])
+                for e in record.timeline
+                if e.kind == "checkpoint"
+                and e.data.get("reason") == "notice"
+                and e.data.get("attempt") == old.number
+                and e.data.get("upload_seconds") is not None
+            ),
+            None,
+        )
+        rest = None
+        if paused is not None and final_upload is not None and new.restore_seconds is not None:
+            rest = paused - final_upload - new.restore_seconds
         paused_sim = paused_share = aws_paused = None
         if paused is not None:
             paused_sim = sum(_overlap((last, first), s) for s in simulated)
@@ -186,6 +202,8 @@ def changeovers(
                 paused_simulated_s=paused_sim,
                 paused_share_s=paused_share,
                 aws_paused_s=aws_paused,
+                final_upload_s=final_upload,
+                paused_rest_s=rest,
             )
         )
     return found
@@ -305,6 +323,8 @@ METRICS = (
     ("paused_simulated_s", "  of which waiting for simulated EC2 / poll (s)"),
     ("paused_share_s", "  of which respot's own share (s)"),
     ("aws_paused_s", "  on AWS: simulated part unscaled + share (s)"),
+    ("final_upload_s", "the old instance's final (notice) checkpoint upload (s)"),
+    ("paused_rest_s", "paused - final upload - restore (s)"),
 )
 
 
