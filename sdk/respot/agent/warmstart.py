@@ -47,7 +47,8 @@ HOLD_RESERVE_FRACTION = 1 / 3
 HOLD_UPLOAD_FACTOR = 4.0
 HOLD_MIN_RESERVE_SECONDS = 3.0
 HOLD_MIN_SECONDS = 0.5  # a hold shorter than this is not worth it: tell the session at once
-HOLD_POLL_SECONDS = 0.5  # the old instance looks for the successor marker this often
+HOLD_POLL_SECONDS = 1.0  # the old instance looks for the successor marker this often (off the
+# pause: it only decides how long the old instance trains on)
 # The replacement looks for the handoff marker this often once it is warm (the old instance
 # saves and uploads within its reserve, so this costs at most ~120 S3 GETs an interruption).
 WARM_HANDOFF_POLL_SECONDS = 0.25
