@@ -3,7 +3,7 @@ notice, the old attempt's last training step, the new attempt's first, and how i
 
 from __future__ import annotations
 
-from respot.core.events import AgentReport, InterruptionNotice
+from respot.core.events import AgentReport, InstanceDown, InterruptionNotice
 from respot.ec2events import parse_ec2_event
 from respot.messages import AgentPreempted, AgentProgress, AgentStarted
 from tests.core.factories import agent, at
@@ -76,3 +76,19 @@ def test_a_cold_start_after_a_failed_warm_up_says_so_in_the_timeline() -> None:
     d.apply(AgentReport(agent(d.job, 2, "i-2", body)), 30)
     resumed = [e for e in d.job.timeline if e.kind == "resumed"][-1]
     assert "warm-up failed (ImportError: no module x), started cold" in resumed.text
+
+
+def test_a_preempted_message_after_the_instance_is_gone_still_gives_the_last_step_time() -> None:
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 20)
+    d.apply(InstanceDown("i-1", 1, "shutting-down"), 24)
+    assert d.job.attempts[0].end is not None
+    body = AgentPreempted(
+        step=50, checkpoint_step=50, notice="spot-interruption", last_step_at=at(23)
+    )
+    decision = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 25)
+    assert decision.record is not None
+    assert d.job.attempts[0].last_step_at == at(23)
+    again = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 26)
+    assert again.record is None  # a duplicate changes nothing

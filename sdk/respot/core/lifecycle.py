@@ -655,6 +655,10 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 return _unchanged("ignored: older checkpoint")
         case AgentPreempted():
             if att.end is not None:
+                if att.last_step_at is None and body.last_step_at is not None:
+                    # The instance-gone event came first: still keep when training stopped.
+                    att.last_step_at = body.last_step_at
+                    return d.decision()
                 return _unchanged("duplicate")
             att.last_step = max(att.last_step or 0, body.step or 0)
             att.last_step_at = body.last_step_at
