@@ -60,8 +60,8 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
     second = None
     try:
         mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=60)
-        # WHEN the notice comes with 40 s to go (the reserve is 10 s: it may hold for 30 s)
-        first.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=40))
+        # WHEN the notice comes with 90 s to go (the reserve is 30 s: it may hold for 60 s)
+        first.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=90))
         noticed = time.monotonic()
         time.sleep(3.0)
         # THEN the session is not told yet: it trains on while no replacement is warm
@@ -75,9 +75,9 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
         )
         # WHEN the replacement boots: it warms up, says so, and waits for the handoff
         second = stage.boot(sub.job_id, 2, await_handoff=1)
-        code1 = first.wait(60)
+        code1 = first.wait(120)
         handed_off = time.monotonic()
-        code2 = second.wait(60)
+        code2 = second.wait(120)
     finally:
         first.stop()
         if second is not None:
@@ -88,7 +88,7 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
     # THEN the old instance was told once the replacement was warm, well before the reclaim
     assert exists(s3, bucket, layout.successor_ready_key(sub.job_id, 1))
     assert "telling the session now: the replacement is warm" in first.log()
-    assert handed_off - noticed < 30
+    assert handed_off - noticed < 60
     preempted = mailbox.of(1)[-1].body
     assert isinstance(preempted, AgentPreempted), mailbox.kinds(1)
     assert preempted.step == preempted.checkpoint_step  # zero lost work
