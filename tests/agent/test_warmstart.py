@@ -54,7 +54,15 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
 ) -> None:
     s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
     sub = submit_job(
-        s3, bucket, hyperparameters={"steps": 1500, "sleep": 0.01, "checkpoint_every": 50}
+        s3,
+        bucket,
+        hyperparameters={
+            # attempt 1 would train for 200 s: longer than any hold; attempt 2 runs at once
+            "steps": 20_000,
+            "sleep": 0.01,
+            "resumed_sleep": 0.0,
+            "checkpoint_every": 500,
+        },
     )
     first = stage.boot(sub.job_id, 1)
     second = None
@@ -101,7 +109,7 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
     done = mailbox.of(2)[-1].body
     assert isinstance(done, AgentCompleted), mailbox.kinds(2)
     result = get_json(s3, bucket, done.outputs_prefix + "result.json")
-    assert result["total"] == sum(range(1, 1501))
+    assert result["total"] == sum(range(1, 20_001))
     # prepare() ran before the restore: the checkpoint directory was still empty
     assert result["prepared"] == {"checkpoint_files": [], "resume_step": None}
     assert result["resumed_from"] == preempted.checkpoint_step

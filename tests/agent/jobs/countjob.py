@@ -29,6 +29,8 @@ class CountingSession(TrainingSession):
     def train(self) -> None:
         steps = int(self.hparams.get("steps", 20))
         sleep = float(self.hparams.get("sleep", 0.0))
+        if self.resume_step is not None:  # a resumed attempt may run faster (tests that wait)
+            sleep = float(self.hparams.get("resumed_sleep", sleep))
         every = int(self.hparams.get("checkpoint_every", 5))
         fail_at = self.hparams.get("fail_at")
         ignore_notice = bool(self.hparams.get("ignore_notice", False))
