@@ -67,7 +67,7 @@ def test_without_credentials_nothing_else_runs() -> None:
 
     findings = run_checks(Target(region=REGION, instance_types=("g5.xlarge",)), client)
     assert findings[0].status is Status.BLOCKER and blocks(findings)
-    assert all(f.status is Status.SKIPPED for f in findings[1:]) and len(findings) == 8
+    assert all(f.status is Status.SKIPPED for f in findings[1:]) and len(findings) == 9
 
 
 # ---- CDK bootstrap ----------------------------------------------------------------------
@@ -91,6 +91,46 @@ def test_bootstrap_missing_old_and_current(aws: Any) -> None:
     assert old.status is Status.BLOCKER and "needs 6" in old.summary
     ssm.put_parameter(Name=name, Value="29", Type="String", Overwrite=True)
     assert check().status is Status.OK
+
+
+# ---- the respot stack -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "expected", "fix"),
+    [
+        ("ROLLBACK_COMPLETE", Status.BLOCKER, "delete-stack --stack-name Respot"),
+        ("UPDATE_ROLLBACK_FAILED", Status.BLOCKER, "continue-update-rollback"),
+        ("DELETE_FAILED", Status.BLOCKER, "describe-stack-events"),
+        ("UPDATE_IN_PROGRESS", Status.WARN, "wait"),
+        ("UPDATE_COMPLETE", Status.OK, ""),
+    ],
+)
+def test_a_stack_left_by_a_failed_deploy_blocks_with_the_way_out(
+    status: str, expected: Status, fix: str
+) -> None:
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    with Stubber(cfn) as stub:
+        stub.add_response(
+            "describe_stacks",
+            {
+                "Stacks": [
+                    {
+                        "StackName": "Respot",
+                        "CreationTime": "2026-11-23T00:00:00Z",
+                        "StackStatus": status,
+                    }
+                ]
+            },
+            {"StackName": "Respot"},
+        )
+        finding = checks.check_stack(cfn, stack_name="Respot")
+    assert finding.status is expected and fix in finding.fix
+
+
+def test_a_stack_not_deployed_yet_is_fine(aws: Any) -> None:
+    finding = checks.check_stack(aws("cloudformation"), stack_name=f"R-{secrets.token_hex(3)}")
+    assert finding.status is Status.OK and "not deployed yet" in finding.summary
 
 
 # ---- spot service-linked role ----------------------------------------------------------

@@ -53,6 +53,7 @@ def test_doctor_local_passes_on_the_provisioned_emulator(local_state: Any) -> No
     found = {f["check"]: f["status"] for f in json.loads(result.stdout)["findings"]}
     assert found["credentials"] == "ok"
     assert found["CDK bootstrap"] == "skipped" and found["quotas"] == "skipped"
+    assert found["stack"] == "skipped"
     assert found["spot service-linked role"] == "ok" and found["AMI"] == "ok"
     assert found["Slack token"] == "ok" and found["VPC"] == "ok"
     subnets = [s for c, s in found.items() if c.startswith("subnet ")]
@@ -84,6 +85,7 @@ def test_doctor_on_aws_reads_cdk_json_and_names_the_bootstrap_fix(
     assert found["CDK bootstrap"]["status"] == "blocker"
     assert found["CDK bootstrap"]["fix"] == "cdk bootstrap aws://123456789012/us-east-1"
     assert found["AMI"]["status"] == "ok" and found["network"]["status"] == "ok"
+    assert found["stack"]["status"] == "ok"  # not deployed yet
     assert found["Slack token"]["status"] == "skipped"  # not deployed yet
     # moto has no EC2 quotas: the doctor says it could not read them instead of guessing
     assert found["quota G and VT spot"]["status"] == "warn"

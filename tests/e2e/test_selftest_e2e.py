@@ -110,3 +110,35 @@ def test_respot_selftest_local_from_the_command_line(
     report = json.loads(result.stdout)
     assert report["passed"] and report["changeover"]["lost_steps"] == 0
     assert report["experiment_status"] in {"running", "completed"}
+
+
+def test_ctrl_c_cancels_the_job_and_stops_the_experiment(rt: LocalRuntime) -> None:
+    # GIVEN a self-test that is stopped by Ctrl-C right after it started the experiment
+    pressed: list[str] = []
+
+    def echo(line: str) -> None:
+        if "started FIS experiment" in line and not pressed:
+            pressed.append(line)
+            raise KeyboardInterrupt
+
+    test = Selftest(rt.sdk_deployment(), cloud.session(), plan=PLAN, timeouts=TIMEOUTS, echo=echo)
+    with pytest.raises(KeyboardInterrupt):
+        test.run()
+    # THEN the job is cancelled and the experiment ends: nothing is left running
+    assert test.result.outcome == "stopped by Ctrl-C" and test.result.experiment_id
+    # (The experiment lasts 4 s here; on a loaded machine it may be over before the clean-up
+    # looks, and then there is nothing to stop. If it was still live, it must end stopped.)
+    asked_to_stop = any("stopped FIS experiment" in s for s in test.result.steps)
+    expected = "stopped" if asked_to_stop else "completed"
+    fis = rt.client("fis")
+    end = time.monotonic() + 30
+    record = rt.job_record(test.result.job_id or "")
+    status = ""
+    while time.monotonic() < end:
+        record = rt.job_record(test.result.job_id or "")
+        status = fis.get_experiment(id=test.result.experiment_id)["experiment"]["state"]["status"]
+        if record is not None and record.state is JobState.CANCELLED and status == expected:
+            break
+        time.sleep(0.2)
+    assert record is not None and record.state is JobState.CANCELLED
+    assert status == expected, test.result.steps

@@ -18,6 +18,7 @@ ENV_IMDS_POLL = "RESPOT_IMDS_POLL_SECONDS"
 ENV_HANDOFF_WAIT = "RESPOT_HANDOFF_WAIT_SECONDS"
 ENV_SHUTDOWN = "RESPOT_SHUTDOWN"
 ENV_LOG_GROUP = "RESPOT_LOG_GROUP"  # CloudWatch Logs group for the session's output; unset: none
+ENV_GPU_SAMPLE = "RESPOT_GPU_SAMPLE_SECONDS"  # how often NVML is read (respot.agent.telemetry)
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 
 DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
@@ -43,6 +44,7 @@ class AgentConfig:
     handoff_wait_seconds: float = 150.0
     shutdown: Shutdown = "exit"
     log_group: str | None = None
+    gpu_sample_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -85,4 +87,5 @@ class AgentConfig:
             handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),
             shutdown="poweroff" if shutdown == "poweroff" else "exit",
             log_group=env.get(ENV_LOG_GROUP, "").strip() or None,
+            gpu_sample_seconds=seconds(ENV_GPU_SAMPLE, 10.0),
         )

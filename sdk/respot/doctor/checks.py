@@ -93,6 +93,44 @@ def _toolkit_stack_status(cfn: Any) -> str | None:
     return str(stacks[0]["StackStatus"]) if stacks else None
 
 
+# ---- the respot stack itself ---------------------------------------------------------------
+
+
+def check_stack(cfn: Any, *, stack_name: str) -> Finding:
+    """Whether `cdk deploy` can create or update the stack now (a failed first deploy leaves
+    it in ROLLBACK_COMPLETE, which CloudFormation cannot update)."""
+    name = "stack"
+    try:
+        stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+    except ClientError as exc:
+        if error_code(exc) != "ValidationError":  # "Stack with id ... does not exist"
+            raise
+        stacks = []
+    if not stacks:
+        return ok(name, f"{stack_name} is not deployed yet: `cdk deploy` creates it")
+    status = str(stacks[0]["StackStatus"])
+    events = f"aws cloudformation describe-stack-events --stack-name {stack_name}"
+    if status == "ROLLBACK_COMPLETE":
+        return blocker(
+            name,
+            f"a failed first deploy left {stack_name} in ROLLBACK_COMPLETE; CloudFormation "
+            "cannot update it",
+            f"see why: {events}; then aws cloudformation delete-stack --stack-name "
+            f"{stack_name} and deploy again",
+        )
+    if status == "UPDATE_ROLLBACK_FAILED":
+        return blocker(
+            name,
+            f"{stack_name} is UPDATE_ROLLBACK_FAILED",
+            f"aws cloudformation continue-update-rollback --stack-name {stack_name} (see {events})",
+        )
+    if status.endswith("_FAILED"):
+        return blocker(name, f"{stack_name} is {status}", f"see why: {events}")
+    if status.endswith("_IN_PROGRESS"):
+        return warn(name, f"{stack_name} is {status}", "wait for it to finish, then deploy")
+    return ok(name, f"{stack_name} is {status}")
+
+
 # ---- the EC2 Spot service-linked role ----------------------------------------------------
 
 
@@ -460,8 +498,9 @@ def _egress(
     return warn(
         name,
         f"private with S3, SQS and Logs endpoints: respot works; {public_note}package indexes "
-        "(a job's requirements) are out of reach",
-        "add a NAT route if jobs install packages from PyPI",
+        "(a job's requirements) are out of reach, and container images need ECR endpoints",
+        "add a NAT route if jobs install packages from PyPI; for image jobs add the ecr.api "
+        "and ecr.dkr interface endpoints",
     )
 
 

@@ -43,6 +43,7 @@ def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
     findings = [credentials]
     names = (
         "CDK bootstrap",
+        "stack",
         "spot service-linked role",
         "instance types",
         "quotas",
@@ -67,6 +68,13 @@ def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
                 account=account,
                 region=region,
             ),
+        )
+    if target.local:
+        findings.append(skipped("stack", LOCAL_BOOTSTRAP))
+    else:
+        findings += _guarded(
+            "stack",
+            lambda: checks.check_stack(client("cloudformation"), stack_name=target.stack_name),
         )
     findings += _guarded("spot service-linked role", lambda: checks.check_spot_role(client("iam")))
     zones = sorted(set(target.subnets.values()))
