@@ -134,9 +134,17 @@ class InstanceFleet:
         self.put_events: list[tuple[str, str, dict[str, Any]]] = []
         self.instances: dict[str, LocalInstance] = {}
         self.on_boot: list[Callable[[LocalInstance], None]] = []
+        # instance id -> the credentials its instance profile gives it (None: the emulator's)
+        self.credentials: Callable[[str], dict[str, str]] | None = None
+        # A broken boot, for tests and bench.failures: (reason, report). The instance powers
+        # off at boot instead of starting the agent, after sending the boot script's
+        # `boot_failed` report if `report` (what agent-bootstrap.sh does when a step fails),
+        # or silently (a boot that dies before it can report).
+        self.broken_boot: tuple[str, bool] | None = None
         self._lock = threading.RLock()
         self._events = deployment.client("events")
         self._ec2 = deployment.client("ec2")
+        self._sqs = deployment.client("sqs")
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="local-fleet", daemon=True)
         self._watcher.start()
@@ -185,6 +193,9 @@ class InstanceFleet:
         self.timers.after(self.scale.real(self.timing.boot_seconds), lambda: self._boot(inst))
 
     def _boot(self, inst: LocalInstance) -> None:
+        if self.broken_boot is not None:
+            self._fail_boot(inst, *self.broken_boot)
+            return
         if self.agent is not None:
             with self._lock:
                 if inst.state != "running":
@@ -216,6 +227,7 @@ class InstanceFleet:
                 **self.agent_env,
                 "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
                 "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+                **(self.credentials(inst.instance_id) if self.credentials else {}),
                 "AWS_DEFAULT_REGION": self.deployment.region,
                 "AWS_REGION": self.deployment.region,
                 # agent_env may point agents elsewhere (the cost benchmark counts them apart).
@@ -242,6 +254,31 @@ class InstanceFleet:
             inst.events.append((inst.booted_at, "booted"))
         for callback in self.on_boot:
             callback(inst)
+
+    def _fail_boot(self, inst: LocalInstance, reason: str, report: bool) -> None:
+        with self._lock:
+            if inst.state != "running":
+                return
+            inst.events.append((time.monotonic(), f"boot failed: {reason}"))
+        if report and inst.job_id is not None and inst.attempt is not None:
+            from respot.messages import AgentBootFailed, AgentMessage
+
+            message = AgentMessage(
+                job_id=inst.job_id,
+                attempt=inst.attempt,
+                instance_id=inst.instance_id,
+                seq=0,
+                sent_at=datetime.now(UTC),
+                body=AgentBootFailed(reason=reason, log_tail=[f"respot-boot: {reason}"]),
+            )
+            try:
+                self._sqs.send_message(
+                    QueueUrl=self.deployment.queue_urls["agent-events"],
+                    MessageBody=message.model_dump_json(exclude_none=True),
+                )
+            except Exception:
+                log.exception("could not send the boot report of %s", inst.instance_id)
+        self.terminate(inst.instance_id, f"powered off by its boot script: {reason}")
 
     # ---- interruptions and the end of instances ----------------------------------------------
 
