@@ -764,12 +764,18 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 return _unchanged("ignored: older checkpoint")
         case AgentPreempted():
             if att.end is not None:
-                if att.last_step_at is None and body.last_step_at is not None:
-                    # The instance-gone event came first: still keep when training stopped.
-                    att.last_step_at = body.last_step_at
-                    return d.decision()
-                return _unchanged("duplicate")
-            att.last_step = max(att.last_step or 0, body.step or 0)
+                # The instance-gone event came first: still keep where and when training
+                # stopped.
+                late = (att.last_step is None and body.step is not None) or (
+                    att.last_step_at is None and body.last_step_at is not None
+                )
+                if not late:
+                    return _unchanged("duplicate")
+                att.last_step = att.last_step if att.last_step is not None else body.step
+                att.last_step_at = att.last_step_at or body.last_step_at
+                return d.decision()
+            if body.step is not None:  # none: stopped before training began
+                att.last_step = max(att.last_step or 0, body.step)
             att.last_step_at = body.last_step_at
             att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
             lost = (att.last_step or 0) - (body.checkpoint_step or 0)
