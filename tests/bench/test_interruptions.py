@@ -32,7 +32,7 @@ def test_a_warm_changeover_splits_into_reaction_boot_pause_and_what_the_pause_ho
     d = started_job()
     assert d.job is not None
     # EC2 emits the notice at 20.0 (its event says so); the handler requests at 20.3
-    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", sent_at=at(20)), 20.3)
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(20)), 20.3)
     # the old instance trains on until 35.0, saves, uploads in 0.5 s, hands off
     ckpt = AgentCheckpoint(
         step=900,
@@ -77,7 +77,7 @@ def test_a_warm_changeover_splits_into_reaction_boot_pause_and_what_the_pause_ho
 def test_a_pause_that_waits_for_the_boot_counts_that_wait_as_simulated() -> None:
     d = started_job()
     assert d.job is not None
-    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", sent_at=at(20)), 20.1)
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(20)), 20.1)
     body = AgentPreempted(
         step=500, checkpoint_step=500, notice="spot-interruption", last_step_at=at(20.5)
     )

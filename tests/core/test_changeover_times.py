@@ -12,7 +12,7 @@ from tests.core.test_lifecycle import started_job
 
 def test_the_notice_keeps_the_time_ec2_emitted_it_not_only_when_it_was_handled() -> None:
     d = started_job()
-    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", sent_at=at(18)), 20)
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(18)), 20)
     assert d.job is not None
     first = d.job.attempts[0]
     assert first.notice_sent_at == at(18) and first.notice_at == at(20)
@@ -28,15 +28,15 @@ def test_the_event_time_is_read_from_the_envelope_and_a_placeholder_is_none() ->
     }
     parsed = parse_ec2_event(event)
     assert isinstance(parsed, InterruptionNotice)
-    assert parsed.sent_at is not None and parsed.sent_at.isoformat() == "2026-11-23T17:00:05+00:00"
+    assert parsed.at is not None and parsed.at.isoformat() == "2026-11-23T17:00:05+00:00"
     placeholder = parse_ec2_event({**event, "time": "yyyy-mm-ddThh:mm:ssZ"})
-    assert isinstance(placeholder, InterruptionNotice) and placeholder.sent_at is None
+    assert isinstance(placeholder, InterruptionNotice) and placeholder.at is None
 
 
 def test_first_and_last_training_steps_of_attempts_are_recorded() -> None:
     d = started_job()
     assert d.job is not None
-    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", sent_at=at(19)), 20)
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(19)), 20)
     body = AgentPreempted(
         step=50, checkpoint_step=50, notice="spot-interruption", last_step_at=at(21)
     )
