@@ -157,12 +157,14 @@ class Fleet(Construct):
             "IAM5",
             "An instance learns its job at boot (from its tags), so its role covers every "
             "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
-            "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
+            "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
+            "checkpoints/ for pruning) and list the bucket, which holds only jobs/. "
             "docs/security.md says how this could be narrowed to one job.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
             ],
         )
         if data_buckets:
