@@ -26,6 +26,7 @@ from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
 from respot import layout
 from respot.agent import config as agent_config
+from respot.agent.secrets import JOB_SECRET_PREFIX
 from respot.core.lifecycle import MANAGED_TAG
 
 BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[1] / "bootstrap" / "agent-bootstrap.sh"
@@ -141,6 +142,15 @@ class Fleet(Construct):
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
                 resources=[self.log_group.log_group_arn],
             ),
+            # `secrets: {NAME: ARN}` of a job spec, read by the agent (respot.agent.secrets).
+            iam.PolicyStatement(
+                sid="ReadJobSecrets",
+                actions=["secretsmanager:GetSecretValue"],
+                resources=[
+                    f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:"
+                    f"{JOB_SECRET_PREFIX}*"
+                ],
+            ),
         )
         for bucket_ref in data_buckets:
             bucket_arn, objects, prefix = _data_bucket_resources(bucket_ref)
@@ -159,12 +169,15 @@ class Fleet(Construct):
             "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
             "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
             "checkpoints/ for pruning) and list the bucket, which holds only jobs/. "
-            "docs/security.md says how this could be narrowed to one job.",
+            "docs/security.md says how this could be narrowed to one job. Job secrets: only "
+            "those named respot/jobs/..., the names job specs reference by ARN.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
+                r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],
         )
         if data_buckets:

@@ -14,12 +14,14 @@ jobs/<job>/tensorboard/...               scalars from report()
 
 from __future__ import annotations
 
+from respot.jobid import check_job_id
+
 JOBS_PREFIX = "jobs/"
 
 
 def job_prefix(job_id: str) -> str:
-    """Everything of one job lives under this prefix."""
-    return f"{JOBS_PREFIX}{job_id}/"
+    """Everything of one job lives under this prefix (`InvalidJobIdError` for a bad id)."""
+    return f"{JOBS_PREFIX}{check_job_id(job_id)}/"
 
 
 def submission_key(job_id: str) -> str:

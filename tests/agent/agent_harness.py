@@ -38,6 +38,7 @@ def submit_job(
     *,
     hyperparameters: dict[str, Any],
     environment: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
     checkpoint_keep: int = 2,
     entry_point: str = ENTRY_POINT,
 ) -> JobSubmission:
@@ -54,6 +55,7 @@ def submit_job(
             entry_point=entry_point,
             hyperparameters=hyperparameters,
             environment=environment or {},
+            secrets=secrets or {},
             checkpoint_keep=checkpoint_keep,
         ),
         code=CodeArtifact(s3_uri=f"s3://{bucket}/{key}", sha256=digest, size_bytes=len(code)),
