@@ -22,7 +22,7 @@ def rt() -> Iterator[LocalRuntime]:
         yield runtime
 
 
-def _final(rt: LocalRuntime, job_id: str, timeout: float = 90.0) -> JobRecord:
+def _final(rt: LocalRuntime, job_id: str, timeout: float = 180.0) -> JobRecord:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         record = rt.job_record(job_id)
@@ -47,7 +47,7 @@ def test_a_broken_boot_fails_the_job_after_three_attempts_with_its_reason(
     assert "AccessDenied" in record.reason
     assert len(record.attempts) == 3 and record.interruptions == 0
     # and the team hears why, in the job's Slack thread
-    rt.wait_notifications(30)
+    rt.wait_notifications(60)
     end = time.monotonic() + 30
     while "AccessDenied" not in rt.slack_thread(job.job_id) and time.monotonic() < end:
         time.sleep(0.5)  # the last reply may still be on its way on a loaded machine
