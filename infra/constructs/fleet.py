@@ -167,13 +167,15 @@ class Fleet(Construct):
             "IAM5",
             "An instance learns its job at boot (from its tags), so its role covers every "
             "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
-            "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
+            "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
+            "checkpoints/ for pruning) and list the bucket, which holds only jobs/. "
             "docs/security.md says how this could be narrowed to one job. Job secrets: only "
             "those named respot/jobs/..., the names job specs reference by ARN.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
                 r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
                 r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],
