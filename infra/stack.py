@@ -87,6 +87,7 @@ class RespotStack(Stack):
             root_device_name=settings.root_device_name,
             log_group_name=f"/{settings.name_prefix}/jobs",
             agent_asset=agent_asset or agent_package_asset(),
+            framework_python=settings.framework_python,
         )
 
         self.slack_secret = secretsmanager.Secret(

@@ -122,19 +122,22 @@ class LocalRuntime:
         endpoint = self.server.start()
         if opts.endpoint_proxy is not None:
             endpoint = opts.endpoint_proxy(endpoint)
-        self.deployment = cloud.provision(
-            endpoint,
-            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
-            instance_types=opts.instance_types,
-            availability_zones=opts.availability_zones,
-            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
-        )
         if opts.work_root is None:
             self._work_root = Path(tempfile.mkdtemp(prefix="respot-local-"))
             self._owns_work_root = not opts.keep_work_root
         else:
             self._work_root = opts.work_root
             self._work_root.mkdir(parents=True, exist_ok=True)
+        self.deployment = cloud.provision(
+            endpoint,
+            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
+            instance_types=opts.instance_types,
+            availability_zones=opts.availability_zones,
+            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
+            # Instances boot the launch template's user data on this AMI stand-in; the scale
+            # benchmark's in-process agents boot nothing.
+            image_dir=None if opts.instance_agent is not None else self._work_root / "ami",
+        )
         self.timers = Timers()
         self.fleet = InstanceFleet(
             self.deployment,

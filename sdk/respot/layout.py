@@ -9,11 +9,18 @@ jobs/<job>/control/<attempt>.json        the control plane asks that attempt to 
 jobs/<job>/outputs/...                   what the session left in output_dir at the end
 jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
 jobs/<job>/tensorboard/...               scalars from report()
+wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job environments)
 """
 
 from __future__ import annotations
 
 JOBS_PREFIX = "jobs/"
+WHEELHOUSE_PREFIX = "wheelhouse/"
+
+
+def wheelhouse_key(requirements_hash: str) -> str:
+    """The wheels that satisfy one set of requirements on one platform (shared by reruns)."""
+    return f"{WHEELHOUSE_PREFIX}{requirements_hash}/wheels.zip"
 
 
 def job_prefix(job_id: str) -> str:

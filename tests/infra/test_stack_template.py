@@ -279,6 +279,11 @@ def test_control_plane_data_access_is_its_table_and_jobs_prefix(respot, resource
                 assert table in json.dumps(resource), name
             assert resources_text.count("/index/") <= len(WIRING.table_indexes)
         if any(a in ("s3:GetObject", "s3:PutObject") for a in actions) and bucket in resources_text:
+            if statement.get("Sid") == "JobWheelhouse":
+                # The instances' cache of job environments (docs/environments.md), only there.
+                assert name.startswith("FleetInstancePolicy"), name
+                assert resources_text.endswith('"/wheelhouse/*"]]}'), resources_text
+                continue
             assert "/jobs/" in resources_text, (name, resources_text)
         if "s3:ListBucket" in actions and bucket in resources_text:
             # Only the bucket, and no prefix condition: HeadObject of a missing key must

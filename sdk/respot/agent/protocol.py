@@ -107,6 +107,9 @@ class SessionLaunch(BaseModel):
     attempt: int
     resume_step: int | None = None
     report_interval_seconds: float = REPORT_INTERVAL_SECONDS
+    # Multi-process and container sessions: every rank watches this file for the notice (the
+    # control pipe reaches rank 0 only). Absent: the control pipe alone.
+    notice_file: str | None = None
 
 
 def line(message: BaseModel) -> str:

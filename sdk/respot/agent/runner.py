@@ -17,7 +17,9 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -30,6 +32,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 
 from respot import layout
+from respot.agent import environment as job_env
+from respot.agent import launch as launchers
 from respot.agent.config import AgentConfig
 from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
@@ -40,6 +44,7 @@ from respot.agent.process import (
     SessionExited,
     SessionProcess,
     describe_exit,
+    respot_site,
     session_environment,
 )
 from respot.agent.protocol import (
@@ -426,11 +431,25 @@ class _AttemptRun:
         self.restored_step: int | None = None
         self.scalars = ScalarLog(dirs.root / "tensorboard", attempt=attempt)
         self.shipper: LogShipper | None = None
+        self.job_python = job_env.JobPython(str(self.config.framework_python or sys.executable))
+        self.phases: dict[str, float] = {}  # seconds of each step of the start (bench.boot)
 
     def execute(self) -> AgentResult:
         # 1-4: prepare the job.
         try:
             submission, restore_seconds, manifest_key = self._prepare()
+        except (job_env.EnvironmentBuildError, launchers.LaunchError) as exc:
+            # The job's own input (its requirements, its image): another instance would fail
+            # the same way, so the job fails once, with pip's (or the engine's) message.
+            reason = f"job environment: {exc}"
+            logger.error("%s", reason)
+            tail = exc.log_tail if isinstance(exc, job_env.EnvironmentBuildError) else []
+            self.messenger.send(
+                AgentFailed(
+                    reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:], stage="environment"
+                )
+            )
+            return AgentResult("failed", self.job_id, self.attempt, reason=reason)
         except Exception as exc:
             logger.exception("setup failed")
             reason = f"setup failed: {exc}"
@@ -477,13 +496,33 @@ class _AttemptRun:
         spec = submission.spec
         if spec.entry_point is None:
             raise SetupError(
-                "the job names no entry_point; this agent runs 'package.module:Session' "
-                "entry points (container images are not supported yet)"
+                "the job names no entry_point; set it to the 'package.module:Session' the "
+                "session runner starts (also inside an image)"
             )
+        t0 = time.monotonic()
         if submission.code is not None:
             fetch_code(self.s3, submission.code, self.dirs.code, self.dirs.root)
         fetched = fetch_data(self.s3, list(spec.data), self.dirs.data) if spec.data else 0
         logger.info("code and %d bytes of data in place", fetched)
+        self.phases["code_and_data"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        if spec.image is not None:
+            ecr = None
+            if self.config.endpoint_url is None:
+                import boto3
+
+                ecr = boto3.client("ecr", region_name=self.config.region or self.identity.region)
+            launchers.pull(spec.image, ecr, os.environ)
+        else:
+            self.job_python = job_env.prepare(
+                spec,
+                framework_python=self.job_python.python,
+                code_dir=self.dirs.code,
+                env_dir=self.dirs.root / "env",
+                s3=self.s3,
+                bucket=self.config.bucket,
+            )
+        self.phases["environment"] = time.monotonic() - t0
         previous = self.identity.await_handoff
         if previous is not None:
             key = layout.handoff_key(self.job_id, previous)
@@ -504,6 +543,12 @@ class _AttemptRun:
         t0 = time.monotonic()
         manifest = self.store.restore(self.dirs.checkpoint)
         restore_seconds = time.monotonic() - t0
+        self.phases["restore"] = restore_seconds
+        logger.info(
+            "phases: %s; wheelhouse %s",
+            json.dumps({k: round(v, 3) for k, v in self.phases.items()}),
+            self.job_python.wheelhouse or "none",
+        )
         self.restored_step = manifest.step if manifest else None
         return submission, restore_seconds, manifest.key if manifest else None
 
@@ -512,6 +557,8 @@ class _AttemptRun:
     def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
         spec = submission.spec
         assert spec.entry_point is not None
+        launcher = self._launcher(spec)
+        ipc = self.dirs.root / "ipc"
         launch = SessionLaunch(
             entry_point=spec.entry_point,
             code_dir=str(self.dirs.code),
@@ -524,6 +571,7 @@ class _AttemptRun:
             job_id=self.job_id,
             attempt=self.attempt,
             resume_step=self.restored_step,
+            notice_file=str(ipc / "notice") if launcher.named_pipes else None,
         )
         events = self.agent._events
         if self.config.log_group and self.agent.logs is not None:
@@ -534,11 +582,13 @@ class _AttemptRun:
             )
         process = SessionProcess(
             launch,
-            launch_path=self.dirs.launch,
+            launch_path=ipc / "session.json" if launcher.named_pipes else self.dirs.launch,
             env=session_environment(launch, spec.environment),
             log_path=self.dirs.log,
             on_event=events.put,
             on_output=self.shipper.write if self.shipper is not None else None,
+            launcher=launcher.argv,
+            named_pipes=launcher.named_pipes,
         )
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
@@ -623,6 +673,39 @@ class _AttemptRun:
             process.log_tail(),
             _max(failed.step if failed else None, step),
         )
+
+    def _launcher(self, spec: Any) -> launchers.Launcher:
+        """Plain, torchrun (processes_per_node) or the image's container."""
+        nproc = launchers.processes(spec.processes_per_node)
+        if spec.image is None:
+            python = self.job_python.python
+            return launchers.torchrun(python, nproc) if nproc > 1 else launchers.plain(python)
+        (self.dirs.root / "ipc").mkdir(parents=True, exist_ok=True)
+        names = ["PYTHONUNBUFFERED", *sorted(spec.environment)]
+        names += [
+            "RESPOT_JOB_ID",
+            "RESPOT_ATTEMPT",
+            "RESPOT_SEED",
+            "RESPOT_CHECKPOINT_DIR",
+            "RESPOT_DATA_DIR",
+            "RESPOT_OUTPUT_DIR",
+            "RESPOT_HYPERPARAMETERS",
+        ]
+        if self.restored_step is not None:
+            names.append("RESPOT_RESUME_STEP")
+        box = launchers.container(
+            spec.image,
+            name=f"respot-{self.job_id}-{self.attempt}",
+            # The attempt's directory holds code, data, checkpoint, output, staging and the
+            # named pipes; respot's own site is read-only.
+            mounts=[(self.dirs.root, False), (Path(respot_site()), True)],
+            env_names=names,
+            workdir=str(self.dirs.code),
+        )
+        if nproc > 1:
+            inner = launchers.torchrun("python", nproc)
+            return launchers.Launcher(box.argv[:-1] + inner.argv, True, nproc)
+        return box
 
     def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
         self.messenger.send(
