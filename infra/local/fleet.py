@@ -231,6 +231,14 @@ class InstanceFleet:
                 }
             )
             inst.process = inst.root.run_user_data(self.user_data(), env)
+            inst.events.append((time.monotonic(), "user data"))
+        # Booted (on_boot, chaos timing) once the user data has started the agent's unit: the
+        # watcher sees its journal appear.
+
+    def _booted(self, inst: LocalInstance) -> None:
+        with self._lock:
+            if not inst.alive or inst.booted_at is not None:
+                return
             inst.booted_at = time.monotonic()
             inst.events.append((inst.booted_at, "booted"))
         for callback in self.on_boot:
@@ -330,6 +338,16 @@ class InstanceFleet:
                     for i in self.instances.values()
                     if i.alive and i.root is not None and (why := i.root.powered_off)
                 ]
+                started = [
+                    i
+                    for i in self.instances.values()
+                    if i.alive
+                    and i.booted_at is None
+                    and i.log_path is not None
+                    and i.log_path.exists()
+                ]
+            for inst in started:
+                self._booted(inst)
             for inst, why in off:
                 self.terminate(inst.instance_id, f"powered off by the instance ({why})")
 

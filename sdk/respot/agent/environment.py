@@ -93,14 +93,20 @@ def prepare(
     env_dir: Path,
     s3: S3Client,
     bucket: str,
+    framework_name: str | None = None,
 ) -> JobPython:
-    """The job's Python: the framework's, or a venv on it with the requirements installed."""
+    """The job's Python: the framework's, or a venv on it with the requirements installed.
+
+    `framework_name` is the framework Python's name in the AMI contract (the same on every
+    instance of a deployment); it keys the wheelhouse, with the Python version and machine.
+    """
     started = time.monotonic()
     requirements = job_requirements(spec, code_dir)
     if not requirements:
         return JobPython(python=framework_python)
     python = make_venv(framework_python, env_dir)
-    key = layout.wheelhouse_key(requirements_hash(requirements, *platform_tags(framework_python)))
+    tags = platform_tags(framework_python, framework_name)
+    key = layout.wheelhouse_key(requirements_hash(requirements, *tags))
     req_file = env_dir / "requirements.txt"
     req_file.write_text("".join(f"{r}\n" for r in requirements))
     wheels = env_dir / "wheelhouse"
@@ -119,18 +125,19 @@ def prepare(
         store_wheelhouse(s3, bucket, key, wheels)
     seconds = time.monotonic() - started
     logger.info(
-        "job environment: %d requirement(s) from the %s wheelhouse in %.2fs",
+        "job environment: %d requirement(s) from the %s wheelhouse in %.2fs (%s)",
         len(requirements),
         how,
         seconds,
+        key,
     )
     return JobPython(python, tuple(requirements), how, seconds)
 
 
-def platform_tags(framework_python: str) -> tuple[str, ...]:
+def platform_tags(framework_python: str, name: str | None = None) -> tuple[str, ...]:
     """What a wheelhouse depends on besides the requirements: Python, machine, framework."""
     version = _run([framework_python, "-c", "import sys; print(sys.version.split()[0])"])
-    return (version.strip(), platform.machine(), framework_python)
+    return (version.strip(), platform.machine(), name or framework_python)
 
 
 def make_venv(framework_python: str, env_dir: Path) -> str:
@@ -184,6 +191,7 @@ def fetch_wheelhouse(s3: S3Client, bucket: str, key: str, wheels: Path) -> bool:
     try:
         s3.download_file(bucket, key, str(archive))
     except ClientError as exc:
+        logger.info("no cached wheelhouse at %s (%s)", key, exc)
         if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
             return False
         logger.warning("reading the wheelhouse failed (%s); building it", exc)

@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 from respot import layout
 from respot.agent import environment as job_env
 from respot.agent import launch as launchers
-from respot.agent.config import AgentConfig
+from respot.agent.config import ENV_FRAMEWORK_PYTHON, AgentConfig
 from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
@@ -521,6 +521,7 @@ class _AttemptRun:
                 env_dir=self.dirs.root / "env",
                 s3=self.s3,
                 bucket=self.config.bucket,
+                framework_name=os.environ.get(ENV_FRAMEWORK_PYTHON),
             )
         self.phases["environment"] = time.monotonic() - t0
         previous = self.identity.await_handoff
