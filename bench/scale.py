@@ -13,8 +13,9 @@ Checked, and the run fails if any does not hold:
 - no job ever has two live instances except an interrupted one inside its notice window
   next to its replacement (from the fleet's launch / notice / end times);
 - no event is dropped: every agent message sent and every EC2 event put on the bus was
-  handled (SQS message ids, EventBridge counts by kind), nothing is in a dead-letter queue
-  and no queue is left with messages.
+  handled, matched by id (SQS message ids; EventBridge event ids, for each rule whose
+  pattern matches the event, so a redelivered event never masks a dropped one), nothing is
+  in a dead-letter queue and no queue is left with messages.
 Reported: events handled per second, handler latency (p50 / p99 / max) per function, and the
 same with the time spent inside AWS calls taken out (measured per invocation with botocore
 hooks on the control plane's clients), next to moto's own latency per request.
@@ -41,6 +42,7 @@ from infra.local.dispatcher import Invocation
 from infra.local.fleet import FleetTiming, LocalInstance
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
+from infra.wiring import Rule
 from respot.messages import JobSubmission, encode, new_job_id
 from respot.spec import TrainingEnvVar
 
@@ -103,6 +105,51 @@ def overlaps(instances: list[LocalInstance], now: float) -> list[str]:
                 continue  # b is a's replacement, launched inside a's notice window
             found.append(f"{a.job_id}: {a.instance_id} and {b.instance_id} live together")
     return found
+
+
+def _matches(pattern: dict[str, Any], detail_type: str, detail: dict[str, Any]) -> bool:
+    """Whether an aws.ec2 event matches a wiring rule's pattern (the subset the wiring uses:
+    lists of allowed values for `detail-type` and for top-level `detail` fields)."""
+    if "aws.ec2" not in pattern.get("source", ["aws.ec2"]):
+        return False
+    if detail_type not in pattern.get("detail-type", [detail_type]):
+        return False
+    return all(detail.get(k) in allowed for k, allowed in pattern.get("detail", {}).items())
+
+
+def match_rule_events(
+    put: list[tuple[str, str, dict[str, Any]]],
+    handled: list[tuple[str, str]],
+    rules: tuple[Rule, ...],
+) -> dict[str, Any]:
+    """Match the EC2 events put on the bus with the events each rule's function handled, by id.
+
+    `put`: (event id, detail-type, detail) of every event the bus accepted; `handled`:
+    (function, event id) of every successful invocation. An event is missing when a rule
+    matches it and its function never handled that id; counting alone would let a redelivered
+    event stand in for a dropped one.
+    """
+    seen: dict[str, Counter[str]] = defaultdict(Counter)
+    for function, event_id in handled:
+        seen[function][event_id] += 1
+    expected: Counter[str] = Counter()
+    missing: dict[str, list[str]] = defaultdict(list)
+    for event_id, detail_type, detail in put:
+        for rule in rules:
+            if not _matches(rule.pattern, detail_type, detail):
+                continue
+            expected[rule.function] += 1
+            if seen[rule.function][event_id] == 0:
+                missing[rule.function].append(event_id)
+    functions = {r.function for r in rules}
+    return {
+        "expected": {fn: expected[fn] for fn in sorted(functions)},
+        "handled_distinct": {fn: len(seen[fn]) for fn in sorted(functions)},
+        "redelivered": {
+            fn: sum(n - 1 for n in seen[fn].values() if n > 1) for fn in sorted(functions)
+        },
+        "missing": {fn: ids for fn, ids in sorted(missing.items())},
+    }
 
 
 def moto_latency(moto_url: str, table: str, samples: int = 200) -> dict[str, Any]:
@@ -269,7 +316,8 @@ def run_scale(
         with lock:
             done = list(handled)
         failures = list(rt.dispatcher.failures)
-        instances = list(rt.fleet.instances.values())
+        put_events = list(rt.fleet.put_events)
+        rules = rt.dispatcher.wiring.rules
     agents.stop()
 
     # ---- no event dropped --------------------------------------------------------------------
@@ -279,19 +327,17 @@ def run_scale(
     }
     lost_agent_messages = len(agents.sent_ids - handled_ids)
     per_function = Counter(h.invocation.function for h in done if h.invocation.ok)
-    expected_rule_events = {
-        "spot_fulfillment": sum(1 for i in instances if i.market == "spot" and i.booted_at),
-        "spot_interruption": sum(1 for i in instances if i.noticed_at is not None),
-        # running + shutting-down + terminated (the rule leaves "pending" out)
-        "instance_state": sum(
-            (1 if i.booted_at else 0) + (2 if i.ended_at is not None else 0) for i in instances
-        ),
-    }
-    rule_shortfall = {
-        fn: expected - per_function[fn]
-        for fn, expected in expected_rule_events.items()
-        if per_function[fn] < expected
-    }
+    rule_events = match_rule_events(
+        put_events,
+        [
+            (h.invocation.function, e)
+            for h in done
+            if h.invocation.ok
+            for e in h.invocation.event_ids
+        ],
+        rules,
+    )
+    rule_shortfall = {fn: len(ids) for fn, ids in rule_events["missing"].items()}
     submit_records = sum(h.invocation.records for h in done if h.invocation.function == "submit")
 
     # ---- throughput and latency --------------------------------------------------------------
@@ -369,9 +415,13 @@ def run_scale(
             "agent_send_failures": agents.send_failures,
             "submissions_published": jobs,
             "submission_records_handled": submit_records,
-            "rule_events_expected": expected_rule_events,
-            "rule_events_handled": {fn: per_function[fn] for fn in expected_rule_events},
+            # Matched by EventBridge event id: a redelivery never stands in for a lost event.
+            "rule_events_expected": rule_events["expected"],
+            "rule_events_handled": {fn: per_function[fn] for fn in rule_events["expected"]},
+            "rule_events_handled_distinct": rule_events["handled_distinct"],
+            "rule_events_redelivered": rule_events["redelivered"],
             "rule_events_missing": rule_shortfall,
+            "rule_event_ids_missing": {fn: ids[:20] for fn, ids in rule_events["missing"].items()},
             "dead_letters": dead_letters,
             "messages_left_on_queues": pending,
             "handler_failures": len(failures),
@@ -433,7 +483,9 @@ def markdown(r: dict[str, Any]) -> str:
             f"- agent messages sent {c['agent_messages_sent']} ({c['agent_messages_by_kind']}), "
             f"not handled **{c['agent_messages_not_handled']}**; submissions "
             f"{c['submissions_published']} -> records {c['submission_records_handled']}; EC2 "
-            f"events expected {c['rule_events_expected']}, handled {c['rule_events_handled']}; "
+            f"events expected {c['rule_events_expected']}, handled {c['rule_events_handled']} "
+            f"({c['rule_events_redelivered']} redeliveries), missing by id "
+            f"**{c['rule_events_missing']}**; "
             f"dead letters {c['dead_letters']}; left on queues {c['messages_left_on_queues']}; "
             f"handler failures {c['handler_failures']}",
             f"- **{r['events_per_second']} events/s** handled on average ({r['events_handled']} "

@@ -29,6 +29,7 @@ from infra.constructs import (
     Messaging,
     Network,
     ResearcherAccess,
+    SelftestExperiment,
 )
 from infra.grants import GrantTargets, policy_for
 from infra.nag import suppress
@@ -117,6 +118,8 @@ class RespotStack(Stack):
         )
         self._grant(wiring, notify_queue)
 
+        self.selftest = SelftestExperiment(self, "Selftest", deployment_name=self.stack_name)
+
         self.researchers = ResearcherAccess(
             self,
             "Researchers",
@@ -133,6 +136,7 @@ class RespotStack(Stack):
                 else "RespotResearcherPolicy"
             ),
             publisher_role_arns=settings.allowed_publisher_role_arns,
+            fis_template_id=self.selftest.template_id,
         )
 
     def _machine_image(self, settings: DeploySettings) -> ec2.IMachineImage:

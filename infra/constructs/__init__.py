@@ -5,6 +5,7 @@ from infra.constructs.functions import ControlFunctions
 from infra.constructs.messaging import Messaging
 from infra.constructs.network import Network, SubnetPlacement
 from infra.constructs.researchers import ResearcherAccess
+from infra.constructs.selftest import SelftestExperiment
 from infra.constructs.storage import JobStore
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "Messaging",
     "Network",
     "ResearcherAccess",
+    "SelftestExperiment",
     "SubnetPlacement",
 ]

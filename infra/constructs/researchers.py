@@ -44,6 +44,7 @@ class ResearcherAccess(Construct):
         job_logs: logs.ILogGroup | None = None,
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
+        fis_template_id: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -57,6 +58,8 @@ class ResearcherAccess(Construct):
             "bucket": bucket.bucket_name,
             "agent_queue_url": agent_queue.queue_url,
         }
+        if fis_template_id is not None:  # what `respot selftest` starts
+            self.deployment["fis_template_id"] = fis_template_id
         if job_logs is not None:  # where `respot logs` reads training output
             self.deployment["log_group"] = job_logs.log_group_name
         self.parameter = ssm.StringParameter(

@@ -12,6 +12,7 @@ matched by the emulator, exactly as written in the wiring.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import threading
@@ -97,6 +98,19 @@ class LocalDeployment:
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
     image: LocalImage | None = None  # the AMI stand-in instances boot from (None: no instances)
+    vpc_id: str | None = None  # the VPC of `subnets`
+    ami_id: str = LOCAL_AMI
+    fis_template_id: str | None = None  # the self-test's experiment (infra/local/fis.py acts)
+
+    def doctor_facts(self) -> dict[str, Any]:
+        """What `respot doctor --local` checks the emulator for (the deploy settings' part)."""
+        return {
+            "instance_types": list(self.instance_types),
+            "ami_id": self.ami_id,
+            "vpc_id": self.vpc_id,
+            "subnets": {s.subnet_id: s.availability_zone for s in self.subnets},
+            "slack_secret_arn": self.slack_secret_arn,
+        }
 
     def client(self, service: str) -> Any:
         """A new boto3 client for the emulator."""
@@ -113,6 +127,7 @@ class LocalDeployment:
             agent_queue_url=self.queue_urls["agent-events"],
             endpoint_url=self.endpoint_url,
             log_group=self.log_group,
+            fis_template_id=self.fis_template_id,
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
@@ -141,6 +156,75 @@ class LocalDeployment:
 def _queue_arn(sqs: Any, url: str) -> str:
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]
     return str(attrs["QueueArn"])
+
+
+def _prepare_account(ec2: Any, iam: Any, subnets: tuple[SubnetRef, ...]) -> str:
+    """Make the emulated account what docs/deploy.md asks of a real one; returns the VPC id.
+
+    moto's default VPC has no internet gateway, and its account no EC2 Spot service-linked
+    role. A real account has the role after its first spot launch, and the stack's own VPC
+    routes its public subnets through an internet gateway: the emulator gets both, so that
+    `respot doctor --local` checks what it would check on AWS. (moto keeps one state per
+    process, so both may already exist.)
+    """
+    described = ec2.describe_subnets(SubnetIds=[s.subnet_id for s in subnets])["Subnets"]
+    vpc_id = str(described[0]["VpcId"])
+    attached = ec2.describe_internet_gateways(
+        Filters=[{"Name": "attachment.vpc-id", "Values": [vpc_id]}]
+    )["InternetGateways"]
+    if attached:
+        igw = attached[0]["InternetGatewayId"]
+    else:
+        igw = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+        ec2.attach_internet_gateway(InternetGatewayId=igw, VpcId=vpc_id)
+    for table in ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])[
+        "RouteTables"
+    ]:
+        if not any(r.get("DestinationCidrBlock") == "0.0.0.0/0" for r in table["Routes"]):
+            ec2.create_route(
+                RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0", GatewayId=igw
+            )
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_role(
+            RoleName="AWSServiceRoleForEC2Spot",
+            Path="/aws-service-role/spot.amazonaws.com/",
+            AssumeRolePolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "spot.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+        )
+    return vpc_id
+
+
+def _selftest_template(iam: Any, fis: Any, prefix: str) -> str:
+    """The self-test's FIS role and experiment template, as the stack creates them."""
+    from respot.selftest.experiment import experiment_template
+
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "fis.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    role_arn = iam.create_role(
+        RoleName=f"{prefix}-fis", AssumeRolePolicyDocument=json.dumps(trust)
+    )["Role"]["Arn"]
+    template = fis.create_experiment_template(
+        clientToken=f"{prefix}-selftest", **experiment_template(role_arn, prefix)
+    )
+    return str(template["experimentTemplate"]["id"])
 
 
 def provision(
@@ -271,6 +355,7 @@ def provision(
             subnet["AvailabilityZone"], SubnetRef(subnet["SubnetId"], subnet["AvailabilityZone"])
         )
     subnets = tuple(list(subnets_seen.values())[:availability_zones])
+    vpc_id = _prepare_account(ec2, client("iam", endpoint_url), subnets)
 
     # As the stack does: the secret exists with an empty token until someone puts one in.
     slack_secret_arn = secrets.create_secret(
@@ -296,6 +381,10 @@ def provision(
         name=prefix,
         log_group=log_group,
         image=image,
+        vpc_id=vpc_id,
+        fis_template_id=_selftest_template(
+            client("iam", endpoint_url), client("fis", endpoint_url), prefix
+        ),
     )
     ssm.put_parameter(
         Name=local.parameter_name,

@@ -41,6 +41,7 @@ class Invocation:
     records: int
     ok: bool
     message_ids: tuple[str, ...] = ()  # SQS message ids handled (benchmarks count them)
+    event_ids: tuple[str, ...] = ()  # EventBridge event ids handled (a rule's event `id`)
 
 
 class LambdaContext:
@@ -124,7 +125,12 @@ class Dispatcher:
         return self._handlers[function]
 
     def invoke(
-        self, function: str, event: Any, records: int = 1, message_ids: tuple[str, ...] = ()
+        self,
+        function: str,
+        event: Any,
+        records: int = 1,
+        message_ids: tuple[str, ...] = (),
+        event_ids: tuple[str, ...] = (),
     ) -> Any:
         """Call a function's handler with `event`, timing it."""
         spec = self.wiring.function(function)
@@ -141,7 +147,7 @@ class Dispatcher:
             with self._lock:
                 self._busy -= 1
             inv = Invocation(
-                function, started, time.monotonic() - started, records, ok, message_ids
+                function, started, time.monotonic() - started, records, ok, message_ids, event_ids
             )
             with self._lock:
                 self.invocations.append(inv)
@@ -245,7 +251,12 @@ class Dispatcher:
             for message in self._receive(url, 10):
                 try:
                     event = json.loads(message["Body"])
-                    self.invoke(function, event, message_ids=(message["MessageId"],))
+                    self.invoke(
+                        function,
+                        event,
+                        message_ids=(message["MessageId"],),
+                        event_ids=(str(event.get("id", "")),),
+                    )
                 except Exception as exc:
                     log.exception("%s failed on an event of rule %s", function, name)
                     with self._lock:

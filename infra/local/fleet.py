@@ -135,6 +135,8 @@ class InstanceFleet:
         self.duplicate_events = duplicate_events
         self.reorder_events = reorder_events
         self.emitted = 0
+        # Every EC2 event the bus accepted: (EventBridge event id, detail-type, detail).
+        self.put_events: list[tuple[str, str, dict[str, Any]]] = []
         self.instances: dict[str, LocalInstance] = {}
         self.on_boot: list[Callable[[LocalInstance], None]] = []
         self._lock = threading.RLock()
@@ -389,7 +391,7 @@ class InstanceFleet:
         with self._lock:
             self.emitted += 1
         try:
-            self._events.put_events(
+            answer = self._events.put_events(
                 Entries=[
                     {
                         "Source": "aws.ec2",
@@ -399,5 +401,11 @@ class InstanceFleet:
                     }
                 ]
             )
+            with self._lock:
+                self.put_events.extend(
+                    (entry["EventId"], detail_type, detail)
+                    for entry in answer.get("Entries", [])
+                    if "EventId" in entry
+                )
         except Exception:
             log.exception("could not put %s for %s", detail_type, inst.instance_id)

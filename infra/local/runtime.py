@@ -31,6 +31,7 @@ import lambdas.notify as notify_lambda
 from infra.local import cloud
 from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
+from infra.local.fis import FaultInjection
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
@@ -107,6 +108,7 @@ class LocalRuntime:
         self.market: SpotMarket | None = None
         self.timers: Timers | None = None
         self.poller: TerminationPoller | None = None
+        self.fis: FaultInjection | None = None
         self._work_root: Path | None = None
         self._owns_work_root = False
         self._control_plane: ControlPlane | None = None
@@ -164,6 +166,15 @@ class LocalRuntime:
             chaos=opts.chaos,
             trace_offset_ticks=opts.trace_offset_ticks,
         )
+        if self.deployment.fis_template_id:
+            self.fis = FaultInjection(
+                fis=self.deployment.client("fis"),
+                region=self.deployment.region,
+                template_id=self.deployment.fis_template_id,
+                fleet=self.fleet,
+                scale=self.scale,
+                timers=self.timers,
+            ).start()
         if opts.slack:
             self.slack = LocalSlack().start()
             self.slack.add_channel(opts.slack_channel)
@@ -199,6 +210,8 @@ class LocalRuntime:
             self.poller.stop()
         if self.dispatcher is not None:
             self.dispatcher.stop()
+        if self.fis is not None:
+            self.fis.stop()
         if self.market is not None:
             self.market.stop()
         if self.fleet is not None:
@@ -327,6 +340,11 @@ class LocalRuntime:
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job."""
         return JobHandle(job_id, self.sdk_deployment(), cloud.session())
+
+    def state_extra(self) -> dict[str, Any]:
+        """What `respot local up` tells other shells beyond the deployment (doctor, selftest)."""
+        assert self.deployment is not None
+        return {"doctor": self.deployment.doctor_facts()}
 
     def client(self, service: str) -> Any:
         """A boto3 client on the emulator."""

@@ -40,6 +40,7 @@ class Deployment:
     agent_queue_url: str | None = None
     endpoint_url: str | None = None  # set for the local runtime (the AWS emulator)
     log_group: str | None = None  # CloudWatch Logs group of training output; None: the default
+    fis_template_id: str | None = None  # the self-test's FIS experiment template (respot selftest)
 
     @property
     def job_log_group(self) -> str:

@@ -302,7 +302,8 @@ def test_sends_go_only_to_named_queues(resources):
 def test_describe_is_the_only_star_resource(resources):
     for name, statement in statements(resources):
         if statement["Effect"] == "Allow" and "*" in as_list(statement.get("Resource", [])):
-            assert set(as_list(statement["Action"])) == {
+            # (the selftest's FIS role holds DescribeInstances alone)
+            assert set(as_list(statement["Action"])) <= {
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
             }, name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, jobs, local, observe
+from respot.cli import bench, doctor, jobs, local, observe, selftest
 
 app = typer.Typer(
     name="respot",
@@ -20,6 +20,8 @@ app.command()(jobs.cancel)
 app.command()(observe.cost)
 app.command()(observe.tensorboard)
 app.command()(observe.timeline)
+app.command()(doctor.doctor)
+app.command()(selftest.selftest)
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
 app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")
 

@@ -13,7 +13,11 @@ import typer
 from typer.core import TyperCommand
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from respot.policy.bench import CellResult
+    from respot.policy.placement_bench import PlacementCellResult
+    from respot.policy.pools import Pool
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -166,5 +170,124 @@ def _table(results: list[CellResult], traces: Path, n_traces: int) -> object:
                 str(r.misses),
                 ("n/a" if math.isnan(closed) else f"{closed:.0%}") if name == "respot" else "",
                 end_section=name == BENCH_POLICIES[-1],
+            )
+    return table
+
+
+@app.command("placement", cls=SpaceSeparatedLists)
+def placement(
+    *,
+    traces: Annotated[
+        list[Path],
+        typer.Option(
+            "--traces",
+            help="A directory of trace files (*.json), or the files: one pool per file.",
+        ),
+    ],
+    work_hours: Annotated[float, typer.Option(help="Compute the job needs, C.")] = 48.0,
+    deadline_hours: Annotated[
+        list[float] | None,
+        typer.Option(help="Deadlines D from the job's start, several (default: 52 60 70)."),
+    ] = None,
+    changeover_hours: Annotated[
+        list[float] | None,
+        typer.Option(help="Changeover delays d, several (default: 0.05 0.2)."),
+    ] = None,
+    windows: Annotated[int, typer.Option(help="Windows of the set (each spans every pool).")] = 20,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per (D, d) cell per line.")
+    ] = False,
+    workers: Annotated[
+        int | None, typer.Option(help="Processes to use (default: all CPUs).")
+    ] = None,
+) -> None:
+    """Cost to finish by the deadline when spot can be chased across pools (multi-zone.md).
+
+    Example: respot bench placement --traces DIR --work-hours 48 --deadline-hours 52 60 70
+    --changeover-hours 0.05 0.2 --windows 20 --json
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from respot.policy.bench import Cell
+    from respot.policy.exceptions import PolicyError
+    from respot.policy.placement_bench import PLACEMENT_POLICIES, run_placement_bench
+    from respot.policy.pools import load_pool_set
+
+    err = Console(stderr=True)
+    cells = [
+        Cell(work_hours, deadline, changeover)
+        for deadline in deadline_hours or [52.0, 60.0, 70.0]
+        for changeover in changeover_hours or [0.05, 0.2]
+    ]
+    started = time.monotonic()
+    try:
+        pool_set = load_pool_set(traces)
+        total = len(cells) * windows * len(PLACEMENT_POLICIES)
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as progress:
+            bar = progress.add_task("policy-windows", total=total)
+            results = run_placement_bench(
+                pool_set,
+                cells,
+                windows,
+                workers=workers,
+                on_progress=lambda n: progress.advance(bar, n),
+            )
+    except PolicyError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    elapsed = time.monotonic() - started
+    if as_json:
+        for result in results:
+            sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        sys.stdout.flush()
+    else:
+        Console().print(_placement_table(results, pool_set.pools))
+    typer.echo(f"{len(cells)} cell(s) in {elapsed:.0f} s", err=True)
+
+
+def _placement_table(results: list[PlacementCellResult], pools: Sequence[Pool]) -> object:
+    from rich.table import Table
+
+    from respot.policy.placement_bench import PLACEMENT_POLICIES
+
+    first = results[0]
+    table = Table(
+        title=(
+            f"Normalized cost to finish by the deadline across pools, "
+            f"C = {first.cell.work_hours:g} h\n"
+            f"{len(pools)} pools ({', '.join(p.name for p in pools)}) x "
+            f"{first.windows_per_trace} windows"
+        ),
+        caption=(
+            "saving = (RR - respot) / RR; gap closed = (RR - respot) / (RR - omniscient), "
+            "on the means; RR = up-round-robin"
+        ),
+    )
+    for header in ["D (h)", "d (h)", "policy", "mean", "p75", "missed", "saving", "gap closed"]:
+        table.add_column(header, justify="left" if header == "policy" else "right")
+    for result in results:
+        closed = result.gap_closed()
+        for name in PLACEMENT_POLICIES:
+            r = result.results[name]
+            is_respot = name == "respot"
+            table.add_row(
+                f"{result.cell.deadline_hours:g}" if name == PLACEMENT_POLICIES[0] else "",
+                f"{result.cell.changeover_hours:g}" if name == PLACEMENT_POLICIES[0] else "",
+                name,
+                f"{r.mean:.4f}",
+                f"{r.p75:.4f}",
+                str(r.misses),
+                f"{result.saving():.2%}" if is_respot else "",
+                ("n/a" if math.isnan(closed) else f"{closed:.0%}") if is_respot else "",
+                end_section=name == PLACEMENT_POLICIES[-1],
             )
     return table

@@ -140,6 +140,7 @@ def up(
             time_scale=scale,
             work_root=str(rt.work_root),
             demo_data=with_demo_data,
+            extra=rt.state_extra(),
         )
         write_state(state, path)
         out.print(

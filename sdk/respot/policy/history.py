@@ -12,13 +12,14 @@ lasted a ticks is expected to last about as long again. The prior carries the we
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 
 class RunStatistics:
     """Incremental run-length statistics of a 0/1 availability history."""
 
-    __slots__ = ("_at_least", "age", "last", "runs", "ticks", "up_ticks")
+    __slots__ = ("_at_least", "_cumulative", "age", "last", "runs", "ticks", "up_ticks")
 
     def __init__(self, history: Iterable[int] = ()) -> None:
         self.ticks = 0  # entries seen
@@ -28,6 +29,8 @@ class RunStatistics:
         self.runs = [0, 0]  # completed runs, by value (down, up)
         # _at_least[v][k]: completed runs of value v with length >= k (index 0 unused).
         self._at_least: tuple[list[int], list[int]] = ([0], [0])
+        # Prefix sums of _at_least, rebuilt lazily after a run completes (None: stale).
+        self._cumulative: list[list[int] | None] = [None, None]
         self.extend(history)
 
     def extend(self, values: Iterable[int]) -> None:
@@ -51,6 +54,7 @@ class RunStatistics:
         for k in range(1, length + 1):
             counts[k] += 1
         self.runs[value] += 1
+        self._cumulative[value] = None
 
     def current_age(self, value: int) -> int:
         """Ticks the trailing run of `value` has lasted before now (0 if it is not `value`)."""
@@ -71,7 +75,41 @@ class RunStatistics:
         alive = self._longer_than(value, age)
         return (prior_runs / (age + 1) + alive) / (prior_runs + self.runs[value])
 
+    def expected_residual(self, value: int, age: int, horizon: int, prior_runs: float) -> float:
+        """E[min(L - age, horizon) | L > age]: ticks a run of `value` that has lasted `age`
+        ticks is expected to last from now on, counting this tick, at most `horizon`.
+
+        The survival function is the one of `survival` (completed runs blended with the Lindy
+        prior), so the sum over t < horizon of P(L > age + t | L > age) has a closed form:
+        the prior contributes a difference of harmonic numbers, the runs a prefix sum.
+        """
+        if horizon <= 0:
+            return 0.0
+        counts = self._at_least[value]
+        cumulative = self._cumulative[value]
+        if cumulative is None:
+            cumulative = [0]
+            for count in counts[1:]:
+                cumulative.append(cumulative[-1] + count)
+            self._cumulative[value] = cumulative
+        top = len(cumulative) - 1
+        # sum of n_{>x} for x = age .. age + horizon - 1 = sum of _at_least[age+1 .. age+horizon]
+        runs_part = cumulative[min(age + horizon, top)] - cumulative[min(age, top)]
+        prior_part = prior_runs * (_harmonic(age + horizon) - _harmonic(age))
+        alive = prior_runs / (age + 1) + self._longer_than(value, age)
+        return (prior_part + runs_part) / alive
+
     def availability(self, gap_seconds: int, prior: float, prior_seconds: float) -> float:
         """Fraction of time spot was available, shrunk towards `prior` by `prior_seconds`."""
         seen = self.ticks * gap_seconds
         return (self.up_ticks * gap_seconds + prior * prior_seconds) / (seen + prior_seconds)
+
+
+_EULER_GAMMA = 0.5772156649015329
+
+
+def _harmonic(n: int) -> float:
+    """H_n = 1 + 1/2 + ... + 1/n (exact sum below 16, asymptotic series above: error < 1e-12)."""
+    if n < 16:
+        return math.fsum(1 / k for k in range(1, n + 1))
+    return math.log(n) + _EULER_GAMMA + 1 / (2 * n) - 1 / (12 * n**2) + 1 / (120 * n**4)

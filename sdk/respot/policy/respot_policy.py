@@ -110,7 +110,8 @@ class RespotPolicy:
         """The choice for this tick and the mode that led to it."""
         if obs.remaining_seconds == 0:
             return Decision(Choice.NONE, Mode.DONE)
-        wanted = self._wanted(obs, self._statistics(obs))
+        stats = self._statistics(obs)
+        wanted = self.wanted(obs, supply=stats, run=stats)
         choice = guard(obs, wanted.choice)
         if choice is not wanted.choice:
             return Decision(choice, Mode.SAFETY_NET)
@@ -130,31 +131,66 @@ class RespotPolicy:
             self._source = history.source if isinstance(history, HistoryView) else None
         return self._stats
 
-    def _wanted(self, obs: Observation, stats: RunStatistics) -> Decision:
-        p = self.parameters
+    def wanted(
+        self,
+        obs: Observation,
+        *,
+        supply: RunStatistics,
+        run: RunStatistics,
+        move_fee: float = 0.0,
+        supply_prior: float | None = None,
+    ) -> Decision:
+        """The choice before the safety net, from explicit statistics.
+
+        `supply` describes spot as a whole (availability, outages, how often runs start):
+        the trace itself for one pool, the union of the pools for several. `run` is the pool
+        whose spot would be taken now (its up-run's age, hazard and survival). `move_fee` is
+        what taking that spot costs once on top of its price (a checkpoint transfer). With
+        one pool, `supply` is `run` and there is no fee: that is `decide`. `supply_prior`
+        replaces the availability prior of `supply` (default: the parameters').
+        """
         gap = obs.gap_seconds
         horizon = obs.ticks_left * gap  # tick-aligned time left
         total = (obs.last_tick + 1) * gap  # floor(D / G) * G: the usable time
-        slack = obs.slack_seconds
         # 2. Uniform Progress pacing: behind when slack / time left < initial slack / time.
-        behind = slack * total < (total - obs.work_seconds) * horizon
+        behind = obs.slack_seconds * total < (total - obs.work_seconds) * horizon
         # 3. The value of a second of slack.
-        available = stats.availability(gap, p.availability_prior, p.availability_prior_seconds)
-        if slack < (1 - available) * horizon:
-            price = ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND * available
-            slack_price = price / (1 - available)
-        else:
-            slack_price = SPOT_PRICE_PER_SECOND
+        slack_price = self.slack_price(obs, supply, prior=supply_prior)
         if obs.spot_available:
-            return self._spot_up(obs, stats, behind=behind, slack_price=slack_price)
-        return self._spot_down(obs, stats, behind=behind, slack_price=slack_price)
+            return self._spot_up(
+                obs, supply, run, behind=behind, slack_price=slack_price, move_fee=move_fee
+            )
+        return self._spot_down(obs, supply, behind=behind, slack_price=slack_price)
+
+    def slack_price(
+        self, obs: Observation, supply: RunStatistics, *, prior: float | None = None
+    ) -> float:
+        """Dollars a second of slack is worth now (lambda, docs/policy.md)."""
+        p = self.parameters
+        horizon = obs.ticks_left * obs.gap_seconds
+        available = supply.availability(
+            obs.gap_seconds,
+            p.availability_prior if prior is None else prior,
+            p.availability_prior_seconds,
+        )
+        if obs.slack_seconds < (1 - available) * horizon:
+            price = ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND * available
+            return price / (1 - available)
+        return SPOT_PRICE_PER_SECOND
 
     def _spot_up(
-        self, obs: Observation, stats: RunStatistics, *, behind: bool, slack_price: float
+        self,
+        obs: Observation,
+        supply: RunStatistics,
+        run: RunStatistics,
+        *,
+        behind: bool,
+        slack_price: float,
+        move_fee: float,
     ) -> Decision:
         if obs.held is not Choice.ON_DEMAND:
             return Decision(Choice.SPOT, Mode.EXPLOIT)
-        age = stats.current_age(1)
+        age = run.current_age(1)
         if behind:
             # Switch now, or hold one more tick and look again? Switching saves a tick of
             # on-demand price either way; if the run ends after this tick it costs the spot
@@ -162,10 +198,12 @@ class RespotPolicy:
             gap = obs.gap_seconds
             changeover = obs.changeover_seconds
             gain = (ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND) * gap
-            ends = stats.hazard(1, age, self.parameters.lindy_prior_runs)
-            if gain <= ends * slack_price * (min(changeover, gap) + changeover):
+            # A transfer fee is lost too if the run ends at once (on-demand then runs where
+            # the checkpoint went, so there is no fee back).
+            ends = run.hazard(1, age, self.parameters.lindy_prior_runs)
+            if gain <= ends * slack_price * (min(changeover, gap) + changeover) + ends * move_fee:
                 return Decision(Choice.ON_DEMAND, Mode.HOLD)
-        if not self._switch_affordable(obs, stats, age):
+        if not self._switch_affordable(obs, supply, run, age):
             return Decision(Choice.ON_DEMAND, Mode.HOLD)
         return Decision(Choice.SPOT, Mode.SWITCH)
 
@@ -186,7 +224,9 @@ class RespotPolicy:
             return Decision(Choice.ON_DEMAND, Mode.CATCH_UP)
         return Decision(Choice.NONE, Mode.WAIT)
 
-    def _switch_affordable(self, obs: Observation, stats: RunStatistics, age: int) -> bool:
+    def _switch_affordable(
+        self, obs: Observation, stats: RunStatistics, run: RunStatistics, age: int
+    ) -> bool:
         """Whether the switch budget allows leaving on-demand for a spot run of this age."""
         changeover = obs.changeover_seconds
         total = (obs.last_tick + 1) * obs.gap_seconds
@@ -204,5 +244,5 @@ class RespotPolicy:
         affordable = (obs.slack_seconds - changeover) / round_trip
         if affordable >= expected_runs:
             return True
-        survive = stats.survival(1, age, self.parameters.lindy_prior_runs)
+        survive = run.survival(1, age, self.parameters.lindy_prior_runs)
         return survive * expected_runs <= max(affordable, 0.0)

@@ -1,0 +1,133 @@
+"""Run every check for a target, in order, with the clients a factory gives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from respot.doctor import checks
+from respot.doctor.findings import Finding, skipped, warn
+from respot.doctor.target import Target
+
+ClientFactory = Callable[[str], Any]  # service name -> boto3 client
+
+LOCAL_BOOTSTRAP = "the local runtime is provisioned from the wiring, not deployed with the CDK"
+LOCAL_QUOTAS = (
+    "moto implements Service Quotas for the vpc service only, so EC2's vCPU quotas are not "
+    "emulated; on AWS this check reads them"
+)
+
+
+def _guarded(name: str, check: Callable[[], Finding | list[Finding]]) -> list[Finding]:
+    """Run one check; an AWS refusal to answer is a warning that says so, not a crash."""
+    try:
+        result = check()
+    except ClientError as exc:
+        return [
+            warn(
+                name,
+                f"could not check ({checks.error_text(exc)})",
+                "run the doctor with a role that may read it (e.g. ReadOnlyAccess)",
+            )
+        ]
+    except BotoCoreError as exc:
+        return [warn(name, f"could not check: {exc}", "check the network and region")]
+    return result if isinstance(result, list) else [result]
+
+
+def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
+    """Every finding for `target`, credentials first; nothing else runs without them."""
+    credentials, account = checks.check_credentials(client("sts"))
+    findings = [credentials]
+    names = (
+        "CDK bootstrap",
+        "stack",
+        "spot service-linked role",
+        "instance types",
+        "quotas",
+        "AMI",
+        "network",
+        "Slack token",
+    )
+    if account is None:
+        return findings + [skipped(n, "needs working credentials") for n in names]
+    region = target.region
+    ec2 = client("ec2")
+    ssm = client("ssm")
+    if target.local:
+        findings.append(skipped("CDK bootstrap", LOCAL_BOOTSTRAP))
+    else:
+        findings += _guarded(
+            "CDK bootstrap",
+            lambda: checks.check_bootstrap(
+                ssm,
+                client("cloudformation"),
+                qualifier=target.bootstrap_qualifier,
+                account=account,
+                region=region,
+            ),
+        )
+    if target.local:
+        findings.append(skipped("stack", LOCAL_BOOTSTRAP))
+    else:
+        findings += _guarded(
+            "stack",
+            lambda: checks.check_stack(client("cloudformation"), stack_name=target.stack_name),
+        )
+    findings += _guarded("spot service-linked role", lambda: checks.check_spot_role(client("iam")))
+    zones = sorted(set(target.subnets.values()))
+    findings += _guarded(
+        "instance types",
+        lambda: checks.check_instance_types(ec2, target.instance_types, zones=zones, region=region),
+    )
+    if target.local:
+        findings.append(skipped("quotas", LOCAL_QUOTAS))
+    else:
+        findings += _guarded(
+            "quotas",
+            lambda: checks.check_quotas(
+                client("service-quotas"), ec2, target.instance_types, region=region
+            ),
+        )
+    findings += _guarded(
+        "AMI",
+        lambda: checks.check_ami(
+            ec2, ssm, ami_id=target.ami_id, ami_parameter=target.ami_parameter, region=region
+        ),
+    )
+    findings += _guarded(
+        "network",
+        lambda: checks.check_network(
+            ec2, vpc_id=target.vpc_id, subnets=target.subnets, region=region
+        ),
+    )
+    secret_id = target.slack_secret_id
+    if secret_id is None and not target.local:
+        found = _guarded_value(
+            lambda: checks.deployed_slack_secret(client("cloudformation"), target.stack_name)
+        )
+        secret_id = found
+    findings += _guarded(
+        "Slack token",
+        lambda: checks.check_slack_secret(
+            client("secretsmanager"),
+            secret_id=secret_id,
+            slack_configured=target.slack_configured,
+            stack_name=target.stack_name,
+        ),
+    )
+    return findings
+
+
+def _guarded_value(get: Callable[[], str | None]) -> str | None:
+    try:
+        return get()
+    except (ClientError, BotoCoreError):
+        return None
+
+
+def blocks(findings: list[Finding]) -> bool:
+    """True if any finding stops a deploy."""
+    return any(f.status.blocks for f in findings)

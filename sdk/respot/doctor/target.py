@@ -1,0 +1,29 @@
+"""What the doctor checks an account for: the region and the deploy settings that touch it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+CDK_QUALIFIER = "hnb659fds"  # the CDK's default bootstrap qualifier
+# aws-cdk-lib v2 templates refuse to deploy on a bootstrap stack older than version 6
+# (their CheckBootstrapVersion rule).
+MIN_BOOTSTRAP_VERSION = 6
+SPOT_SERVICE_LINKED_ROLE = "AWSServiceRoleForEC2Spot"
+
+
+@dataclass(frozen=True)
+class Target:
+    """An account/region and the settings a deploy there would use (from cdk.json)."""
+
+    region: str
+    instance_types: tuple[str, ...]
+    ami_id: str | None = None
+    ami_parameter: str | None = None
+    vpc_id: str | None = None
+    subnets: Mapping[str, str] = field(default_factory=dict)  # subnet id -> zone
+    stack_name: str = "Respot"
+    slack_secret_id: str | None = None  # known once deployed (or in the local runtime)
+    slack_configured: bool = False  # a slack_channel is set: the team expects messages
+    bootstrap_qualifier: str = CDK_QUALIFIER
+    local: bool = False  # the local runtime's emulator, not AWS

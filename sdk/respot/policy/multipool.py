@@ -1,0 +1,210 @@
+"""respot's multi-pool policy: the single-zone deadline policy over the pools' union.
+
+At each tick it chooses a pool's spot, on-demand, or nothing, from what an online policy may
+see (`PoolsObservation`: every pool's present and past, the job, where the checkpoint is).
+
+1. **Which pool.** A job already on a pool's spot keeps it while it lasts (moving would pay a
+   changeover now for a run that is still alive). Otherwise, among the pools that have spot
+   now, it takes the one with the smallest expected overhead per second of work:
+   (d * (p_spot + lambda) + fee_k) / min(P_k, work left), where P_k is the work a new
+   instance on pool k is expected to do before k's current run ends (`_expected_progress`:
+   the run's remaining life learned from k's own past run lengths with the single-zone
+   policy's Lindy prior, less the changeover), d * (p_spot + lambda) is what the changeover
+   costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
+   if k is in another region. A long-lived pool in another region
+   wins over a flickering one at home only when its expected life pays for the transfer.
+2. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
+   seeing spot as the union of the pools: available when any pool is; its availability,
+   outage hazards, run rate, and the age, hazard and survival of the current run (a trip off
+   on-demand ends only when no pool has spot) learned from the union's past; plus the
+   transfer fee lost if the run ends at once after a move to another region.
+3. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
+   rules do not depend on the pool, so the single-zone proof carries over and no deadline is
+   missed when on-demand alone could make it.
+
+With one pool the union is the pool, there is no fee and no choice of pool, so the decisions
+are exactly `RespotPolicy`'s (a test compares them tick by tick).
+
+No constant here is fitted to a trace set: the priors are `RespotParameters`', the prices
+and the fee are the benchmark's, and the overhead rule has no free parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from respot.policy.history import RunStatistics
+from respot.policy.model import HistoryView
+from respot.policy.pool_baselines import single_view, to_placement
+from respot.policy.pools import NOTHING, Placement, PoolsObservation
+from respot.policy.respot_policy import (
+    SPOT_PRICE_PER_SECOND,
+    Mode,
+    RespotParameters,
+    RespotPolicy,
+)
+from respot.policy.safety import guard
+
+
+@dataclass(frozen=True, slots=True)
+class PoolsDecision:
+    """A placement with the mode that produced it (for logs and Slack threads)."""
+
+    placement: Placement
+    mode: Mode
+
+
+class _Cached:
+    """Run statistics of one history, extended in place while it is a longer view of it."""
+
+    __slots__ = ("source", "stats")
+
+    def __init__(self) -> None:
+        self.stats = RunStatistics()
+        self.source: tuple[int, ...] | None = None
+
+    def update(self, history: Sequence[int]) -> RunStatistics:
+        seen = self.stats.ticks
+        if (
+            isinstance(history, HistoryView)
+            and history.source is self.source
+            and len(history) >= seen
+        ):
+            self.stats.extend(history.source[seen : len(history)])
+            return self.stats
+        self.stats = RunStatistics(history)
+        self.source = history.source if isinstance(history, HistoryView) else None
+        return self.stats
+
+
+def _expected_progress(obs: PoolsObservation, stats: RunStatistics, prior: float) -> float:
+    """Seconds of work a new instance on this pool is expected to do before the pool's run ends.
+
+    The run is up now and has lasted `age` ticks before; L' ticks remain (this one included),
+    with P(L' > t) = S(age + t) / S(age) from the pool's past runs and the Lindy prior. The
+    changeover takes m = ceil(d / G) ticks, the last of which makes m G - d of progress; every
+    later tick makes G. So E = (m G - d) P(L' > m - 1) + G * sum_{t = m}^{H - 1} P(L' > t),
+    the sum being P(L' > m) times the expected residual life at age + m (capped at the
+    horizon H). With d <= G this is G E[min(L', H)] - d.
+    """
+    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left
+    steps = max(1, -(-changeover // gap))
+    if horizon < steps:
+        return 0.0
+    age = stats.current_age(1)
+    alive = stats.survival(1, age, prior)
+
+    def lasting(more: int) -> float:  # P(L' > more)
+        return stats.survival(1, age + more, prior) / alive if more else 1.0
+
+    tail = lasting(steps) * stats.expected_residual(1, age + steps, horizon - steps, prior)
+    return (steps * gap - changeover) * lasting(steps - 1) + gap * tail
+
+
+class MultiPoolPolicy:
+    """respot across pools: choose the pool by expected overhead, then decide as one zone.
+
+    A decision depends on the observation alone; cached statistics are integer counts that a
+    fresh object rebuilds identically (the single-zone policy's contract).
+    """
+
+    name = "respot"
+
+    def __init__(self, parameters: RespotParameters | None = None) -> None:
+        self.core = RespotPolicy(parameters)
+        self._pools: list[_Cached] = []
+        self._union = RunStatistics()
+        self._union_sources: tuple[tuple[int, ...], ...] | None = None
+
+    def place(self, obs: PoolsObservation) -> Placement:
+        """The placement for this tick."""
+        return self.decide(obs).placement
+
+    def decide(self, obs: PoolsObservation) -> PoolsDecision:
+        """The placement for this tick and the mode that led to it."""
+        if obs.remaining_seconds == 0:
+            return PoolsDecision(NOTHING, Mode.DONE)
+        pools = self._statistics(obs)
+        supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
+        candidate = self._candidate(obs, pools, supply)
+        view = single_view(obs, pool=candidate)
+        # A trip off on-demand ends when no pool has spot any more (a lost pool is replaced
+        # by another that has spot): the union's run is the one whose hazard and survival
+        # decide a switch. The candidate's own run only chose the pool.
+        run = supply
+        fee = 0.0 if candidate is None else obs.transfer_fee(candidate)
+        wanted = self.core.wanted(
+            view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
+        )
+        choice = guard(view, wanted.choice)
+        mode = wanted.mode if choice is wanted.choice else Mode.SAFETY_NET
+        return PoolsDecision(to_placement(choice, candidate), mode)
+
+    def _candidate(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> int | None:
+        """The pool whose spot the job would take this tick (None: no pool has spot)."""
+        held = obs.held.pool
+        if held is not None and obs.available[held]:
+            return held
+        up = [k for k, available in enumerate(obs.available) if available]
+        if len(up) <= 1:
+            return up[0] if up else None
+        prior = self.core.parameters.lindy_prior_runs
+        changeover_cost = obs.changeover_seconds * (
+            SPOT_PRICE_PER_SECOND
+            + self.core.slack_price(
+                single_view(obs, pool=None), supply, prior=self._union_prior(obs)
+            )
+        )
+        best: tuple[float, float, int] | None = None
+        for k in up:
+            progress = min(_expected_progress(obs, pools[k], prior), obs.remaining_seconds)
+            cost = changeover_cost + obs.transfer_fee(k)
+            overhead = cost / progress if progress > 0 else math.inf
+            key = (overhead, -progress, k)
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        return best[2]
+
+    def _union_prior(self, obs: PoolsObservation) -> float:
+        """Prior availability of "some pool has spot": 1 - (1 - p)^K for K pools of prior p.
+
+        The maximum-entropy joint law of K 0/1 pools with given marginals is the product law,
+        so K fair coins have some pool up with probability 1 - 2^-K; with one pool it is the
+        single-zone prior itself. The union's own past replaces it within hours.
+        """
+        p = self.core.parameters.availability_prior
+        return 1 - (1 - p) ** len(obs.pools)
+
+    def _statistics(self, obs: PoolsObservation) -> list[RunStatistics]:
+        if len(self._pools) != len(obs.pools):
+            self._pools = [_Cached() for _ in obs.pools]
+        lengths = {len(history) for history in obs.histories}
+        if len(obs.histories) != len(obs.pools) or len(lengths) != 1:
+            raise ValueError("every pool needs a history of the same length (ticks seen)")
+        return [cached.update(h) for cached, h in zip(self._pools, obs.histories, strict=True)]
+
+    def _union_statistics(self, obs: PoolsObservation) -> RunStatistics:
+        """Run statistics of "some pool had spot", tick by tick."""
+        histories = obs.histories
+        length = len(histories[0])
+        views = [h for h in histories if isinstance(h, HistoryView)]
+        sources = tuple(h.source for h in views) if len(views) == len(histories) else None
+        cached = self._union_sources
+        same = (
+            sources is not None
+            and cached is not None
+            and len(sources) == len(cached)
+            and all(a is b for a, b in zip(sources, cached, strict=True))
+        )
+        seen = self._union.ticks
+        if not same or length < seen:
+            self._union = RunStatistics()
+            self._union_sources = sources
+            seen = 0
+        self._union.extend(1 if any(h[t] for h in histories) else 0 for t in range(seen, length))
+        return self._union

@@ -1,0 +1,171 @@
+"""respot's multi-pool policy: one pool is today's policy, no deadline is missed, it is online."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from respot.policy import (
+    Choice,
+    Job,
+    Mode,
+    MultiPoolPolicy,
+    Placement,
+    Pool,
+    PoolsObservation,
+    RespotPolicy,
+    simulate,
+    simulate_pools,
+)
+from respot.policy.placement_bench import make_pools_policy
+from respot.policy.pools import NOTHING, ON_DEMAND
+
+ZONES = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b"]
+
+
+@st.composite
+def feasible_jobs(draw):
+    """A job that on-demand alone finishes in time (G need not divide C, D or d; d > G too)."""
+    gap = draw(st.integers(1, 900))
+    changeover = draw(st.integers(0, 3 * gap))
+    ticks = draw(st.integers(1, 70))
+    deadline = ticks * gap + draw(st.integers(0, gap - 1))
+    most_work = ticks * gap - changeover
+    if most_work < 1:
+        changeover = draw(st.integers(0, ticks * gap - 1))
+        most_work = ticks * gap - changeover
+    return Job(draw(st.integers(1, most_work)), deadline, changeover), gap
+
+
+@st.composite
+def runs_window(draw, length):
+    """Availability drawn as runs, so that long and short runs both occur."""
+    runs = draw(st.lists(st.tuples(st.booleans(), st.integers(1, 12)), min_size=1, max_size=25))
+    window = [int(up) for up, n in runs for _ in range(n)]
+    return (window * (length // len(window) + 2))[:length]
+
+
+@st.composite
+def pool_cases(draw, max_pools=4):
+    job, gap = draw(feasible_jobs())
+    n = draw(st.integers(1, max_pools))
+    zones = draw(st.permutations(ZONES))[:n]
+    pools = [Pool.named(f"{zone}_gpu_1") for zone in zones]
+    window = [draw(runs_window(job.ticks(gap) + 1)) for _ in pools]
+    return job, gap, pools, window
+
+
+@settings(max_examples=300, deadline=None)
+@given(feasible_jobs(), st.data())
+def test_with_one_pool_it_decides_exactly_as_the_single_zone_policy(case, data):
+    job, gap = case
+    window = data.draw(runs_window(job.ticks(gap) + 1))
+    single = simulate(RespotPolicy(), window, job, gap)
+    pool = Pool.named("us-west-2a_v100_1")
+    pooled = simulate_pools(MultiPoolPolicy(), [pool], [window], job, gap)
+    as_choices = tuple(p.choice for p in pooled.placements)
+    assert as_choices == single.choices
+    assert pooled.cost == single.cost and pooled.missed == single.missed is False
+
+
+@settings(max_examples=300, deadline=None)
+@given(pool_cases())
+def test_no_policy_misses_a_feasible_deadline_across_pools(case):
+    job, gap, pools, window = case
+    assert job.feasible(gap)
+    for name in ["respot", "up-round-robin", "up-home", "greedy-any"]:
+        out = simulate_pools(make_pools_policy(name), pools, window, job, gap)
+        assert not out.missed, name
+
+
+@settings(max_examples=100, deadline=None)
+@given(pool_cases())
+def test_decisions_depend_on_the_observation_alone(case):
+    # GIVEN one object reused over a window (incremental caches), and a fresh object per
+    # tick fed plain tuples (what a Lambda would do)
+    job, gap, pools, window = case
+    cached = MultiPoolPolicy()
+    recorded: list[Placement] = []
+    fresh: list[Placement] = []
+
+    class Recording:
+        name = "recording"
+
+        def place(self, obs: PoolsObservation) -> Placement:
+            recorded.append(cached.place(obs))
+            return recorded[-1]
+
+    class FreshEachTick:
+        name = "fresh"
+
+        def place(self, obs: PoolsObservation) -> Placement:
+            plain = replace(obs, histories=tuple(tuple(h) for h in obs.histories))
+            fresh.append(MultiPoolPolicy().place(plain))
+            return fresh[-1]
+
+    simulate_pools(Recording(), pools, window, job, gap)
+    simulate_pools(FreshEachTick(), pools, window, job, gap)
+    # THEN both make exactly the same decisions
+    assert recorded == fresh
+
+
+@settings(max_examples=100, deadline=None)
+@given(pool_cases(), st.data())
+def test_the_future_does_not_change_past_decisions(case, data):
+    job, gap, pools, window = case
+    cut = data.draw(st.integers(1, len(window[0]) - 1))
+    other = [row[:cut] + [1 - a for a in row[cut:]] for row in window]
+    first = simulate_pools(MultiPoolPolicy(), pools, window, job, gap).placements
+    second = simulate_pools(MultiPoolPolicy(), pools, other, job, gap).placements
+    # decisions of ticks < cut - 1 saw only a[..cut-1] (a[cut] decides a preemption at cut - 1)
+    assert first[: cut - 1] == second[: cut - 1]
+
+
+def observation(held, available, histories, *, home="us-east-1", zones=None, done=0):
+    zones = zones or ["us-east-1a", "us-east-1b"]
+    tick = len(histories[0])
+    return PoolsObservation(
+        tick=tick,
+        gap_seconds=600,
+        work_seconds=48 * 3600,
+        deadline_seconds=70 * 3600,
+        changeover_seconds=180,
+        done_seconds=done,
+        remaining_changeover_seconds=0,
+        held=held,
+        home=home,
+        pools=tuple(Pool.named(z) for z in zones),
+        available=tuple(available),
+        histories=tuple(tuple(h) for h in histories),
+    )
+
+
+def test_it_keeps_a_live_spot_and_picks_the_pool_whose_runs_last():
+    # pool 0 flickers (runs of one tick), pool 1 has long runs; both are up now
+    flicker = [1, 0] * 30
+    steady = ([1] * 20 + [0]) * 2 + [1] * 18
+    obs = observation(NOTHING, [True, True], [flicker, steady], done=60 * 500)
+    assert MultiPoolPolicy().place(obs) == Placement.spot(1)
+    # held on pool 0 and still up: it stays (a move would pay a changeover now)
+    held = replace(obs, held=Placement.spot(0))
+    assert MultiPoolPolicy().place(held) == Placement.spot(0)
+
+
+def test_a_transfer_fee_keeps_it_at_home_when_lives_are_alike():
+    same = ([1] * 10 + [0]) * 5 + [1] * 5
+    zones = ["us-west-2a", "us-east-1a"]
+    obs = observation(NOTHING, [True, True], [same, same], zones=zones, done=55 * 500)
+    # home is us-east-1: pool 1 is at home, pool 0 would move the checkpoint
+    assert MultiPoolPolicy().place(obs) == Placement.spot(1)
+    assert MultiPoolPolicy().place(replace(obs, home="us-west-2")) == Placement.spot(0)
+
+
+def test_the_safety_net_overrides_every_wish():
+    # no slack left for a new spot instance's changeover: on-demand
+    obs = observation(NOTHING, [True, False], [[1] * 10, [0] * 10])
+    tight = replace(obs, work_seconds=70 * 3600 - 10 * 600 - 200)
+    decision = MultiPoolPolicy().decide(tight)
+    assert decision.placement == ON_DEMAND and decision.mode is Mode.SAFETY_NET
+    assert decision.placement.choice is Choice.ON_DEMAND
