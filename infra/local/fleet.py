@@ -324,10 +324,13 @@ class InstanceFleet:
     def _kill(self, inst: LocalInstance) -> None:
         if self.agent is not None and inst.booted_at is not None:
             self.agent.kill(inst)
-        if inst.process is not None and inst.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
+        if inst.process is not None:
+            # The user data's process group: every process of the machine (the fake systemd,
+            # the agent, the session), also after the user data itself has exited.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(inst.process.pid, signal.SIGKILL)
-            inst.process.wait(timeout=10)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                inst.process.wait(timeout=10)
         if inst.imds is not None:
             inst.imds.stop()
 
