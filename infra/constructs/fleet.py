@@ -136,6 +136,31 @@ class Fleet(Construct):
                 resources=[self.log_group.log_group_arn],
             ),
         )
+        # Jobs with `image:` (docs/environments.md): log in to ECR and pull, this account only.
+        policy.add_statements(
+            iam.PolicyStatement(
+                sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]
+            ),
+            iam.PolicyStatement(
+                sid="PullJobImages",
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[
+                    stack.format_arn(service="ecr", resource="repository", resource_name="*")
+                ],
+            ),
+        )
+        suppress(
+            policy,
+            "IAM5",
+            "ecr:GetAuthorizationToken has no resource type (AWS: it must be '*'); image pulls "
+            "are limited to this account's repositories in this region: a job names its image "
+            "at submit time, so no one repository can be listed at deploy time.",
+            applies_to=[r"^Resource::\*$", r"^Resource::arn:.*:ecr:.*:repository/\*$"],
+        )
         for bucket_ref in data_buckets:
             bucket_arn, objects, prefix = _data_bucket_resources(bucket_ref)
             policy.add_statements(

@@ -302,11 +302,15 @@ def test_sends_go_only_to_named_queues(resources):
 def test_describe_is_the_only_star_resource(resources):
     for name, statement in statements(resources):
         if statement["Effect"] == "Allow" and "*" in as_list(statement.get("Resource", [])):
-            # (the selftest's FIS role holds DescribeInstances alone)
+            # (the selftest's FIS role holds DescribeInstances alone; the instances' ECR login
+            # for image jobs has no resource type, AWS requires '*')
             assert set(as_list(statement["Action"])) <= {
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
+                "ecr:GetAuthorizationToken",
             }, name
+            if "ecr:GetAuthorizationToken" in as_list(statement["Action"]):
+                assert name.startswith("FleetInstancePolicy"), name
 
 
 # ---- storage, discovery, secrets -----------------------------------------------------------
