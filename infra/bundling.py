@@ -215,8 +215,9 @@ def lambda_code_asset(root: Path = REPO_ROOT) -> LocalAsset:
     return _local_asset((layout,), root)
 
 
-# Packages the agent uses when present: TensorBoard event files from report() (docs/agent.md).
-AGENT_EXTRAS = ("tensorboard",)
+# Packages the agent uses when present: TensorBoard event files from report(), GPU telemetry
+# (NVML), notebooks run by Papermill in an IPython kernel (docs/agent.md).
+AGENT_EXTRAS = ("tensorboard", "nvidia-ml-py", "papermill", "ipykernel")
 
 
 def agent_package_asset(root: Path = REPO_ROOT) -> LocalAsset:

@@ -33,6 +33,8 @@ IMDS_HOP_LIMIT = 2
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # What the agent writes under a job's prefix (see respot.layout); it only reads the rest.
 AGENT_WRITES = ("checkpoints", "handoff", "outputs", "logs", "tensorboard")
+# Single objects the agent writes beside those prefixes: the outputs' manifest (layout.py).
+AGENT_WRITES_OBJECTS = ("outputs.json",)
 
 
 def _data_bucket_resources(bucket: str) -> tuple[str, str, str | None]:
@@ -108,7 +110,10 @@ class Fleet(Construct):
             iam.PolicyStatement(
                 sid="WriteJobResults",
                 actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                resources=[bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES],
+                resources=[
+                    *(bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES),
+                    *(bucket.arn_for_objects(f"{jobs}*/{name}") for name in AGENT_WRITES_OBJECTS),
+                ],
             ),
             list_job_objects(bucket),
             # Job environments: wheels cached by requirements hash (docs/environments.md).

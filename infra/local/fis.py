@@ -25,7 +25,6 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from infra.local.clock import Timers, TimeScale
@@ -38,22 +37,40 @@ NOTICE_SECONDS = 120.0  # the interruption notice comes this long before the int
 POLL_SECONDS = 0.5  # real seconds between looks for new experiments (FIS itself takes seconds)
 
 
-def _freeze_moto_experiments() -> Callable[..., None]:
-    """Stop moto moving experiments on its own; return a setter of (id, status, reason)."""
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.fis.models import Experiment, fis_backends
-    from moto.moto_api import state_manager
+class _MotoExperiments:
+    """moto's FIS experiments, held still: only the stand-in moves their state."""
 
-    state_manager.set_transition("fis::experiment", {"progression": "manual", "times": sys.maxsize})
+    def __init__(self, region: str) -> None:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.fis.models import fis_backends
+        from moto.moto_api import state_manager
 
-    def set_state(region: str, experiment_id: str, status: str, reason: str | None = None) -> None:
-        experiment = fis_backends[DEFAULT_ACCOUNT_ID][region].experiments[experiment_id]
-        experiment.status = status
-        if reason is not None:
-            # The reason moto reports comes from this table; the experiment gets its own copy.
-            experiment.STATUS_REASONS = {**Experiment.STATUS_REASONS, status: reason}  # type: ignore[misc]
+        state_manager.set_transition(
+            "fis::experiment", {"progression": "manual", "times": sys.maxsize}
+        )
+        self._backend = fis_backends[DEFAULT_ACCOUNT_ID][region]
+        self._lock = threading.Lock()
 
-    return set_state
+    def move(
+        self,
+        experiment_id: str,
+        status: str,
+        *,
+        unless: tuple[str, ...] = (),
+        reason: str | None = None,
+    ) -> str:
+        """Set the status (not if it is one of `unless`); returns the status it has now."""
+        from moto.fis.models import Experiment
+
+        with self._lock:
+            experiment = self._backend.experiments[experiment_id]
+            if experiment.status in unless:
+                return str(experiment.status)
+            experiment.status = status
+            if reason is not None:
+                # moto reports the reason from this table; the experiment gets its own copy.
+                experiment.STATUS_REASONS = {**Experiment.STATUS_REASONS, status: reason}  # type: ignore[misc]
+            return status
 
 
 def _selected(instances: list[LocalInstance], mode: str) -> list[LocalInstance]:
@@ -86,7 +103,7 @@ class FaultInjection:
         self.timers = timers
         self.carried_out: dict[str, list[str]] = {}  # experiment id -> instance ids
         self._stopped: set[str] = set()
-        self._set_state = _freeze_moto_experiments()
+        self._experiments = _MotoExperiments(region)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="local-fis", daemon=True)
 
@@ -111,7 +128,7 @@ class FaultInjection:
                     if status == "stopping":  # StopExperiment, before or after it acted
                         self.carried_out.setdefault(experiment_id, [])
                         self._stopped.add(experiment_id)
-                        self._set_state(self.region, experiment_id, "stopped")
+                        self._experiments.move(experiment_id, "stopped")
                     elif experiment_id not in self.carried_out:
                         self.carry_out(experiment_id)
             except Exception:  # keep watching; the failure is in the log
@@ -149,11 +166,17 @@ class FaultInjection:
             for inst in chosen:
                 self._interrupt(experiment_id, inst, duration)
                 self.carried_out[experiment_id].append(inst.instance_id)
-        self._set_state(self.region, experiment_id, "running")
+        # (StopExperiment may have come first: moto then already says "stopping".)
+        self._experiments.move(experiment_id, "running", unless=("stopping", "stopped"))
 
         def complete() -> None:
-            if experiment_id not in self._stopped:
-                self._set_state(self.region, experiment_id, "completed")
+            # A stop that came in since wins, even before the watcher saw it.
+            if (
+                self._experiments.move(experiment_id, "completed", unless=("stopping", "stopped"))
+                != "completed"
+            ):
+                self._stopped.add(experiment_id)
+                self._experiments.move(experiment_id, "stopped")
 
         self.timers.after(self.scale.real(longest), complete)
         log.info("FIS %s: interrupting %s", experiment_id, self.carried_out[experiment_id])
@@ -169,4 +192,4 @@ class FaultInjection:
 
     def _fail(self, experiment_id: str, reason: str) -> None:
         log.warning("FIS %s failed: %s", experiment_id, reason)
-        self._set_state(self.region, experiment_id, "failed", reason)
+        self._experiments.move(experiment_id, "failed", reason=reason)

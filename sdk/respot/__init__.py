@@ -16,12 +16,14 @@ if TYPE_CHECKING:
     from respot.client import JobHandle, JobStatus, run
     from respot.core.states import JobState
     from respot.exceptions import RespotError, SpecError
+    from respot.notebook import Interrupted, session
     from respot.session import TrainingSession
     from respot.spec import DataSourceEnvVar, TrainingEnvVar
 
 __version__ = "0.1.0"
 __all__ = [
     "DataSourceEnvVar",
+    "Interrupted",
     "JobHandle",
     "JobState",
     "JobStatus",
@@ -30,6 +32,7 @@ __all__ = [
     "TrainingEnvVar",
     "TrainingSession",
     "run",
+    "session",
 ]
 
 # The public names are loaded on first use (PEP 562), so that `import respot.config` in a
@@ -42,6 +45,8 @@ _HOMES = {
     "RespotError": "respot.exceptions",
     "SpecError": "respot.exceptions",
     "TrainingSession": "respot.session",
+    "session": "respot.notebook",
+    "Interrupted": "respot.notebook",
     "DataSourceEnvVar": "respot.spec",
     "TrainingEnvVar": "respot.spec",
 }

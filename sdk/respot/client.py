@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from respot import layout
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.states import JobState
 from respot.deployment import Deployment, discover
-from respot.exceptions import JobNotFoundError, SpecError
+from respot.exceptions import JobNotFinishedError, JobNotFoundError, SpecError
 from respot.messages import (
     CancelCommand,
     CodeArtifact,
@@ -37,6 +37,9 @@ from respot.messages import (
     new_job_id,
 )
 from respot.spec import TrainingEnvVar, validate_spec
+
+if TYPE_CHECKING:
+    from respot.pull import PullResult
 
 MAX_CODE_BYTES = 512 * 1024 * 1024
 CODE_EXCLUDES = frozenset(
@@ -170,6 +173,31 @@ class JobHandle:
                 raise TimeoutError(f"job {self.job_id} is still {status.state}")
             time.sleep(poll_seconds)
 
+    def outputs(
+        self, dest: str | Path, *, checkpoint: bool = False, show_progress: bool = False
+    ) -> PullResult:
+        """Download the job's outputs (and logs; `checkpoint`: its newest checkpoint) to `dest`.
+
+        Every file is checked against the SHA-256 recorded at upload before it is written.
+        Raises `JobNotFinishedError` while the job runs; a FAILED job gives what it left.
+        Layout and safety rules: `respot.pull`.
+        """
+        from respot.pull import RichTransferProgress, pull_job
+
+        record = self.record()
+        if record is None:
+            raise JobNotFinishedError(
+                f"job {self.job_id} is SUBMITTED (not recorded yet): it has no outputs"
+            )
+        return pull_job(
+            record,
+            self._client("s3"),
+            self.deployment.bucket,
+            Path(dest),
+            checkpoint=checkpoint,
+            progress=RichTransferProgress() if show_progress else None,
+        )
+
     def cancel(self, reason: str = "cancelled by user") -> None:
         """Ask the control plane to cancel the job (instances are terminated, checkpoints kept)."""
         command = CancelCommand(
@@ -260,6 +288,11 @@ def run(
 def preflight(spec: TrainingEnvVar, now: datetime) -> list[str]:
     """Checks that need the laptop's clock and files; one line per problem."""
     problems: list[str] = []
+    if spec.entry_point and spec.entry_point.endswith(".ipynb") and spec.source_dir is None:
+        problems.append(
+            f"source_dir: the notebook {spec.entry_point!r} is shipped from source_dir; set it to "
+            "the directory the notebook is in"
+        )
     if spec.deadline is not None:
         if spec.deadline <= now:
             problems.append(
@@ -274,6 +307,12 @@ def preflight(spec: TrainingEnvVar, now: datetime) -> list[str]:
         path = Path(spec.source_dir)
         if not path.is_dir():
             problems.append(f"source_dir: {spec.source_dir!r} is not a directory on this machine")
+        elif spec.entry_point is not None and spec.entry_point.endswith(".ipynb"):
+            if not path.joinpath(*spec.entry_point.split("/")).is_file():
+                problems.append(
+                    f"entry_point: notebook {spec.entry_point!r} is not in source_dir "
+                    f"{spec.source_dir!r}; check the spelling or the directory"
+                )
         elif spec.entry_point is not None:
             module = spec.entry_point.split(":", 1)[0].split(".")
             candidates = [path.joinpath(*module).with_suffix(".py"), path.joinpath(*module)]

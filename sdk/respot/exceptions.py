@@ -38,3 +38,11 @@ class MessageTooLargeError(RespotError):
 
 class CheckpointError(RespotError):
     """A checkpoint is missing, partial or does not match its manifest."""
+
+
+class JobNotFinishedError(RespotError):
+    """The job has not ended, so it has no outputs yet."""
+
+
+class PullError(RespotError):
+    """Downloading a job's results failed, or a file did not match its recorded checksum."""

@@ -303,3 +303,49 @@ def load_job_file(
             locate(late, name=name, data=data, lines=lines, overrides=parsed_overrides)
         )
     return JobFile(path=file, spec=spec, data=data, lines=lines)
+
+
+def load_notebook_job(
+    path: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    now: datetime | None = None,
+) -> JobFile:
+    """`respot run train.ipynb`: a job that runs the notebook, its directory as source_dir.
+
+    The name is the notebook's (made a valid job name); `--set` (and `-p name=value`, which
+    the CLI turns into `--set hyperparameters.name=value`) override fields as for a job file.
+    """
+    from respot.client import preflight
+
+    file = Path(path)
+    name = str(path)
+    if not file.is_file():
+        raise JobFileError([f"{name}: no such notebook"])
+    parsed_overrides = [parse_override(o) for o in overrides or []]
+    job_name = re.sub(r"[^A-Za-z0-9._-]+", "-", file.stem).strip("-._")[:64] or "notebook"
+    data: dict[str, Any] = {
+        "name": job_name,
+        "entry_point": file.name,
+        "source_dir": str(file.resolve().parent),
+    }
+    for override in parsed_overrides:
+        apply_override(data, override)
+    try:
+        spec = validate_spec(data)
+    except SpecError as exc:
+        raise JobFileError(
+            locate(exc.problems, name=name, data=data, lines={}, overrides=parsed_overrides)
+        ) from None
+    late = preflight(spec, now or datetime.now(UTC))
+    if late:
+        raise JobFileError(locate(late, name=name, data=data, lines={}, overrides=parsed_overrides))
+    return JobFile(path=file, spec=spec, data=data, lines={})
+
+
+def parameter_override(text: str) -> str:
+    """`-p lr=0.01` as the `--set hyperparameters.lr=0.01` it stands for."""
+    key, sep, value = text.partition("=")
+    if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
+        raise JobFileError([f"-p {text!r}: write name=value with a Python name, e.g. -p lr=0.01"])
+    return f"hyperparameters.{key.strip()}={value}"

@@ -25,6 +25,7 @@ LINE_COLOUR = "#264653"
 NOTICE_COLOUR = "#d62828"
 DEADLINE_COLOUR = "#6c757d"
 CHECKPOINT_COLOUR = "#1d3557"
+GPU_COLOUR = "#9b5de5"
 # The deadline is drawn when it is at most this many times the story so far; else an arrow.
 DEADLINE_REACH = 2.0
 STEP_KINDS = ("progress", "checkpoint", "preempted", "interrupted")
@@ -65,6 +66,8 @@ class Picture:
     interruptions: int
     paid_usd: float
     on_demand_usd: float | None
+    # Mean GPU utilization (%) on the progress history (no GPU: empty, nothing drawn).
+    gpu_util: list[tuple[float, float]] = field(default_factory=list)
 
 
 def _seconds(at: datetime | None, t0: datetime) -> float | None:
@@ -101,8 +104,12 @@ def picture_data(record: JobRecord, now: datetime | None = None) -> Picture:
             )
     checkpoints: list[tuple[float, int]] = []
     fallbacks: list[tuple[float, str]] = []
+    gpu_util: list[tuple[float, float]] = []
     for entry in record.timeline:
         at = (entry.at - t0).total_seconds()
+        util = entry.data.get("gpu_util_pct")
+        if entry.kind == "progress" and isinstance(util, int | float):
+            gpu_util.append((at, float(util)))
         attempt = entry.data.get("attempt")
         step = entry.data.get("step")
         if entry.kind == "checkpoint" and isinstance(step, int):
@@ -152,6 +159,7 @@ def picture_data(record: JobRecord, now: datetime | None = None) -> Picture:
         interruptions=record.interruptions,
         paid_usd=cost.paid_usd,
         on_demand_usd=cost.on_demand_usd,
+        gpu_util=sorted(gpu_util),
     )
 
 
@@ -281,6 +289,16 @@ def draw_timeline(record: JobRecord, path: Path | str, now: datetime | None = No
                 fontsize=9,
                 color=DEADLINE_COLOUR,
             )
+    if pic.gpu_util:
+        gpu_ax = ax.twinx()
+        gpu_ax.plot(
+            [x(t) for t, _ in pic.gpu_util], [u for _, u in pic.gpu_util],
+            color=GPU_COLOUR, lw=1.0, alpha=0.8, marker=".", ms=3, zorder=2, label="GPU util",
+        )  # fmt: skip
+        gpu_ax.set_ylim(0, 116)
+        gpu_ax.set_ylabel("mean GPU utilization %", color=GPU_COLOUR, fontsize=8)
+        gpu_ax.tick_params(axis="y", colors=GPU_COLOUR, labelsize=7)
+        gpu_ax.spines[["top"]].set_visible(False)
     ax.set_ylim(0, top * 1.16)
     ax.set_ylabel("step")
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{int(v):,}"))
@@ -381,6 +399,7 @@ def picture_json(pic: Picture) -> dict[str, Any]:
         "on_demand_usd": pic.on_demand_usd,
         "notices_seconds": pic.notices,
         "checkpoints": [{"seconds": t, "step": s} for t, s in pic.checkpoints],
+        "gpu_util": [{"seconds": t, "pct": u} for t, u in pic.gpu_util],
         "attempts": [
             {
                 "number": a.number,

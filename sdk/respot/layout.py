@@ -7,6 +7,7 @@ jobs/<job>/checkpoints/manifests/<step>-<attempt>.json   a checkpoint; written l
 jobs/<job>/handoff/<attempt>.json        attempt will write no more checkpoints
 jobs/<job>/control/<attempt>.json        the control plane asks that attempt to stop
 jobs/<job>/outputs/...                   what the session left in output_dir at the end
+jobs/<job>/outputs.json                  their manifest (path, size, SHA-256); written last
 jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
 jobs/<job>/tensorboard/...               scalars from report()
 wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job environments)
@@ -83,6 +84,16 @@ def control_key(job_id: str, attempt: int) -> str:
 def outputs_prefix(job_id: str) -> str:
     """Final outputs of the session."""
     return f"{job_prefix(job_id)}outputs/"
+
+
+def outputs_manifest_key(job_id: str) -> str:
+    """The outputs' manifest (outside the outputs prefix: no output file can be named so)."""
+    return f"{job_prefix(job_id)}outputs.json"
+
+
+def logs_root(job_id: str) -> str:
+    """Training logs of every attempt."""
+    return f"{job_prefix(job_id)}logs/"
 
 
 def logs_prefix(job_id: str, attempt: int) -> str:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from respot.exceptions import MessageTooLargeError
+from respot.gpu import MAX_GPUS, GpuSample
 from respot.spec import TrainingEnvVar
 
 MESSAGE_SCHEMA_VERSION: Literal[1] = 1
@@ -108,6 +109,8 @@ class AgentProgress(_Message):
     step: int | None = None
     total_steps: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    # Per GPU, means since the previous heartbeat (respot.agent.telemetry); None: no GPU.
+    gpus: list[GpuSample] | None = Field(default=None, max_length=MAX_GPUS)
 
 
 class AgentCheckpoint(_Message):

@@ -106,6 +106,8 @@ Deadline = Annotated[datetime, BeforeValidator(parse_deadline)]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+# A notebook, relative to source_dir: plain names, '/' between them, no '..', no leading '/'.
+_NOTEBOOK = re.compile(r"^(?:[\w][\w .-]*/)*[\w][\w .-]*\.ipynb$")
 _INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HPARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
@@ -177,7 +179,9 @@ class TrainingEnvVar(BaseModel):
     schema_version: Literal[1] = SCHEMA_VERSION
     name: str = Field(description="a short name for the job: letters, digits, '.', '_', '-'")
     entry_point: str | None = Field(
-        default=None, description="'package.module:SessionClass', a respot.TrainingSession subclass"
+        default=None,
+        description="'package.module:SessionClass', a respot.TrainingSession subclass; or a "
+        "notebook in source_dir, 'train.ipynb', run by Papermill (hyperparameters: its parameters)",
     )
     image: str | None = Field(default=None, description="container image to run the session in")
     source_dir: str | None = Field(
@@ -235,12 +239,19 @@ class TrainingEnvVar(BaseModel):
     @field_validator("entry_point")
     @classmethod
     def _check_entry_point(cls, value: str | None) -> str | None:
-        if value is not None and not _ENTRY_POINT.match(value):
-            raise ValueError(
-                f"{value!r} is not an entry point; write 'package.module:SessionClass', "
-                "e.g. 'digits.train:DigitsSession'"
-            )
-        return value
+        if value is None or _ENTRY_POINT.match(value):
+            return value
+        if value.endswith(".ipynb"):
+            if not _NOTEBOOK.match(value) or ".." in value.split("/"):
+                raise ValueError(
+                    f"{value!r} is not a notebook path inside source_dir; write it relative "
+                    "to source_dir with '/' between names and no '..', e.g. 'notebooks/train.ipynb'"
+                )
+            return value
+        raise ValueError(
+            f"{value!r} is not an entry point; write 'package.module:SessionClass', "
+            "e.g. 'digits.train:DigitsSession', or a notebook in source_dir, e.g. 'train.ipynb'"
+        )
 
     @field_validator("image")
     @classmethod

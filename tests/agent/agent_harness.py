@@ -27,7 +27,7 @@ ENTRY_POINT = "countjob:CountingSession"
 def zip_dir(root: Path) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(root.rglob("*.py")):
+        for path in sorted([*root.rglob("*.py"), *root.rglob("*.ipynb")]):
             zf.write(path, path.relative_to(root).as_posix())
     return buf.getvalue()
 

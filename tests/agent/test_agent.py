@@ -3,6 +3,7 @@ local IMDS server and real session child processes running `jobs/countjob.py`.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -119,6 +120,13 @@ def test_a_job_runs_to_completion(stage: Stage) -> None:
     result = get_json(s3, bucket, done.outputs_prefix + "result.json")
     assert result["total"] == sum(range(1, 31)) and result["resumed_from"] is None
     assert exists(s3, bucket, done.outputs_prefix + "nested/note.txt")
+    # AND their manifest, written last, records each file's SHA-256 for `respot pull`
+    outputs = get_json(s3, bucket, layout.outputs_manifest_key(sub.job_id))
+    assert outputs["outcome"] == "completed" and outputs["attempt"] == 1
+    recorded = {f["path"]: f["sha256"] for f in outputs["files"]}
+    assert set(recorded) == {"result.json", "env.json", "nested/note.txt"}
+    body = s3.get_object(Bucket=bucket, Key=done.outputs_prefix + "nested/note.txt")["Body"]
+    assert recorded["nested/note.txt"] == hashlib.sha256(body.read()).hexdigest()
     manifests = s3.list_objects_v2(Bucket=bucket, Prefix=layout.manifests_prefix(sub.job_id))
     assert len(manifests["Contents"]) == 2
     assert exists(s3, bucket, layout.handoff_key(sub.job_id, 1))
@@ -256,6 +264,10 @@ def test_a_session_that_raises_fails_the_attempt_with_its_traceback(stage: Stage
     assert failed.log_tail[-1] == "ValueError: boom at step 7"
     # The checkpoint taken before the crash is in S3 all the same.
     assert any(isinstance(m.body, AgentCheckpoint) and m.body.step == 6 for m in mailbox.of(1))
+    # AND what the session left in output_dir, for `respot pull` of a FAILED job
+    outputs = get_json(s3, bucket, layout.outputs_manifest_key(sub.job_id))
+    assert outputs["outcome"] == "failed"
+    assert [f["path"] for f in outputs["files"]] == ["partial.txt"]
 
 
 def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
@@ -310,3 +322,31 @@ def test_a_session_process_that_lingers_after_train_returns_still_completes(
     assert result.outcome == "completed", result
     assert isinstance(stage.mailbox.of(1)[-1].body, AgentCompleted)
     assert took < 20
+
+
+def test_a_notebook_whose_cell_raises_fails_and_leaves_its_executed_copy(stage: Stage) -> None:
+    s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    # GIVEN a notebook job (Papermill on the instance) whose third cell raises at step 3
+    sub = submit_job(s3, bucket, hyperparameters={"fail_at": 3}, entry_point="failing.ipynb")
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        code = agent.wait(240)
+    finally:
+        agent.stop()
+    mailbox.poll()
+    # THEN the attempt fails naming the cell and the error, with the reports it made
+    assert code == 1, agent.log()
+    failed = mailbox.of(1)[-1].body
+    assert isinstance(failed, AgentFailed), mailbox.kinds(1)
+    # In [4]: papermill runs its injected-parameters cell after the parameters cell
+    assert "the cell In [4] raised ValueError: boom at step 3" in failed.reason
+    assert any(isinstance(m.body, AgentProgress) and m.body.step for m in mailbox.of(1))
+    # AND the executed notebook (the traceback in it) and what the cells wrote are the
+    # job's outputs, for `respot pull` of the FAILED job
+    outputs = get_json(s3, bucket, layout.outputs_manifest_key(sub.job_id))
+    assert outputs["outcome"] == "failed"
+    assert {f["path"] for f in outputs["files"]} == {"failing.ipynb", "partial.txt"}
+    executed = get_json(s3, bucket, layout.outputs_prefix(sub.job_id) + "failing.ipynb")
+    errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("ename")]
+    assert [(e["ename"], e["evalue"]) for e in errors] == [("ValueError", "boom at step 3")]
+    assert "never reached" not in json.dumps(executed["cells"][-1].get("outputs", []))

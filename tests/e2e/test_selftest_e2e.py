@@ -124,8 +124,12 @@ def test_ctrl_c_cancels_the_job_and_stops_the_experiment(rt: LocalRuntime) -> No
     test = Selftest(rt.sdk_deployment(), cloud.session(), plan=PLAN, timeouts=TIMEOUTS, echo=echo)
     with pytest.raises(KeyboardInterrupt):
         test.run()
-    # THEN the job is cancelled and the experiment stopped: nothing is left running
+    # THEN the job is cancelled and the experiment ends: nothing is left running
     assert test.result.outcome == "stopped by Ctrl-C" and test.result.experiment_id
+    # (The experiment lasts 4 s here; on a loaded machine it may be over before the clean-up
+    # looks, and then there is nothing to stop. If it was still live, it must end stopped.)
+    asked_to_stop = any("stopped FIS experiment" in s for s in test.result.steps)
+    expected = "stopped" if asked_to_stop else "completed"
     fis = rt.client("fis")
     end = time.monotonic() + 30
     record = rt.job_record(test.result.job_id or "")
@@ -133,8 +137,8 @@ def test_ctrl_c_cancels_the_job_and_stops_the_experiment(rt: LocalRuntime) -> No
     while time.monotonic() < end:
         record = rt.job_record(test.result.job_id or "")
         status = fis.get_experiment(id=test.result.experiment_id)["experiment"]["state"]["status"]
-        if record is not None and record.state is JobState.CANCELLED and status == "stopped":
+        if record is not None and record.state is JobState.CANCELLED and status == expected:
             break
         time.sleep(0.2)
     assert record is not None and record.state is JobState.CANCELLED
-    assert status == "stopped"
+    assert status == expected, test.result.steps

@@ -390,7 +390,8 @@ def test_instance_role_writes_only_the_agents_prefixes(fleet):
     writes = json.dumps(by_sid["WriteJobResults"]["Resource"])
     for kind in ("checkpoints", "handoff", "outputs", "logs", "tensorboard"):
         assert f"/jobs/*/{kind}/*" in writes
-    assert writes.count("/jobs/*/") == 5
+    assert '/jobs/*/outputs.json"' in writes  # the outputs' manifest, one object
+    assert writes.count("/jobs/*/") == 6
     assert by_sid["ReadJobObjects"]["Action"] == "s3:GetObject"
     assert by_sid["SendAgentEvents"]["Action"] == "sqs:SendMessage"
     # unconditioned, so that HeadObject on a blob not stored yet answers 404, not 403

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from respot.policy import (
     Pool,
     PoolsObservation,
     RespotPolicy,
+    RunLengths,
     simulate,
     simulate_pools,
 )
@@ -169,3 +171,45 @@ def test_the_safety_net_overrides_every_wish():
     decision = MultiPoolPolicy().decide(tight)
     assert decision.placement == ON_DEMAND and decision.mode is Mode.SAFETY_NET
     assert decision.placement.choice is Choice.ON_DEMAND
+
+
+def as_runs(values):
+    runs: list[list[int]] = []
+    for v in values:
+        if runs and runs[-1][0] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return runs
+
+
+@settings(max_examples=60, deadline=None)
+@given(pool_cases())
+def test_run_length_histories_decide_as_the_ticks_they_stand_for(case):
+    # GIVEN the histories as the control plane keeps them: run-length pairs per pool
+    job, gap, pools, window = case
+    decisions: list[tuple[Placement, Placement]] = []
+
+    class Both:
+        name = "both"
+
+        def place(self, obs: PoolsObservation) -> Placement:
+            ticks = replace(obs, histories=tuple(tuple(h) for h in obs.histories))
+            runs = replace(obs, histories=tuple(RunLengths(as_runs(h)) for h in obs.histories))
+            decisions.append((MultiPoolPolicy().place(ticks), MultiPoolPolicy().place(runs)))
+            return decisions[-1][0]
+
+    simulate_pools(Both(), pools, window, job, gap)
+    # THEN every decision is the same
+    assert all(a == b for a, b in decisions)
+
+
+def test_run_lengths_read_as_their_ticks_and_reject_bad_pairs():
+    history = RunLengths([[1, 3], [0, 0], [1, 2], [0, 1]])
+    assert list(history) == [1, 1, 1, 1, 1, 0] and len(history) == 6
+    assert history[4] == 1 and history[-1] == 0 and history[1:3] == (1, 1)
+    assert history.runs == ((1, 5), (0, 1))
+    assert len(RunLengths([])) == 0
+    for bad, field in [([[2, 1]], "value"), ([[1, -1]], "length"), ([[1]], "pair")]:
+        with pytest.raises(ValueError, match=field):
+            RunLengths(bad)

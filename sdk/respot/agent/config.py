@@ -18,6 +18,7 @@ ENV_IMDS_POLL = "RESPOT_IMDS_POLL_SECONDS"
 ENV_HANDOFF_WAIT = "RESPOT_HANDOFF_WAIT_SECONDS"
 ENV_SHUTDOWN = "RESPOT_SHUTDOWN"
 ENV_LOG_GROUP = "RESPOT_LOG_GROUP"  # CloudWatch Logs group for the session's output; unset: none
+ENV_GPU_SAMPLE = "RESPOT_GPU_SAMPLE_SECONDS"  # how often NVML is read (respot.agent.telemetry)
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 # The framework's Python (the AMI contract, docs/ami.md); unset: the agent's own interpreter.
 ENV_FRAMEWORK_PYTHON = "RESPOT_FRAMEWORK_PYTHON"
@@ -49,6 +50,7 @@ class AgentConfig:
     log_group: str | None = None
     framework_python: Path | None = None  # None: the agent's own interpreter (tests)
     root: Path = Path("/")
+    gpu_sample_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -101,4 +103,5 @@ class AgentConfig:
             handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),
             shutdown="poweroff" if shutdown == "poweroff" else "exit",
             log_group=env.get(ENV_LOG_GROUP, "").strip() or None,
+            gpu_sample_seconds=seconds(ENV_GPU_SAMPLE, 10.0),
         )

@@ -39,6 +39,7 @@ from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
 from respot.agent.messenger import AgentMessenger
+from respot.agent.notebook import session_entry
 from respot.agent.process import (
     AttemptDirs,
     SessionExited,
@@ -56,16 +57,17 @@ from respot.agent.protocol import (
     SessionLaunch,
 )
 from respot.agent.scalars import ScalarLog
+from respot.agent.telemetry import GpuTelemetry
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
 from respot.agent.workspace import (
     fetch_code,
     fetch_data,
     read_submission,
-    upload_tree,
     wait_for_object,
     write_handoff,
 )
 from respot.checkpoints import CheckpointStore, UploadResult
+from respot.gpu import GpuSample, tensorboard_scalars
 from respot.messages import (
     AgentCheckpoint,
     AgentCompleted,
@@ -75,6 +77,7 @@ from respot.messages import (
     AgentStarted,
     JobSubmission,
 )
+from respot.outputs import OutputsManifest, upload_outputs
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -130,6 +133,7 @@ class _Progress:
     total_steps: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     reports: int = 0
+    gpus: Callable[[], list[GpuSample] | None] | None = None  # GpuTelemetry.take
 
     def update(self, report: ReportLine) -> bool:
         """Take a report; True if it is the first one."""
@@ -142,9 +146,10 @@ class _Progress:
 
     def message(self) -> AgentProgress:
         with self.lock:
-            return AgentProgress(
-                step=self.step, total_steps=self.total_steps, metrics=dict(self.metrics)
-            )
+            step, total, metrics = self.step, self.total_steps, dict(self.metrics)
+        return AgentProgress(
+            step=step, total_steps=total, metrics=metrics, gpus=self.gpus() if self.gpus else None
+        )
 
 
 class _LogTail(logging.Handler):
@@ -557,11 +562,11 @@ class _AttemptRun:
 
     def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
         spec = submission.spec
-        assert spec.entry_point is not None
-        launcher = self._launcher(spec)
+        entry_point, environment = session_entry(spec)  # a notebook: Papermill runs it
+        launcher = self._launcher(spec, environment)
         ipc = self.dirs.root / "ipc"
         launch = SessionLaunch(
-            entry_point=spec.entry_point,
+            entry_point=entry_point,
             code_dir=str(self.dirs.code),
             checkpoint_dir=str(self.dirs.checkpoint),
             data_dir=str(self.dirs.data),
@@ -584,7 +589,7 @@ class _AttemptRun:
         process = SessionProcess(
             launch,
             launch_path=ipc / "session.json" if launcher.named_pipes else self.dirs.launch,
-            env=session_environment(launch, spec.environment),
+            env=session_environment(launch, environment),
             log_path=self.dirs.log,
             on_event=events.put,
             on_output=self.shipper.write if self.shipper is not None else None,
@@ -593,6 +598,10 @@ class _AttemptRun:
         )
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
+        telemetry = GpuTelemetry(
+            every_seconds=self.config.gpu_sample_seconds, on_sample=self._gpu_sample
+        ).start()
+        self.progress.gpus = telemetry.take
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()
         process.start()
@@ -650,6 +659,7 @@ class _AttemptRun:
                     process.terminate(grace_seconds=5.0)
         finally:
             heartbeat.stop()
+            telemetry.stop()
             if exit_code is None:  # the loop itself failed: do not leave the session running
                 process.terminate(grace_seconds=5.0)
         train_seconds = time.monotonic() - train_started
@@ -675,14 +685,18 @@ class _AttemptRun:
             _max(failed.step if failed else None, step),
         )
 
-    def _launcher(self, spec: Any) -> launchers.Launcher:
+    def _gpu_sample(self, gpus: list[GpuSample]) -> None:
+        step = _max(self.progress.step, self.restored_step) or 0
+        self.scalars.add(step, tensorboard_scalars(gpus), time.time())
+
+    def _launcher(self, spec: Any, environment: dict[str, str]) -> launchers.Launcher:
         """Plain, torchrun (processes_per_node) or the image's container."""
         nproc = launchers.processes(spec.processes_per_node)
         if spec.image is None:
             python = self.job_python.python
             return launchers.torchrun(python, nproc) if nproc > 1 else launchers.plain(python)
         (self.dirs.root / "ipc").mkdir(parents=True, exist_ok=True)
-        names = ["PYTHONUNBUFFERED", *sorted(spec.environment)]
+        names = ["PYTHONUNBUFFERED", *sorted(environment)]
         names += [
             "RESPOT_JOB_ID",
             "RESPOT_ATTEMPT",
@@ -728,11 +742,11 @@ class _AttemptRun:
             logger.warning("checkpoint uploads did not finish; going on")
         prefix = layout.outputs_prefix(self.job_id)
         try:
-            keys = upload_tree(self.s3, self.dirs.output, self.config.bucket, prefix)
+            outputs = self._upload_outputs("completed")
         except Exception as exc:
             logger.exception("uploading outputs failed")
             return self._failed(uploader, f"uploading outputs failed: {exc}", 0, [], step)
-        logger.info("uploaded %d output file(s) to %s", len(keys), prefix)
+        logger.info("uploaded %d output file(s) to %s", len(outputs.files), prefix)
         self._finish(uploader, "completed")
         self.messenger.send(
             AgentCompleted(step=step, outputs_prefix=prefix, train_seconds=round(train_seconds, 3))
@@ -780,12 +794,27 @@ class _AttemptRun:
         if not uploader.wait_idle(FAILED_UPLOAD_WAIT_SECONDS):
             logger.warning("checkpoint uploads did not finish; going on")
         logger.error("failed: %s", reason)
+        if not reason.startswith("uploading outputs failed"):
+            try:  # what the session left is worth having (`respot pull` of a FAILED job)
+                self._upload_outputs("failed")
+            except Exception as exc:
+                logger.warning("uploading the failed attempt's outputs failed: %s", exc)
         self._finish(uploader, "failed")
         self.messenger.send(
             AgentFailed(reason=reason[:2000], exit_code=exit_code, log_tail=log_tail, step=step)
         )
         return AgentResult(
             "failed", self.job_id, self.attempt, step=step, exit_code=exit_code, reason=reason
+        )
+
+    def _upload_outputs(self, outcome: Literal["completed", "failed"]) -> OutputsManifest:
+        return upload_outputs(
+            self.s3,
+            self.dirs.output,
+            bucket=self.config.bucket,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            outcome=outcome,
         )
 
     def _finish(self, uploader: CheckpointUploader, outcome: str) -> None:

@@ -1,4 +1,4 @@
-"""Prepares a job on the instance: the submission, the code, the data; and ships the outputs.
+"""Prepares a job on the instance: the submission, the code, the data.
 
 Everything comes from S3 and lands under the agent's work directory. The code zip is checked
 against the SHA-256 the laptop recorded and unpacked without letting any entry escape its
@@ -216,23 +216,6 @@ def write_handoff(s3: S3Client, bucket: str, job_id: str, attempt: int, **data: 
     body = json.dumps({"job_id": job_id, "attempt": attempt, "at": utcnow().isoformat(), **data})
     s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/json")
     return key
-
-
-def upload_tree(s3: S3Client, local_dir: Path, bucket: str, prefix: str) -> list[str]:
-    """Upload every regular file under `local_dir` to `prefix` + its relative path."""
-    from boto3.s3.transfer import create_transfer_manager
-
-    files = [p for p in sorted(local_dir.rglob("*")) if p.is_file() and not p.is_symlink()]
-    keys: list[str] = []
-    with create_transfer_manager(s3, default_transfer_config()) as manager:
-        futures = []
-        for path in files:
-            key = prefix + path.relative_to(local_dir).as_posix()
-            futures.append(manager.upload(str(path), bucket, key))
-            keys.append(key)
-        for future in futures:
-            future.result()
-    return keys
 
 
 def _error_code(exc: BaseException) -> str | None:

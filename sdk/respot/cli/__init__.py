@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, doctor, jobs, local, observe, selftest
+from respot.cli import bench, doctor, jobs, local, observe, results, selftest
 
 app = typer.Typer(
     name="respot",
@@ -17,6 +17,7 @@ app.command()(jobs.ls)
 app.command()(jobs.status)
 app.command()(observe.logs)
 app.command()(jobs.cancel)
+app.command()(results.pull)
 app.command()(observe.cost)
 app.command()(observe.tensorboard)
 app.command()(observe.timeline)

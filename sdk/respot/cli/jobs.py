@@ -80,9 +80,21 @@ def status_json(record: JobRecord, now: datetime) -> dict[str, Any]:
 @reports_errors
 def run(
     job_file: Annotated[
-        Path | None, typer.Argument(help="A job file (YAML: the fields of TrainingEnvVar).")
+        Path | None,
+        typer.Argument(
+            help="A job file (YAML: the fields of TrainingEnvVar), or a notebook (.ipynb) to "
+            "run with Papermill."
+        ),
     ] = None,
     set_: SetOption = None,
+    parameter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--parameter",
+            "-p",
+            help="A hyperparameter (a notebook's parameter): -p lr=0.01. Repeatable; YAML value.",
+        ),
+    ] = None,
     rerun: Annotated[
         str | None,
         typer.Option(help="Launch this job again: same spec, same code (same SHA-256)."),
@@ -96,17 +108,24 @@ def run(
     check: Annotated[
         bool, typer.Option(help="Only validate the job file; submit nothing.")
     ] = False,
+    pull: Annotated[
+        Path | None,
+        typer.Option(
+            "--pull", help="With --wait: download the results to this directory when it ends."
+        ),
+    ] = None,
     local: LocalOption = False,
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job from a YAML file (or --rerun an earlier one); --wait to follow it."""
     if (job_file is None) == (rerun is None):
         fail("give a job file, or --rerun JOB (not both)")
-    overrides = list(set_ or [])
-    if job_file is not None:
-        from respot.jobfile import load_job_file
+    from respot.jobfile import load_job_file, load_notebook_job, parameter_override
 
-        job = load_job_file(job_file, overrides)
+    overrides = list(set_ or []) + [parameter_override(p) for p in parameter or []]
+    if job_file is not None:
+        load = load_notebook_job if job_file.suffix == ".ipynb" else load_job_file
+        job = load(job_file, overrides)
         if check:
             if json_output:
                 print_json(job.spec.model_dump(mode="json", exclude_none=True))
@@ -128,6 +147,8 @@ def run(
             rerun, deployment=conn.deployment, session=conn.session, overrides=overrides
         )
     flag = " --local" if conn.local else ""
+    if pull is not None and not wait:
+        fail("--pull downloads the results when the job ends: add --wait")
     if not wait:
         if json_output:
             print_json({"job_id": handle.job_id, "state": "SUBMITTED", "rerun_of": rerun})
@@ -149,6 +170,13 @@ def run(
         )
     except TimeoutError as exc:
         fail(f"{exc}; it goes on: `respot status {handle.job_id}{flag}`")
+    if pull is not None:
+        from respot.cli.results import pull_into
+        from respot.cli.results import report as report_pull
+
+        pulled = pull_into(conn, handle.job_id, pull, False, json_output)
+        if not json_output:
+            report_pull(pulled, False)
     _finish(status, json_output)
 
 
@@ -289,6 +317,13 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
         f"(reported {_ago(prog.at, now)})",
         markup=False,
     )
+    if prog.gpus:
+        from respot.gpu import per_gpu_lines, summary
+
+        out.print(f"  gpu         {summary(prog.gpus)}", markup=False)
+        if len(prog.gpus) > 1:
+            for line in per_gpu_lines(prog.gpus):
+                out.print(f"              {line}", markup=False)
     if record.checkpoint:
         cp = record.checkpoint
         out.print(

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from respot.core.states import JobState
+from respot.gpu import GpuSample
 from respot.messages import JobSubmission
 
 TIMELINE_LIMIT = 400  # entries kept on the record; the oldest progress entries go first
@@ -90,6 +91,7 @@ class Progress(BaseModel):
     at: datetime | None = None
     noted_step: int | None = None  # step and time of the last "progress" timeline note
     noted_at: datetime | None = None
+    gpus: list[GpuSample] | None = None  # the newest heartbeat's GPU telemetry
 
 
 class CheckpointInfo(BaseModel):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from respot.core.cost import job_cost
 from respot.core.deadline import DeadlinePolicy, record_availability
@@ -51,6 +52,7 @@ from respot.core.job import (
 )
 from respot.core.placement import ControlSettings, MarketChoice, MarketPolicy, candidates
 from respot.core.states import JobState, Transition, can, next_state
+from respot.gpu import mean_utilization
 from respot.messages import (
     AgentCheckpoint,
     AgentCompleted,
@@ -590,6 +592,8 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 d.go(Transition.START)
             _started_note(d, att, msg.instance_id, body, late=False)
         case AgentProgress():
+            if body.gpus is not None and current:
+                job.progress.gpus = list(body.gpus)
             if body.step is not None:
                 att.last_step = max(att.last_step or 0, body.step)
                 if job.progress.step is None or body.step >= job.progress.step:
@@ -764,14 +768,14 @@ def _progress_history(d: _Draft, attempt: int, at: datetime) -> None:
     metrics = dict(list(job.progress.metrics.items())[:PROGRESS_HISTORY_METRICS])
     shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items())
     of = f"/{total}" if total else ""
+    data: dict[str, Any] = {"attempt": attempt, "step": step, "total_steps": total}
+    data["metrics"] = metrics
+    gpu_util = mean_utilization(job.progress.gpus or [])
+    if gpu_util is not None:
+        data["gpu_util_pct"] = gpu_util  # the timeline picture's GPU line
     # Only on the record: the notifier gets the throttled notes of `_progress_note` instead.
     job.add_timeline(
-        TimelineEntry(
-            at=at,
-            kind="progress",
-            text=f"step {step}{of} {shown}".strip(),
-            data={"attempt": attempt, "step": step, "total_steps": total, "metrics": metrics},
-        )
+        TimelineEntry(at=at, kind="progress", text=f"step {step}{of} {shown}".strip(), data=data)
     )
 
 

@@ -498,8 +498,9 @@ def _egress(
     return warn(
         name,
         f"private with S3, SQS and Logs endpoints: respot works; {public_note}package indexes "
-        "(a job's requirements) are out of reach",
-        "add a NAT route if jobs install packages from PyPI",
+        "(a job's requirements) are out of reach, and container images need ECR endpoints",
+        "add a NAT route if jobs install packages from PyPI; for image jobs add the ecr.api "
+        "and ecr.dkr interface endpoints",
     )
 
 

@@ -31,6 +31,7 @@ from slack_sdk.models.blocks import (
 from respot.core.cost import job_cost, on_demand_price
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.states import JobState
+from respot.gpu import summary as gpu_summary
 
 log = logging.getLogger("respot.notify")
 
@@ -299,6 +300,8 @@ def status_card(
         )
     if record.checkpoint is not None:
         pairs.append(("Checkpoint", f"step {record.checkpoint.step:,}"))
+    if record.progress.gpus and state is JobState.RUNNING:
+        pairs.append(("GPU", escape(gpu_summary(record.progress.gpus))))
     blocks: list[Block] = [
         _header(f"{STATE_EMOJI.get(state, '')} {spec.name}: {state.value}".strip()),
         _fields(pairs),

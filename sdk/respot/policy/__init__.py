@@ -23,6 +23,7 @@ from respot.policy.exceptions import (
     TraceError,
     UnknownPolicyError,
 )
+from respot.policy.history import RunLengths
 from respot.policy.model import (
     ON_DEMAND_PRICE_PER_HOUR,
     SPOT_PRICE_PER_HOUR,
@@ -87,6 +88,7 @@ __all__ = [
     "PoolsPolicy",
     "RespotParameters",
     "RespotPolicy",
+    "RunLengths",
     "Trace",
     "TraceError",
     "UniformProgressPolicy",

@@ -12,8 +12,11 @@ lasted a ticks is expected to last about as long again. The prior carries the we
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
 
 
 class RunStatistics:
@@ -113,3 +116,73 @@ def _harmonic(n: int) -> float:
     if n < 16:
         return math.fsum(1 / k for k in range(1, n + 1))
     return math.log(n) + _EULER_GAMMA + 1 / (2 * n) - 1 / (12 * n**2) + 1 / (120 * n**4)
+
+
+class RunLengths(Sequence[int]):
+    """A 0/1 history kept as run-length pairs [(value, length), ...], read as the 0/1 sequence.
+
+    What the control plane stores (a job record's `avail`, a pool's observed history): a few
+    pairs for days of ticks. Pass it wherever a history is expected (`Observation.history`,
+    `PoolsObservation.histories`); iterating expands it lazily and indexing is a bisection,
+    so no list of every tick is built.
+    """
+
+    __slots__ = ("_ends", "_values")
+
+    def __init__(self, runs: Iterable[Sequence[int]]) -> None:
+        values: list[int] = []
+        ends: list[int] = []
+        total = 0
+        for index, run in enumerate(runs):
+            if len(run) != 2:
+                raise ValueError(f"run {index}: expected a (value, length) pair, got {run!r}")
+            value, length = run
+            if value not in (0, 1) or isinstance(value, bool):
+                raise ValueError(f"run {index}: value must be 0 or 1, got {value!r}")
+            if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+                raise ValueError(f"run {index}: length must be an integer >= 0, got {length!r}")
+            if length == 0:
+                continue
+            if values and values[-1] == value:
+                ends[-1] += length
+            else:
+                values.append(value)
+                ends.append(total + length)
+            total += length
+        self._values = tuple(values)
+        self._ends = tuple(ends)
+
+    @property
+    def runs(self) -> tuple[tuple[int, int], ...]:
+        """The maximal runs as (value, length) pairs."""
+        starts = (0, *self._ends[:-1])
+        return tuple(
+            (v, end - start) for v, start, end in zip(self._values, starts, self._ends, strict=True)
+        )
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("history index out of range")
+        return self._values[bisect.bisect_right(self._ends, index)]
+
+    def __iter__(self) -> Iterator[int]:
+        start = 0
+        for value, end in zip(self._values, self._ends, strict=True):
+            yield from itertools.repeat(value, end - start)
+            start = end
+
+    def __repr__(self) -> str:
+        return f"RunLengths({list(self.runs)!r})"

@@ -11,13 +11,14 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    the run's remaining life learned from k's own past run lengths with the single-zone
    policy's Lindy prior, less the changeover), d * (p_spot + lambda) is what the changeover
    costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
-   if k is in another region. A long-lived pool in another region
-   wins over a flickering one at home only when its expected life pays for the transfer.
+   if k is in another region. A long-lived pool in another region wins over a flickering
+   one at home only when its expected work pays for the transfer.
 2. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
-   seeing spot as the union of the pools: available when any pool is; its availability,
-   outage hazards, run rate, and the age, hazard and survival of the current run (a trip off
-   on-demand ends only when no pool has spot) learned from the union's past; plus the
-   transfer fee lost if the run ends at once after a move to another region.
+   seeing spot as the union of the pools: available when any pool is; its availability
+   (prior 1 - 2^-K for K pools, `_union_prior`), outage hazards, run rate, and the age,
+   hazard and survival of the current run (a trip off on-demand ends only when no pool has
+   spot) learned from the union's past; plus the transfer fee lost if the run ends at once
+   after a move to another region.
 3. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
@@ -31,8 +32,9 @@ and the fee are the benchmark's, and the overhead rule has no free parameter.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from respot.policy.history import RunStatistics
@@ -77,6 +79,13 @@ class _Cached:
         self.stats = RunStatistics(history)
         self.source = history.source if isinstance(history, HistoryView) else None
         return self.stats
+
+
+def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
+    """history[start:stop] without indexing tick by tick (a view's source is sliced once)."""
+    if isinstance(history, HistoryView):
+        return history.source[start:stop]
+    return itertools.islice(history, start, stop)
 
 
 def _expected_progress(obs: PoolsObservation, stats: RunStatistics, prior: float) -> float:
@@ -206,5 +215,6 @@ class MultiPoolPolicy:
             self._union = RunStatistics()
             self._union_sources = sources
             seen = 0
-        self._union.extend(1 if any(h[t] for h in histories) else 0 for t in range(seen, length))
+        tails = [_tail(h, seen, length) for h in histories]
+        self._union.extend(1 if any(values) else 0 for values in zip(*tails, strict=True))
         return self._union

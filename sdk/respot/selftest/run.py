@@ -353,8 +353,13 @@ class Selftest:
             try:
                 status = self._experiment_status()
                 if status not in (*FAILED_EXPERIMENT, "completed"):
-                    self.fis.stop_experiment(id=self.result.experiment_id)
-                    self.say(f"stopped FIS experiment {self.result.experiment_id}")
+                    answer = self.fis.stop_experiment(id=self.result.experiment_id)
+                    now = answer["experiment"]["state"]["status"]
+                    self.result.experiment_status = now
+                    if now in ("stopping", "stopped"):
+                        self.say(f"stopped FIS experiment {self.result.experiment_id}")
+                    else:  # it ended by itself in the meantime
+                        self.say(f"FIS experiment {self.result.experiment_id} already {now}")
             except (ClientError, BotoCoreError) as exc:
                 self.say(f"could not stop FIS experiment {self.result.experiment_id}: {exc}")
         if self._handle is not None:

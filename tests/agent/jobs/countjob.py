@@ -39,6 +39,7 @@ class CountingSession(TrainingSession):
             step += 1
             total += step
             if fail_at is not None and step == int(fail_at):
+                (self.output_dir / "partial.txt").write_text(f"got to step {step}\n")
                 raise ValueError(f"boom at step {step}")
             time.sleep(sleep)
             self.report(step, total=float(total))
