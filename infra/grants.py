@@ -52,6 +52,8 @@ class GrantTargets:
     security_group_id: str
     image_id: str
     slack_secret: secretsmanager.ISecret
+    # Instance types RunInstances may launch (condition ec2:InstanceType); empty: any.
+    allowed_instance_types: tuple[str, ...] = ()
     notify_queue: sqs.IQueue | None = None
     # function name -> the dead-letter queue of the queue that feeds it
     dead_letter_queues: Mapping[str, sqs.IQueue] = field(default_factory=dict)
@@ -95,9 +97,15 @@ _LAUNCHED = (
     "RunInstances (ec2:CreateAction), TerminateInstances only on instances tagged "
     "respot:managed=<this stack's name> (aws:ResourceTag).",
 )
+_QUOTAS = (
+    r"^Resource::arn:<AWS::Partition>:servicequotas:<AWS::Region>:<AWS::AccountId>:ec2/\*$",
+    "servicequotas:GetServiceQuota on EC2's quotas only: which quota a refused launch hit "
+    "(L-3819A6DF, L-DB2E81BA, ...) depends on the instance family; read-only.",
+)
 _DESCRIBE = (
     r"^Resource::\*$",
-    "ec2:DescribeInstances and ec2:DescribeSpotPriceHistory support no resource-level "
+    "ec2:DescribeInstances, ec2:DescribeSpotPriceHistory and ec2:DescribeInstanceTypes "
+    "support no resource-level "
     "permissions: AWS accepts only Resource *. They are read-only.",
 )
 
@@ -147,19 +155,32 @@ def _bucket(t: GrantTargets, function: str) -> GrantPolicy:
 
 def _launch(t: GrantTargets, function: str) -> GrantPolicy:
     launched = [t.ec2_arn(kind, "*") for kind in LAUNCHED_RESOURCE_TYPES]
+    from_template: dict[str, dict[str, object]] = {
+        "ArnLike": {"ec2:LaunchTemplate": t.launch_template_arn}
+    }
+    instance_conditions: dict[str, dict[str, object]] = dict(from_template)
+    if t.allowed_instance_types:
+        # ec2:InstanceType exists on the instance resource only: its own statement.
+        instance_conditions["StringEquals"] = {"ec2:InstanceType": list(t.allowed_instance_types)}
     statements = [
         iam.PolicyStatement(
             sid="RunFromRespotLaunchTemplate",
             actions=["ec2:RunInstances"],
             resources=[
                 t.launch_template_arn,
-                *launched,
+                *(arn for arn in launched if ":instance/" not in arn),
                 *(t.ec2_arn("subnet", subnet) for subnet in t.subnet_ids),
                 t.ec2_arn("security-group", t.security_group_id),
                 t.ec2_arn("image", t.image_id, account=""),
             ],
             # Every resource of the call must come with respot's launch template.
-            conditions={"ArnLike": {"ec2:LaunchTemplate": t.launch_template_arn}},
+            conditions=from_template,
+        ),
+        iam.PolicyStatement(
+            sid="RunAllowedInstanceTypes",
+            actions=["ec2:RunInstances"],
+            resources=[t.ec2_arn("instance", "*")],
+            conditions=instance_conditions,
         ),
         iam.PolicyStatement(
             sid="TagOnLaunchOnly",
@@ -203,11 +224,29 @@ def _describe(t: GrantTargets, function: str) -> GrantPolicy:
     statements = [
         iam.PolicyStatement(
             sid="DescribeInstancesAndSpotPrices",
-            actions=["ec2:DescribeInstances", "ec2:DescribeSpotPriceHistory"],
+            # DescribeInstanceTypes: the vCPUs of a type, named when a quota refuses a launch.
+            actions=[
+                "ec2:DescribeInstances",
+                "ec2:DescribeSpotPriceHistory",
+                "ec2:DescribeInstanceTypes",
+            ],
             resources=["*"],  # these Describe calls support no resource-level permission
-        )
+        ),
+        iam.PolicyStatement(
+            # After a quota error: the quota's current value, for the message that names it.
+            sid="ReadEc2Quotas",
+            actions=["servicequotas:GetServiceQuota"],
+            resources=[
+                t.stack.format_arn(
+                    service="servicequotas",
+                    resource="ec2",
+                    resource_name="*",
+                    arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                )
+            ],
+        ),
     ]
-    return GrantPolicy(statements, (_DESCRIBE,))
+    return GrantPolicy(statements, (_DESCRIBE, _QUOTAS))
 
 
 def _send(sid: str, queue: sqs.IQueue) -> GrantPolicy:

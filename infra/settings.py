@@ -45,6 +45,8 @@ CONTEXT_KEYS = (
     "on_demand_prices",
     "deployment_parameter",
     "alarm_topic_arn",
+    "max_boot_failures",
+    "allowed_instance_types",
 )
 
 _TEXT_KEYS = {
@@ -58,7 +60,12 @@ _TEXT_KEYS = {
     "deployment_parameter",
     "alarm_topic_arn",
 }
-_LIST_KEYS = {"instance_types", "allowed_publisher_role_arns", "data_bucket_arns"}
+_LIST_KEYS = {
+    "instance_types",
+    "allowed_instance_types",
+    "allowed_publisher_role_arns",
+    "data_bucket_arns",
+}
 
 _STAGE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,24}$")
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
@@ -95,6 +102,11 @@ class DeploySettings:
     on_demand_prices: Mapping[str, float] = field(default_factory=dict)
     deployment_parameter: str | None = None
     alarm_topic_arn: str | None = None
+    # Attempts in a row that never start training (broken boot) before the job fails.
+    max_boot_failures: int = 3
+    # Instance types jobs may use (IAM ec2:InstanceType and the submit check); empty: the
+    # default instance_types are the only ones allowed.
+    allowed_instance_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.match(self.stage):
@@ -116,6 +128,17 @@ class DeploySettings:
         if not self.instance_types or not all(_INSTANCE_TYPE.match(t) for t in self.instance_types):
             raise DeploySettingsError(
                 f"instance_types {list(self.instance_types)!r}: give EC2 types such as g5.xlarge"
+            )
+        if not all(_INSTANCE_TYPE.match(t) for t in self.allowed_instance_types):
+            raise DeploySettingsError(
+                f"allowed_instance_types {list(self.allowed_instance_types)!r}: give EC2 types "
+                "such as g5.xlarge"
+            )
+        outside = [t for t in self.instance_types if t not in self.allowed]
+        if outside:
+            raise DeploySettingsError(
+                f"instance_types {outside} are not in allowed_instance_types "
+                f"{list(self.allowed)}: the defaults must be allowed"
             )
         if self.ami_id is not None and not _AMI.match(self.ami_id):
             raise DeploySettingsError(f"ami_id {self.ami_id!r} is not an AMI id (ami-...)")
@@ -140,6 +163,10 @@ class DeploySettings:
                 raise DeploySettingsError(
                     f"data_bucket_arns: {bucket!r} is neither an S3 bucket ARN nor a bucket name"
                 )
+        if not 1 <= self.max_boot_failures <= 100:
+            raise DeploySettingsError(
+                f"max_boot_failures {self.max_boot_failures}: give 1..100 (default 3)"
+            )
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
         for name, price in self.on_demand_prices.items():
@@ -154,6 +181,11 @@ class DeploySettings:
                 f"deployment_parameter {self.deployment_parameter!r}: an SSM name such as "
                 "/respot/deployment"
             )
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The instance types jobs may use: allowed_instance_types, else instance_types."""
+        return self.allowed_instance_types or self.instance_types
 
     @property
     def stack_name(self) -> str:
@@ -187,6 +219,13 @@ class DeploySettings:
             except (TypeError, ValueError) as exc:
                 raise DeploySettingsError(
                     f"root_volume_gb {raw['root_volume_gb']!r} is not a number"
+                ) from exc
+        if "max_boot_failures" in raw:
+            try:
+                values["max_boot_failures"] = int(raw["max_boot_failures"])
+            except (TypeError, ValueError) as exc:
+                raise DeploySettingsError(
+                    f"max_boot_failures {raw['max_boot_failures']!r} is not a number"
                 ) from exc
         if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")

@@ -86,15 +86,17 @@ class RespotStack(Stack):
             data_buckets=settings.data_bucket_arns,
             root_volume_gb=settings.root_volume_gb,
             root_device_name=settings.root_device_name,
-            log_group_name=f"/{settings.name_prefix}/jobs",
             agent_asset=agent_asset or agent_package_asset(),
             framework_python=settings.framework_python,
         )
 
+        # No fixed name (nor for the retained job log group): CloudFormation generates one, so
+        # a failed first deploy, or a destroyed stage, never blocks the next deploy with a name
+        # still held (a secret's recovery window, a retained log group). Both are found
+        # through the deployment parameter and the stack outputs (docs/deploy.md).
         self.slack_secret = secretsmanager.Secret(
             self,
             "SlackSecret",
-            secret_name=f"{settings.name_prefix}/slack",
             description='respot Slack bot token: {"bot_token": "xoxb-..."} (see docs/deploy.md)',
             # A placeholder, not a secret: the platform team puts the token in afterwards.
             secret_object_value={"bot_token": SecretValue.unsafe_plain_text("")},
@@ -130,6 +132,8 @@ class RespotStack(Stack):
             agent_queue=self.messaging.agent_queue,
             parameter_name=settings.deployment_parameter_name,
             job_logs=self.fleet.log_group,
+            slack_secret_arn=self.slack_secret.secret_arn,
+            instance_types=settings.allowed,
             policy_name=(
                 f"RespotResearcherPolicy-{settings.stage}"
                 if settings.stage
@@ -162,6 +166,8 @@ class RespotStack(Stack):
             config.ENV_INSTANCE_TYPES: ",".join(settings.instance_types),
             config.ENV_AGENT_QUEUE_URL: self.messaging.agent_queue.queue_url,
             config.ENV_DEPLOYMENT_NAME: self.stack_name,
+            config.ENV_MAX_BOOT_FAILURES: str(settings.max_boot_failures),
+            config.ENV_ALLOWED_INSTANCE_TYPES: ",".join(settings.allowed),
             config.ENV_SLACK_SECRET_ARN: self.slack_secret.secret_arn,
             **POWERTOOLS_ENVIRONMENT,
         }
@@ -188,6 +194,7 @@ class RespotStack(Stack):
             subnet_ids=tuple(p.subnet_id for p in self.network.placements),
             security_group_id=self.fleet.security_group.security_group_id,
             image_id=self.fleet.image_id,
+            allowed_instance_types=self.settings.allowed,
             slack_secret=self.slack_secret,
             notify_queue=notify_queue,
             dead_letter_queues=dead_letters_of,

@@ -7,10 +7,12 @@ in a control plane built on their own clients (e.g. pointed at the moto server).
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -26,6 +28,12 @@ logger = Logger(service=os.environ.get("POWERTOOLS_SERVICE_NAME", "respot"))
 
 _factory: Callable[[], ControlPlane] | None = None
 _control_plane: ControlPlane | None = None
+# The function being invoked, where one process plays several (the local runtime): each
+# function gets its own control plane, built with its own role's credentials.
+_function: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "respot_function", default=None
+)
+_per_function: dict[str, ControlPlane] | None = None  # None: one control plane for all
 _dead_letters: Callable[[str, str, str], None] | None = None
 _sqs: Any = None
 
@@ -37,17 +45,45 @@ class PoisonMessageError(RespotError):
 def install(
     factory: Callable[[], ControlPlane] | None,
     dead_letters: Callable[[str, str, str], None] | None = None,
+    *,
+    per_function: bool = False,
 ) -> None:
-    """Use `factory` to build the control plane from now on (None: from the environment)."""
-    global _factory, _control_plane, _dead_letters  # noqa: PLW0603 - one per container
+    """Use `factory` to build the control plane from now on (None: from the environment).
+
+    `per_function`: one control plane per invoked function (`invoking`), as Lambda has one
+    container per function; the local runtime asks for it when each function has its own
+    role's credentials (IAM enforced).
+    """
+    global _factory, _control_plane, _dead_letters, _per_function  # noqa: PLW0603
     _factory = factory
     _control_plane = None
+    _per_function = {} if per_function else None
     _dead_letters = dead_letters
+
+
+@contextmanager
+def invoking(function: str) -> Iterator[None]:
+    """Run a handler as `function` (its own control plane; see `current_function`)."""
+    token = _function.set(function)
+    try:
+        yield
+    finally:
+        _function.reset(token)
+
+
+def current_function() -> str | None:
+    """The function being invoked, when the caller said (the local runtime's dispatcher)."""
+    return _function.get()
 
 
 def control_plane() -> ControlPlane:
     """The container's control plane, built once."""
     global _control_plane  # noqa: PLW0603 - one per container
+    function = _function.get()
+    if function is not None and _factory is not None and _per_function is not None:
+        if function not in _per_function:
+            _per_function[function] = _factory()
+        return _per_function[function]
     if _control_plane is None:
         if _factory is not None:
             _control_plane = _factory()

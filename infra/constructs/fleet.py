@@ -77,7 +77,7 @@ class Fleet(Construct):
         data_buckets: Sequence[str] = (),
         root_volume_gb: int = 200,
         root_device_name: str = "/dev/sda1",
-        log_group_name: str = "/respot/jobs",
+        log_group_name: str | None = None,
         agent_asset: LocalAsset | None = None,
         framework_python: str = DEFAULT_FRAMEWORK_PYTHON,
     ) -> None:
@@ -114,6 +114,12 @@ class Fleet(Construct):
                     *(bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES),
                     *(bucket.arn_for_objects(f"{jobs}*/{name}") for name in AGENT_WRITES_OBJECTS),
                 ],
+            ),
+            iam.PolicyStatement(
+                # Pruning: blobs and manifests of checkpoints no longer kept (respot.checkpoints).
+                sid="PruneCheckpoints",
+                actions=["s3:DeleteObject"],
+                resources=[bucket.arn_for_objects(f"{jobs}*/checkpoints/*")],
             ),
             list_job_objects(bucket),
             # Job environments: wheels cached by requirements hash (docs/environments.md).

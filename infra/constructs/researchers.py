@@ -42,6 +42,8 @@ class ResearcherAccess(Construct):
         agent_queue: sqs.IQueue,
         parameter_name: str,
         job_logs: logs.ILogGroup | None = None,
+        slack_secret_arn: str | None = None,
+        instance_types: Sequence[str] = (),
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
         fis_template_id: str | None = None,
@@ -62,6 +64,10 @@ class ResearcherAccess(Construct):
             self.deployment["fis_template_id"] = fis_template_id
         if job_logs is not None:  # where `respot logs` reads training output
             self.deployment["log_group"] = job_logs.log_group_name
+        if slack_secret_arn is not None:  # where the platform team puts the Slack token
+            self.deployment["slack_secret_arn"] = slack_secret_arn
+        if instance_types:  # the allowed types: the SDK refuses others before uploading
+            self.deployment["instance_types"] = ",".join(instance_types)
         self.parameter = ssm.StringParameter(
             self,
             "Deployment",

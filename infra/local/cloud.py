@@ -70,6 +70,24 @@ def session() -> Any:
         return _SESSION
 
 
+_SESSIONS: dict[str, Any] = {}
+
+
+def session_for(credentials: dict[str, str]) -> Any:
+    """A boto3 session signing with other credentials (an IAM role or user of the emulator)."""
+    with _SESSION_LOCK:
+        key = credentials["aws_access_key_id"]
+        if key not in _SESSIONS:
+            _SESSIONS[key] = boto3.session.Session(region_name=REGION, **credentials)
+        return _SESSIONS[key]
+
+
+def client_of(session_: Any, service: str, endpoint_url: str) -> Any:
+    """A client of `session_` on the emulator (client creation from a shared session is locked)."""
+    with _SESSION_LOCK:
+        return session_.client(service, endpoint_url=endpoint_url)
+
+
 def client(service: str, endpoint_url: str) -> Any:
     """A new client of the emulator (client creation from a shared session is locked)."""
     s = session()
@@ -98,6 +116,7 @@ class LocalDeployment:
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
     image: LocalImage | None = None  # the AMI stand-in instances boot from (None: no instances)
+    allowed_instance_types: tuple[str, ...] = ()  # the stack's allowed_instance_types
     vpc_id: str | None = None  # the VPC of `subnets`
     ami_id: str = LOCAL_AMI
     fis_template_id: str | None = None  # the self-test's experiment (infra/local/fis.py acts)
@@ -127,6 +146,7 @@ class LocalDeployment:
             agent_queue_url=self.queue_urls["agent-events"],
             endpoint_url=self.endpoint_url,
             log_group=self.log_group,
+            instance_types=self.allowed_instance_types or None,
             fis_template_id=self.fis_template_id,
         )
 
@@ -150,6 +170,7 @@ class LocalDeployment:
             cfg.ENV_DLQ_URL: dlq,
             cfg.ENV_SLACK_SECRET_ARN: self.slack_secret_arn,
             cfg.ENV_DEPLOYMENT_NAME: self.name,
+            cfg.ENV_ALLOWED_INSTANCE_TYPES: ",".join(self.allowed_instance_types),
         }
 
 
@@ -236,6 +257,8 @@ def provision(
     availability_zones: int = 2,
     visibility_timeout_seconds: int | None = None,
     image_dir: Path | None = None,
+    agent_asset: tuple[str, str] | None = None,
+    allowed_instance_types: tuple[str, ...] | None = None,
 ) -> LocalDeployment:
     """Create respot's resources in the emulator from the wiring.
 
@@ -323,7 +346,7 @@ def provision(
     image: LocalImage | None = None
     user_data: dict[str, str] = {}
     if image_dir is not None:
-        image = LocalImage.build(image_dir, s3, bucket)
+        image = LocalImage.build(image_dir, s3, *(agent_asset or (bucket, None)))
         text = render_user_data(
             agent_environment(
                 bucket=bucket,
@@ -381,6 +404,9 @@ def provision(
         name=prefix,
         log_group=log_group,
         image=image,
+        allowed_instance_types=(
+            instance_types if allowed_instance_types is None else allowed_instance_types
+        ),
         vpc_id=vpc_id,
         fis_template_id=_selftest_template(
             client("iam", endpoint_url), client("fis", endpoint_url), prefix

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import lambdas._runtime as lambda_runtime
 from infra.local.cloud import LocalDeployment
 from infra.wiring import WIRING, Wiring
 
@@ -140,7 +141,8 @@ class Dispatcher:
         with self._lock:
             self._busy += 1
         try:
-            result = self.handler(function)(event, context)
+            with lambda_runtime.invoking(function):
+                result = self.handler(function)(event, context)
             ok = True
             return result
         finally:

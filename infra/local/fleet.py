@@ -139,6 +139,14 @@ class InstanceFleet:
         self.put_events: list[tuple[str, str, dict[str, Any]]] = []
         self.instances: dict[str, LocalInstance] = {}
         self.on_boot: list[Callable[[LocalInstance], None]] = []
+        # instance id -> the credentials its instance profile gives it (None: the emulator's)
+        self.credentials: Callable[[str], dict[str, str]] | None = None
+        # A broken boot, for tests and bench.failures: (reason, report). The machine reaches
+        # no S3, so the real boot script fails to fetch the agent package; it reports
+        # `boot_failed` on the agent queue if `report`, else it cannot reach SQS either (a
+        # private subnet without endpoints). `reason` is only a label: the report carries the
+        # script's own reason.
+        self.broken_boot: tuple[str, bool] | None = None
         self._lock = threading.RLock()
         self._events = deployment.client("events")
         self._ec2 = deployment.client("ec2")
@@ -226,10 +234,13 @@ class InstanceFleet:
                 {
                     "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
                     "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+                    # With IAM on: the instance role's, as an instance profile gives them.
+                    **(self.credentials(inst.instance_id) if self.credentials else {}),
                     # agent_env may point agents elsewhere (the cost benchmark counts them).
                     "AWS_ENDPOINT_URL": self.deployment.endpoint_url,
                     "AWS_EC2_METADATA_SERVICE_ENDPOINT": inst.imds.url,
                     **self.agent_env,
+                    **self._broken_endpoints(),
                 }
             )
             inst.process = inst.root.run_user_data(self.user_data(), env)
@@ -257,6 +268,17 @@ class InstanceFleet:
                 raise RuntimeError("the launch template carries no user data")
             self._user_data = base64.b64decode(encoded).decode()
         return self._user_data
+
+    def _broken_endpoints(self) -> dict[str, str]:
+        """`broken_boot`: the machine reaches no S3 (and, unreported, no SQS): the real boot
+        script fails to fetch the agent package, reports `boot_failed` (or cannot), powers off."""
+        if self.broken_boot is None:
+            return {}
+        nowhere = "http://127.0.0.1:9"  # the discard port: connection refused
+        broken = {"AWS_ENDPOINT_URL_S3": nowhere, "AWS_MAX_ATTEMPTS": "2"}
+        if not self.broken_boot[1]:
+            broken["AWS_ENDPOINT_URL_SQS"] = nowhere
+        return broken
 
     # ---- interruptions and the end of instances ----------------------------------------------
 

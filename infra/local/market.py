@@ -52,6 +52,13 @@ def _error(code: str, message: str) -> tuple[_HttpStub, dict[str, Any]]:
     }
 
 
+def _known_instance_types() -> frozenset[str]:
+    """Every instance type EC2 offers (moto's copy of the list)."""
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    return frozenset(INSTANCE_TYPES)
+
+
 @dataclass(frozen=True)
 class Trace:
     """Spot availability of one pool: `data[t]` for tick t of `gap_seconds` simulated seconds."""
@@ -189,10 +196,16 @@ class SpotMarket:
             if token and token in self._tokens:
                 # EC2 answers a repeated client token with the instance of the first call.
                 return _HttpStub(200), copy.deepcopy(self._tokens[token])
+        instance_type = params.get("InstanceType", "")
+        if instance_type not in _known_instance_types():
+            # EC2's answer for a type that does not exist (e.g. a mistyped g5.xlarg).
+            self.refusals.append((instance_type, "InvalidParameterValue"))
+            return _error(
+                "InvalidParameterValue", f"Invalid value '{instance_type}' for InstanceType."
+            )
         options = params.get("InstanceMarketOptions") or {}
         if options.get("MarketType") != "spot":
             return None
-        instance_type = params.get("InstanceType", "")
         zone = self._zone_of(params.get("SubnetId"))
         if not self.available(instance_type, zone):
             self.refusals.append((f"{instance_type}/{zone}", "InsufficientInstanceCapacity"))

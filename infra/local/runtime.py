@@ -33,6 +33,7 @@ from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
 from infra.local.fis import FaultInjection
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
+from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.slack import LocalSlack
@@ -64,6 +65,9 @@ class RuntimeOptions:
     traces: list[Trace] = field(default_factory=list)
     trace_offset_ticks: int = 0
     instance_types: tuple[str, ...] = ("g5.xlarge", "g4dn.xlarge")
+    # The stack's allowed_instance_types (None: instance_types, as the stack's default; ():
+    # no restriction, so a job may name any type and EC2 itself judges it).
+    allowed_instance_types: tuple[str, ...] | None = None
     availability_zones: int = 2
     work_root: Path | None = None
     keep_work_root: bool = False
@@ -93,6 +97,10 @@ class RuntimeOptions:
     slack: bool = True  # run the local Slack and put its bot token in the Slack secret
     slack_channel: str = "#ml-training"  # the deployment's channel (RESPOT_SLACK_CHANNEL)
     notify_progress_seconds: float = 600.0  # simulated; at most one progress reply this often
+    # IAM enforced with the stack's own policies (infra/local/iam.py): each handler runs with
+    # its function role's credentials, each instance with the instance role's, `run()` with
+    # the researcher policy's.
+    iam: bool = False
 
 
 class LocalRuntime:
@@ -113,6 +121,7 @@ class LocalRuntime:
         self._owns_work_root = False
         self._control_plane: ControlPlane | None = None
         self.slack: LocalSlack | None = None
+        self.iam: LocalIam | None = None
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -124,6 +133,7 @@ class LocalRuntime:
         endpoint = self.server.start()
         if opts.endpoint_proxy is not None:
             endpoint = opts.endpoint_proxy(endpoint)
+        template = synthesized_template() if opts.iam else None
         if opts.work_root is None:
             self._work_root = Path(tempfile.mkdtemp(prefix="respot-local-"))
             self._owns_work_root = not opts.keep_work_root
@@ -139,6 +149,9 @@ class LocalRuntime:
             # Instances boot the launch template's user data on this AMI stand-in; the scale
             # benchmark's in-process agents boot nothing.
             image_dir=None if opts.instance_agent is not None else self._work_root / "ami",
+            # With IAM on, the agent package goes where the instance role may read it.
+            agent_asset=agent_asset_location(template, cloud.REGION) if template else None,
+            allowed_instance_types=opts.allowed_instance_types,
         )
         self.timers = Timers()
         self.fleet = InstanceFleet(
@@ -182,7 +195,13 @@ class LocalRuntime:
                 SecretId=self.deployment.slack_secret_arn,
                 SecretString=json.dumps({"bot_token": self.slack.token}),
             )
-        lambda_runtime.install(self._build_control_plane, self._dead_letter)
+        if opts.iam:
+            assert template is not None
+            self.iam = LocalIam(self.deployment, template).create()
+            self.fleet.credentials = self.iam.instance_credentials
+        lambda_runtime.install(
+            self._build_control_plane, self._dead_letter, per_function=self.iam is not None
+        )
         wiring = WIRING
         if not opts.react_to_notices:
             ignored = {"spot-interruption", "instance-state"}
@@ -194,6 +213,8 @@ class LocalRuntime:
             time_scale=self.options.time_scale,
             pollers_per_queue=opts.pollers_per_queue,
         )
+        if self.iam is not None:
+            self.iam.enforce()
         self.dispatcher.start()
         if not opts.react_to_notices:
             self.poller = TerminationPoller(
@@ -220,6 +241,8 @@ class LocalRuntime:
             self.timers.stop()
         lambda_runtime.install(None)
         notify_lambda.install(None)
+        if self.iam is not None:
+            self.iam.stop()
         if self.slack is not None:
             self.slack.stop()
         self.server.stop()
@@ -260,23 +283,42 @@ class LocalRuntime:
             env[cfg.ENV_SLACK_API_URL] = self.slack.base_url
         return env
 
+    def function_session(self, function: str | None) -> Any:
+        """The boto3 session a function's handler runs with (its role's, with IAM on)."""
+        if self.iam is not None and function is not None:
+            return cloud.session_for(self.iam.function_credentials[function])
+        return cloud.session()
+
+    def researcher_session(self) -> Any:
+        """The session `run()` uses: the researcher policy's user with IAM on."""
+        if self.iam is not None:
+            return cloud.session_for(self.iam.researcher_credentials)
+        return cloud.session()
+
     def _build_control_plane(self) -> ControlPlane:
         assert self.deployment is not None and self.market is not None
-        ec2 = self.deployment.client("ec2")
-        self.market.attach(ec2)
-        clients = {name: self.deployment.client(name) for name in ("dynamodb", "s3", "sqs")}
-        clients["ec2"] = ec2
+        session = self.function_session(lambda_runtime.current_function())
+        endpoint = self.deployment.endpoint_url
+        clients = {
+            name: cloud.client_of(session, name, endpoint)
+            for name in ("dynamodb", "ec2", "s3", "sqs", "service-quotas")
+        }
+        self.market.attach(clients["ec2"])
         control = ControlPlane.from_config(
-            ControlPlaneConfig.from_env(self.env()), session=cloud.session(), clients=clients
+            ControlPlaneConfig.from_env(self.env()), session=session, clients=clients
         )
         self._control_plane = control
         return control
 
     def _build_notifier(self) -> SlackNotifier:
         assert self.deployment is not None
-        clients = {n: self.deployment.client(n) for n in ("dynamodb", "secretsmanager")}
+        session = self.function_session("notify" if self.iam is not None else None)
+        clients = {
+            n: cloud.client_of(session, n, self.deployment.endpoint_url)
+            for n in ("dynamodb", "secretsmanager")
+        }
         return SlackNotifier.from_config(
-            NotifyConfig.from_env(self.env()), session=cloud.session(), clients=clients
+            NotifyConfig.from_env(self.env()), session=session, clients=clients
         )
 
     def control_plane(self) -> ControlPlane:
@@ -335,11 +377,12 @@ class LocalRuntime:
 
     def run(self, spec: TrainingEnvVar | dict[str, Any] | str, **kwargs: Any) -> JobHandle:
         """`respot.run` against this runtime."""
-        return run(spec, deployment=self.sdk_deployment(), session=cloud.session(), **kwargs)
+        session = kwargs.pop("session", None) or self.researcher_session()
+        return run(spec, deployment=self.sdk_deployment(), session=session, **kwargs)
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job."""
-        return JobHandle(job_id, self.sdk_deployment(), cloud.session())
+        return JobHandle(job_id, self.sdk_deployment(), self.researcher_session())
 
     def state_extra(self) -> dict[str, Any]:
         """What `respot local up` tells other shells beyond the deployment (doctor, selftest)."""

@@ -15,9 +15,9 @@ starts the agent: the user data does, through the fake systemd, as on EC2.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
-import os
 import shutil
 import site
 import subprocess
@@ -67,8 +67,9 @@ class LocalImage:
     asset_key: str
 
     @classmethod
-    def build(cls, root: Path, s3: Any, bucket: str) -> LocalImage:
-        """Make the framework venv and upload the agent package to `bucket`."""
+    def build(cls, root: Path, s3: Any, bucket: str, key: str | None = None) -> LocalImage:
+        """Make the framework venv and upload the agent package to `bucket` (at `key`: where
+        the stack's instance role may read it, when IAM is enforced)."""
         root.mkdir(parents=True, exist_ok=True)
         framework = root / "pytorch"
         if not (framework / "bin" / "python").exists():
@@ -93,7 +94,9 @@ class LocalImage:
             )
             Path(purelib, "framework.pth").write_text(lines)
         package = _package_zip()
-        key = f"agent/{hashlib.sha256(package).hexdigest()[:16]}.zip"
+        key = key or f"agent/{hashlib.sha256(package).hexdigest()[:16]}.zip"
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=bucket)
         s3.put_object(Bucket=bucket, Key=key, Body=package)
         return cls(root=root, framework_dir=framework, asset_bucket=bucket, asset_key=key)
 
@@ -181,4 +184,4 @@ def remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-__all__ = ["FRAMEWORK_PYTHON", "InstanceRoot", "LocalImage", "os"]
+__all__ = ["FRAMEWORK_PYTHON", "InstanceRoot", "LocalImage"]

@@ -252,6 +252,11 @@ def run(
             deployment, session = connect_local()
         else:
             deployment = discover(session)
+    from respot.core.placement import disallowed_instance_types
+
+    problem = disallowed_instance_types(env.instance_types, deployment.instance_types or ())
+    if problem is not None:  # the deployment says which types it allows: refuse here
+        raise SpecError([problem])
     code = None
     if code_bytes is not None:
         sha = hashlib.sha256(code_bytes).hexdigest()

@@ -43,6 +43,10 @@ ENV_DEPLOYMENT_NAME = "RESPOT_DEPLOYMENT_NAME"
 # The unique id (AROA...) of the instances' role: agent messages must carry the SQS SenderId
 # "<that id>:<instance id>" of the instance they speak for. Unset (local runtime): no check.
 ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
+# This many attempts in a row that never start training fail the job (default 3).
+ENV_MAX_BOOT_FAILURES = "RESPOT_MAX_BOOT_FAILURES"
+# Comma-separated instance types jobs may use (empty: any); IAM enforces the same list.
+ENV_ALLOWED_INSTANCE_TYPES = "RESPOT_ALLOWED_INSTANCE_TYPES"
 
 
 class ConfigError(RespotError):
@@ -70,6 +74,8 @@ class ControlPlaneConfig:
     policy_tick: timedelta = timedelta(minutes=1)
     changeover_estimate: timedelta = timedelta(minutes=6)
     deployment_name: str = "respot"
+    max_boot_failures: int = 3
+    allowed_instance_types: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -95,6 +101,12 @@ class ControlPlaneConfig:
                 f"{ENV_SUBNETS} or {ENV_ON_DEMAND_PRICES} is malformed: {exc}"
             ) from exc
         types = tuple(t.strip() for t in need(ENV_INSTANCE_TYPES).split(",") if t.strip())
+        try:
+            max_boot_failures = int(env.get(ENV_MAX_BOOT_FAILURES) or 3)
+        except ValueError as exc:
+            raise ConfigError(f"{ENV_MAX_BOOT_FAILURES} is not a whole number: {exc}") from exc
+        if max_boot_failures < 1:
+            raise ConfigError(f"{ENV_MAX_BOOT_FAILURES} must be at least 1")
 
         def seconds(name: str, default: timedelta) -> timedelta:
             raw = env.get(name)
@@ -118,6 +130,12 @@ class ControlPlaneConfig:
             changeover_estimate=seconds(ENV_CHANGEOVER, timedelta(minutes=6)),
             progress_note_interval=seconds(ENV_NOTIFY_PROGRESS_SECONDS, timedelta(minutes=10)),
             deployment_name=env.get(ENV_DEPLOYMENT_NAME) or "respot",
+            max_boot_failures=max_boot_failures,
+            allowed_instance_types=tuple(
+                t.strip()
+                for t in (env.get(ENV_ALLOWED_INSTANCE_TYPES) or "").split(",")
+                if t.strip()
+            ),
         )
 
     def settings(self) -> ControlSettings:
@@ -132,6 +150,8 @@ class ControlPlaneConfig:
             heartbeat_timeout=self.heartbeat_timeout,
             boot_timeout=self.boot_timeout,
             progress_note_interval=self.progress_note_interval,
+            max_boot_failures=self.max_boot_failures,
+            allowed_instance_types=self.allowed_instance_types,
             on_demand_prices=dict(self.on_demand_prices),
         )
 

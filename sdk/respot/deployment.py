@@ -40,6 +40,8 @@ class Deployment:
     agent_queue_url: str | None = None
     endpoint_url: str | None = None  # set for the local runtime (the AWS emulator)
     log_group: str | None = None  # CloudWatch Logs group of training output; None: the default
+    # The instance types the deployment allows (the stack's allowed_instance_types); None: any.
+    instance_types: tuple[str, ...] | None = None
     fis_template_id: str | None = None  # the self-test's FIS experiment template (respot selftest)
 
     @property
@@ -67,7 +69,12 @@ class Deployment:
         """Read the SSM parameter's JSON."""
         data = json.loads(text)
         fields = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        values = {k: v for k, v in data.items() if k in fields}
+        if isinstance(values.get("instance_types"), list):
+            values["instance_types"] = tuple(values["instance_types"])
+        elif isinstance(values.get("instance_types"), str):  # the stack's Fn::Join, comma-separated
+            values["instance_types"] = tuple(t for t in values["instance_types"].split(",") if t)
+        return cls(**values)
 
 
 def discover(session: Any = None, *, parameter: str | None = None) -> Deployment:

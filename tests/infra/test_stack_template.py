@@ -308,6 +308,7 @@ def test_describe_is_the_only_star_resource(resources):
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
                 "ecr:GetAuthorizationToken",
+                "ec2:DescribeInstanceTypes",  # the vCPUs named when a quota refuses a launch
             }, name
             if "ecr:GetAuthorizationToken" in as_list(statement["Action"]):
                 assert name.startswith("FleetInstancePolicy"), name
@@ -337,8 +338,24 @@ def test_deployment_parameter_and_slack_secret_exist(resources):
     (parameter,) = of_type(resources, "AWS::SSM::Parameter").values()
     assert parameter["Properties"]["Name"] == "/respot/deployment"
     (secret,) = of_type(resources, "AWS::SecretsManager::Secret").values()
-    assert secret["Properties"]["Name"] == "respot/slack"
     assert json.loads(secret["Properties"]["SecretString"]) == {"bot_token": ""}
+
+
+def test_nothing_retained_or_recoverable_has_a_fixed_name(resources, template):
+    outputs = template.to_json()["Outputs"]
+    # A failed first deploy (or a destroyed stage) leaves retained resources and a secret in
+    # its recovery window behind; a fixed name would block the retry with "already exists".
+    (secret,) = of_type(resources, "AWS::SecretsManager::Secret").values()
+    assert "Name" not in secret["Properties"]
+    for group in of_type(resources, "AWS::Logs::LogGroup").values():
+        assert "LogGroupName" not in group["Properties"]
+    name_keys = ("TableName", "BucketName", "LogGroupName", "Name")
+    for logical, resource in resources.items():
+        if resource.get("DeletionPolicy") == "Retain":
+            fixed = [k for k in name_keys if k in resource.get("Properties", {})]
+            assert not fixed, f"{logical} is retained and has a fixed {fixed}"
+    # ... and both stay discoverable: stack outputs (and the deployment parameter)
+    assert {"SlackSecretArn", "LogGroup"} <= set(outputs)
 
 
 # ---- deployment choices --------------------------------------------------------------------
@@ -387,8 +404,6 @@ def test_stage_names_the_fixed_names(existing_network):
     _stack, resources = existing_network
     (parameter,) = of_type(resources, "AWS::SSM::Parameter").values()
     assert parameter["Properties"]["Name"] == "/respot/prod/deployment"
-    (secret,) = of_type(resources, "AWS::SecretsManager::Secret").values()
-    assert secret["Properties"]["Name"] == "respot/prod/slack"
     (policy,) = of_type(resources, "AWS::IAM::ManagedPolicy").values()
     assert policy["Properties"]["ManagedPolicyName"] == "RespotResearcherPolicy-prod"
 

@@ -15,30 +15,17 @@ from botocore.exceptions import ClientError
 
 from respot.core.cost import on_demand_price
 from respot.core.effects import LaunchInstance
-from respot.core.events import CapacityLaunched, CapacityUnavailable
+from respot.core.events import CapacityLaunched, CapacityUnavailable, LaunchRefused
+from respot.core.failures import launch_error_kind
 from respot.core.job import Market
 from respot.core.lifecycle import ATTEMPT_TAG, HANDOFF_TAG, JOB_TAG, MANAGED_TAG
+from respot.core.quotas import QuotaReading, quota_for
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "this pool cannot give an instance now": try the next pool, never lose the job.
-CAPACITY_ERRORS = frozenset(
-    {
-        "InsufficientInstanceCapacity",
-        "InsufficientCapacity",
-        "InsufficientHostCapacity",
-        "MaxSpotInstanceCountExceeded",
-        "SpotMaxPriceTooLow",
-        "InstanceLimitExceeded",
-        "VcpuLimitExceeded",
-        "Unsupported",  # the instance type is not offered in this zone
-        "UnfulfillableCapacity",
-        "RequestLimitExceeded",  # throttled even after botocore's own retries
-    }
-)
 NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
 
 
@@ -53,19 +40,29 @@ class Ec2Capacity:
         on_demand_prices: dict[str, float] | None = None,
         deployment_name: str = "respot",
         client: EC2Client | Any = None,
+        quotas_client: Any = None,
     ) -> None:
         if client is None:
             import boto3
 
             client = boto3.client("ec2")
         self.client = client
+        # Service Quotas, asked only after a quota error (None: no quota value is read).
+        self.quotas_client = quotas_client
         self.launch_template_id = launch_template_id
         self.launch_template_version = launch_template_version
         self.on_demand_prices = on_demand_prices or {}
         self.deployment_name = deployment_name
 
-    def launch(self, effect: LaunchInstance) -> CapacityLaunched | CapacityUnavailable:
-        """Ask for one instance; a refusal for lack of capacity comes back as an event."""
+    def launch(
+        self, effect: LaunchInstance
+    ) -> CapacityLaunched | CapacityUnavailable | LaunchRefused:
+        """Ask for one instance; a refusal comes back as an event, AWS's own errors raise.
+
+        No capacity: `CapacityUnavailable`. Over a vCPU quota: `CapacityUnavailable` with the
+        quota, its value and the instance's vCPUs. Anything no retry fixes (a mistyped
+        instance type, UnauthorizedOperation, KMS): `LaunchRefused` with AWS's text.
+        """
         p = effect.placement
         tags = [
             {"Key": JOB_TAG, "Value": effect.job_id},
@@ -105,14 +102,20 @@ class Ec2Capacity:
             response = self.client.run_instances(**kwargs)
         except ClientError as exc:
             code = exc.response["Error"]["Code"]
-            if code in CAPACITY_ERRORS:
-                return CapacityUnavailable(
-                    attempt=effect.attempt,
-                    client_token=effect.client_token,
-                    error_code=code,
-                    message=exc.response["Error"].get("Message", ""),
-                )
-            raise
+            message = exc.response["Error"].get("Message", "")
+            kind = launch_error_kind(code)
+            if kind == "transient":
+                raise
+            if kind == "refused":
+                log.error("job %s: EC2 refused the launch: %s: %s", effect.job_id, code, message)
+                return LaunchRefused(effect.attempt, effect.client_token, code, message)
+            return CapacityUnavailable(
+                attempt=effect.attempt,
+                client_token=effect.client_token,
+                error_code=code,
+                message=message,
+                quota=self.quota_reading(p.instance_type, p.market) if kind == "quota" else None,
+            )
         instance = response["Instances"][0]
         az = instance.get("Placement", {}).get("AvailabilityZone") or p.availability_zone
         return CapacityLaunched(
@@ -123,6 +126,32 @@ class Ec2Capacity:
             availability_zone=az,
             price_per_hour=self.price(p.market, p.instance_type, az),
         )
+
+    def quota_reading(self, instance_type: str, market: Market) -> QuotaReading | None:
+        """The quota `instance_type` counts against, its current value and the type's vCPUs.
+
+        Each read is best effort: a reading with an unknown value still names the quota.
+        """
+        quota = quota_for(instance_type, market)
+        if quota is None:
+            return None
+        value: float | None = None
+        if self.quotas_client is not None and quota.code is not None:
+            try:
+                answer = self.quotas_client.get_service_quota(
+                    ServiceCode="ec2", QuotaCode=quota.code
+                )
+                value = float(answer["Quota"]["Value"])
+            except (ClientError, KeyError, ValueError) as exc:
+                log.warning("could not read quota %s: %s", quota.code, exc)
+        vcpus: int | None = None
+        try:
+            described = self.client.describe_instance_types(InstanceTypes=[instance_type])
+            vcpus = int(described["InstanceTypes"][0]["VCpuInfo"]["DefaultVCpus"])
+        except (ClientError, KeyError, IndexError, ValueError) as exc:
+            log.warning("could not read the vCPUs of %s: %s", instance_type, exc)
+        region = getattr(getattr(self.client, "meta", None), "region_name", None)
+        return QuotaReading(quota=quota, value=value, vcpus=vcpus, region=region)
 
     def price(self, market: Market, instance_type: str, availability_zone: str) -> float | None:
         """The current hourly price of the pool (spot price history, or the on-demand list)."""

@@ -150,7 +150,7 @@ class ControlPlane:
         retrying = Config(
             retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30
         )
-        for name in ("dynamodb", "ec2", "s3", "sqs"):
+        for name in ("dynamodb", "ec2", "s3", "sqs", "service-quotas"):
             if name not in clients:
                 clients[name] = session.client(name, config=retrying)
         return cls(
@@ -161,6 +161,7 @@ class ControlPlane:
                 on_demand_prices=config.on_demand_prices,
                 deployment_name=config.deployment_name,
                 client=clients["ec2"],
+                quotas_client=clients["service-quotas"],
             ),
             s3=clients["s3"],
             bucket=config.bucket,
@@ -189,10 +190,14 @@ class ControlPlane:
     def instance_event(
         self, event: InstanceUp | InterruptionNotice | InstanceDown
     ) -> Applied | None:
-        """Apply an EC2 event to the job that owns the instance; None if respot does not own it."""
+        """Apply an EC2 event to the job that owns the instance; None if respot does not own it.
+
+        The owner comes from the table's instance item, written right after each launch: an
+        event for an instance of someone else costs one DynamoDB read and no EC2 call (the
+        account's EC2 request rate is shared). An event that overtakes that write is
+        dropped; the launch result and the agent's own reports carry the same news.
+        """
         owner = self.jobs.instance_owner(event.instance_id)
-        if owner is None:
-            owner = self.capacity.owner(event.instance_id)
         if owner is None:
             log.info(
                 "ignoring %s for %s: not a respot instance", type(event).__name__, event.instance_id

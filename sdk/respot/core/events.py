@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from respot.core.quotas import QuotaReading
 from respot.messages import AgentMessage, CancelCommand, JobSubmission
 
 
@@ -41,6 +42,18 @@ class CapacityLaunched:
 @dataclass(frozen=True)
 class CapacityUnavailable:
     """The capacity request for an attempt was refused (no capacity, price, limits, throttling)."""
+
+    attempt: int
+    client_token: str
+    error_code: str
+    message: str = ""
+    quota: QuotaReading | None = None  # set for quota errors (VcpuLimitExceeded, ...)
+
+
+@dataclass(frozen=True)
+class LaunchRefused:
+    """EC2 refused the launch for a reason no retry can fix (a mistyped instance type,
+    UnauthorizedOperation, a KMS key the launch cannot use...): the job fails with AWS's text."""
 
     attempt: int
     client_token: str
@@ -103,6 +116,7 @@ JobEvent = (
     | PlaceNow
     | CapacityLaunched
     | CapacityUnavailable
+    | LaunchRefused
     | InstanceUp
     | InterruptionNotice
     | InstanceDown

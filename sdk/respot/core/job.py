@@ -48,6 +48,7 @@ class AttemptEnd(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SUPERSEDED = "superseded"  # a newer attempt took over (e.g. the job finished elsewhere)
+    BOOT_FAILED = "boot-failed"  # the boot script reported that it could not start the agent
 
 
 class Attempt(BaseModel):
@@ -75,11 +76,18 @@ class Attempt(BaseModel):
     checkpoint_step: int | None = None
     ended_at: datetime | None = None
     end: AttemptEnd | None = None
+    # Why the instance never started training: its boot script's report, or how it vanished.
+    boot_failure: str | None = None
 
     @property
     def is_open(self) -> bool:
         """True until the attempt's instance life has ended."""
         return self.end is None
+
+    @property
+    def never_started(self) -> bool:
+        """True while the attempt's agent has not reported that training started."""
+        return self.started_at is None and self.last_step is None and self.checkpoint_step is None
 
 
 class Progress(BaseModel):

@@ -38,10 +38,12 @@ from respot.core.events import (
     InstanceUp,
     InterruptionNotice,
     JobEvent,
+    LaunchRefused,
     PlaceNow,
     ReconcileTick,
     Submitted,
 )
+from respot.core.failures import boot_failures_in_a_row
 from respot.core.job import (
     Attempt,
     AttemptEnd,
@@ -50,10 +52,18 @@ from respot.core.job import (
     Market,
     TimelineEntry,
 )
-from respot.core.placement import ControlSettings, MarketChoice, MarketPolicy, candidates
+from respot.core.placement import (
+    ControlSettings,
+    MarketChoice,
+    MarketPolicy,
+    candidates,
+    disallowed_instance_types,
+)
+from respot.core.quotas import QuotaReading, quota_for
 from respot.core.states import JobState, Transition, can, next_state
 from respot.gpu import mean_utilization
 from respot.messages import (
+    AgentBootFailed,
     AgentCheckpoint,
     AgentCompleted,
     AgentFailed,
@@ -151,6 +161,8 @@ def decide(
             return _launched(d, event)
         case CapacityUnavailable():
             return _unavailable(d, event, settings, policy)
+        case LaunchRefused():
+            return _refused(d, event)
         case InstanceUp():
             return _instance_up(d, event)
         case InterruptionNotice():
@@ -191,6 +203,11 @@ def _submitted(
         deadline=spec.deadline.isoformat() if spec.deadline else None,
         owner=sub.submitted_by,
     )
+    problem = disallowed_instance_types(spec.instance_types, settings.allowed_instance_types)
+    if problem is not None:
+        # Refused before anything is spent; IAM would refuse the launch anyway.
+        _finish(d, Transition.FAIL, AttemptEnd.FAILED, problem)
+        return d.decision("created")
     d.follow_up = PlaceNow("submitted")
     return d.decision("created")
 
@@ -334,8 +351,15 @@ def _unavailable(
         return _unchanged("ignored: stale capacity error")
     att.tried.append(f"{att.placement.key}: {event.error_code}")
     pools = candidates(job, att.placement.market, settings)
+    if event.quota is not None:
+        _quota_refusal(d, att.placement.instance_type, event.quota)
+    blocked = set(job.policy.get("quota_blocked", []))
     tried = {t.split(": ", 1)[0] for t in att.tried}
-    remaining = [p for p in pools if p.key not in tried]
+    remaining = [
+        p
+        for p in pools
+        if p.key not in tried and _quota_class(p.instance_type, p.market) not in blocked
+    ]
     if remaining:
         launches = int(job.policy.get("launches", 0)) + 1
         job.policy["launches"] = launches
@@ -354,6 +378,8 @@ def _unavailable(
     # Every pool of this market refused: give the attempt back and wait for the next tick.
     if att.placement.market is Market.SPOT:
         record_availability(job, d.now, settings, seen=False)
+    if all(_quota_class(p.instance_type, p.market) in blocked for p in pools):
+        return _quota_exhausted(d, att, job.policy.get("quota_reason", event.message))
     job.policy["last_capacity_errors"] = att.tried[-10:]
     job.policy["capacity_misses"] = int(job.policy.get("capacity_misses", 0)) + 1
     job.attempts.pop()
@@ -369,6 +395,80 @@ def _unavailable(
     choice = policy.choose(job, d.now, settings)
     if (choice.market is not None and choice.market is not att.placement.market) or choice.fail:
         d.follow_up = PlaceNow(choice.reason)
+    return d.decision()
+
+
+def _quota_class(instance_type: str, market: Market) -> str | None:
+    quota = quota_for(instance_type, market)
+    return f"{market.value}/{quota.quota_class}" if quota else None
+
+
+def _quota_refusal(d: _Draft, instance_type: str, reading: QuotaReading) -> None:
+    """Name the quota, its value and the fix; a quota too small for one instance blocks its class.
+
+    A blocking quota is not retried in other pools of the same class (they share it), and
+    waiting cannot raise it: when every pool is blocked, `_quota_exhausted` decides.
+    """
+    job = d.job
+    text = reading.describe()
+    key = _quota_class(instance_type, reading.quota.market)
+    if reading.blocks_one_instance and key is not None:
+        blocked = list(job.policy.get("quota_blocked", []))
+        if key not in blocked:
+            blocked.append(key)
+        job.policy["quota_blocked"] = blocked
+        job.policy["quota_reason"] = text
+    if not any(e.kind == "quota" and e.text == text for e in job.timeline):
+        d.note(
+            "quota",
+            text,
+            quota_code=reading.quota.code,
+            quota_name=reading.quota.name,
+            quota_value=reading.value,
+            command=reading.increase_command(),
+        )
+
+
+def _quota_exhausted(d: _Draft, att: Attempt, reason: str) -> Decision:
+    """No pool of this market fits its quota: the fallback market, or fail (as a long spot wait)."""
+    job = d.job
+    job.attempts.pop()
+    if att.placement.market is Market.SPOT and job.spec.on_demand_fallback:
+        d.go(Transition.WAIT)
+        job.policy["switch_to"] = Market.ON_DEMAND.value
+        job.policy["market_reason"] = f"spot quota: {reason}"
+        d.follow_up = PlaceNow("spot quota too small")
+        return d.decision()
+    fallback = " and on_demand_fallback is off" if att.placement.market is Market.SPOT else ""
+    _finish(
+        d,
+        Transition.FAIL,
+        AttemptEnd.FAILED,
+        f"no {att.placement.market.value} instance fits the account's quota{fallback}: {reason}",
+    )
+    return d.decision()
+
+
+def _refused(d: _Draft, event: LaunchRefused) -> Decision:
+    """EC2 refused the launch for good (not capacity, not quota): fail with AWS's words."""
+    job = d.job
+    att = job.current
+    if (
+        att is None
+        or att.number != event.attempt
+        or att.client_token != event.client_token
+        or att.instance_id is not None
+        or job.state is not JobState.REQUESTED
+    ):
+        return _unchanged("ignored: stale launch error")
+    p = att.placement
+    _finish(
+        d,
+        Transition.FAIL,
+        AttemptEnd.FAILED,
+        f"EC2 refused to launch {p.market.value} {p.instance_type} in {p.availability_zone}: "
+        f"{event.error_code}: {event.message}".strip(),
+    )
     return d.decision()
 
 
@@ -500,11 +600,11 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
     else:
         att.end = AttemptEnd.LOST
     d.effects.append(ReleaseHandoff(job.job_id, att.number))
-    if att is job.current and job.state in (
-        JobState.REQUESTED,
-        JobState.STARTING,
-        JobState.RUNNING,
-    ):
+    live = job.state in (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+    if att is job.current and live and att.end is AttemptEnd.LOST and att.never_started:
+        why = f"{event.instance_id} was {event.state} before its agent reported (no boot report)"
+        _boot_failure(d, att, why)
+    elif att is job.current and live:
         _interrupt(d, att, f"instance {event.state} without notice", noticed=False)
     else:
         d.note(
@@ -561,7 +661,10 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
         return _unchanged("ignored: message from no attempt of this job")
     body = msg.body
     if job.state.is_terminal():
-        if isinstance(body, AgentCompleted | AgentFailed | AgentPreempted) or att.end is None:
+        if (
+            isinstance(body, AgentCompleted | AgentFailed | AgentPreempted | AgentBootFailed)
+            or att.end is None
+        ):
             d.terminate([msg.instance_id], f"job is {job.state.value.lower()}")
         if isinstance(body, AgentStarted) and att.started_at is None:
             # Delivered after the job ended (SQS does not keep order, and a failed delivery
@@ -573,6 +676,8 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             _started_note(d, att, msg.instance_id, body, late=True)
             return d.decision()
         return _unchanged("ignored: job is over", d.effects)
+    if isinstance(body, AgentBootFailed):
+        return _boot_failed(d, att, msg.instance_id, body)
     att.instance_id = msg.instance_id
     heard_before, state_before, timeline_before = att.last_heard_at, job.state, len(job.timeline)
     job.last_heartbeat_at = max(job.last_heartbeat_at or msg.sent_at, msg.sent_at)
@@ -682,6 +787,67 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
         case AgentFailed():
             _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
+
+
+def _boot_failed(d: _Draft, att: Attempt, instance_id: str, body: AgentBootFailed) -> Decision:
+    """The boot script reported that it could not start the agent, just before power-off."""
+    if not att.never_started:
+        return _unchanged("ignored: the attempt already started training")
+    if att.boot_failure == body.reason:
+        return _unchanged("duplicate")
+    att.instance_id = instance_id
+    d.note(
+        "boot-failed",
+        f"{instance_id} failed to boot: {body.reason}",
+        attempt=att.number,
+        instance_id=instance_id,
+        reason=body.reason,
+        log_tail=body.log_tail[-20:],
+    )
+    d.terminate([instance_id], "its boot failed")
+    if att.end is None:
+        att.end = AttemptEnd.BOOT_FAILED
+        att.ended_at = d.now
+        d.effects.append(ReleaseHandoff(d.job.job_id, att.number))
+        _boot_failure(d, att, body.reason, body.log_tail)
+    else:
+        # Its disappearance was counted first (the report came late): keep the better reason.
+        att.end = AttemptEnd.BOOT_FAILED
+        att.boot_failure = body.reason
+    return d.decision()
+
+
+def _boot_failure(d: _Draft, att: Attempt, why: str, log_tail: list[str] | None = None) -> None:
+    """An attempt ended before training started: replace it, or fail after too many in a row."""
+    job = d.job
+    att.boot_failure = why
+    count = boot_failures_in_a_row(job)
+    limit = d.settings.max_boot_failures
+    if att is not job.current or job.state.is_terminal():
+        return
+    if count >= limit:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            f"{count} instances in a row never started training (max_boot_failures={limit}); "
+            f"the last: {why}",
+            log=(log_tail or [])[-20:],
+        )
+        return
+    if not can(job.state, Transition.INTERRUPT):
+        return
+    d.go(Transition.INTERRUPT)
+    job.waiting_since = d.now
+    d.note(
+        "boot-retry",
+        f"attempt {att.number} never started training ({why}); replacing it "
+        f"({count} of {limit} before the job fails)",
+        attempt=att.number,
+        instance_id=att.instance_id,
+        boot_failures=count,
+    )
+    d.follow_up = PlaceNow("replacing an instance that never started training")
 
 
 def _drop_old_checkpoint_notes(job: JobRecord) -> None:
@@ -866,6 +1032,10 @@ def _tick(d: _Draft, event: ReconcileTick, settings: ControlSettings) -> Decisio
         att.end = AttemptEnd.LOST
         att.ended_at = now
         d.effects.append(ReleaseHandoff(job.job_id, att.number))
+        if att.never_started and att.notice_at is None:
+            silent = int((now - silent_since).total_seconds())
+            _boot_failure(d, att, f"no report from {att.instance_id}'s agent for {silent}s")
+            return d.decision()
         _interrupt(
             d, att, f"no heartbeat for {int((now - silent_since).total_seconds())}s", noticed=False
         )

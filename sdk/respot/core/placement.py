@@ -38,8 +38,27 @@ class ControlSettings:
     policy_tick: timedelta = timedelta(minutes=1)
     # At most one "progress" timeline note (hence Slack reply) per job this often; 0: none.
     progress_note_interval: timedelta = timedelta(minutes=10)
+    # This many attempts in a row whose instance never started training (a broken boot, an
+    # instance that vanished before its agent reported) fail the job with the last reason.
+    max_boot_failures: int = 3
+    # The instance types the platform team allows (empty: no restriction); also in IAM.
+    allowed_instance_types: tuple[str, ...] = ()
     on_demand_prices: dict[str, float] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def disallowed_instance_types(requested: list[str] | None, allowed: tuple[str, ...]) -> str | None:
+    """A clear problem line if `requested` names a type outside `allowed`, else None."""
+    if not requested or not allowed:
+        return None
+    bad = [t for t in requested if t not in allowed]
+    if not bad:
+        return None
+    return (
+        f"instance_types: {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} not allowed by "
+        f"this deployment; choose from {', '.join(allowed)} (the platform team sets "
+        "allowed_instance_types)"
+    )
 
 
 def candidates(job: JobRecord, market: Market, settings: ControlSettings) -> list[Placement]:

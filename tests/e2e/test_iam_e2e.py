@@ -1,0 +1,104 @@
+"""IAM enforced: the system runs under the stack's own policies, and no role does another's work.
+
+The local runtime (`RuntimeOptions(iam=True)`) makes moto authenticate every request and
+evaluate the synthesized template's policies: each handler with its function role, each
+instance with the instance role, `run()` with the researcher policy. A permission missing
+from the template makes this job fail. moto cannot evaluate conditions;
+`tests/infra/test_iam_policies.py` evaluates those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from infra.local import cloud
+from infra.local.market import ChaosSchedule
+from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot.core.states import JobState
+from tests.e2e.helpers import counting_spec, expected_total, output
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def rt() -> Iterator[LocalRuntime]:
+    chaos = ChaosSchedule(after_boot={1: 30.0})  # the first instance is interrupted (1 s real)
+    with LocalRuntime(RuntimeOptions(iam=True, chaos=chaos, log_level="ERROR")) as runtime:
+        yield runtime
+
+
+def _denied(call: Any) -> str:
+    with pytest.raises(ClientError) as exc:
+        call()
+    error = exc.value.response
+    code = str(error["Error"]["Code"])
+    status = error.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    # moto's SQS answers a denial with HTTP 403 and no AWS error code
+    assert code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation") or (
+        status == 403 and code == "403"
+    ), error
+    return code
+
+
+def test_a_job_survives_an_interruption_under_the_stacks_policies(rt: LocalRuntime) -> None:
+    assert rt.iam is not None and not rt.iam.unresolved - {
+        # no local counterpart: EventBridge's dead letters and the security group's id
+        next(u for u in rt.iam.unresolved if u.startswith("MessagingEventDeadLetters")),
+        next(u for u in rt.iam.unresolved if u.startswith("FleetSecurityGroup")),
+    }
+    job = rt.run(counting_spec("iam", hyperparameters={"steps": 300}))
+    job.wait(timeout=120)
+    record = rt.job_record(job.job_id)
+    assert record is not None
+    assert record.state is JobState.COMPLETED, (record.reason, record.timeline[-3:])
+    assert record.interruptions == 1
+    assert int(output(rt, job.job_id, "weights.sha256")) == expected_total(300, 2)
+    assert rt.dispatcher is not None and rt.dispatcher.failures == []
+
+
+def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
+    assert rt.iam is not None and rt.deployment is not None
+    local = rt.deployment
+    endpoint = local.endpoint_url
+    instance = cloud.session_for(
+        {k.lower(): v for k, v in rt.iam.instance_credentials("i-0123456789abcdef0").items()}
+    )
+    researcher = rt.researcher_session()
+    submit = rt.function_session("submit")
+    notify = rt.function_session("notify")
+
+    def client(session: Any, service: str) -> Any:
+        return cloud.client_of(session, service, endpoint)
+
+    table_item = {"pk": {"S": "JOB#x"}, "sk": {"S": "JOB"}}
+    launch = {
+        "LaunchTemplate": {"LaunchTemplateId": local.launch_template_id},
+        "MinCount": 1,
+        "MaxCount": 1,
+    }
+    # An instance: no launching, no table writes, no commands on the jobs queue ...
+    _denied(lambda: client(instance, "ec2").run_instances(**launch))
+    _denied(
+        lambda: client(instance, "dynamodb").put_item(TableName=local.table_name, Item=table_item)
+    )
+    jobs_queue = local.queue_urls["jobs"]
+    _denied(lambda: client(instance, "sqs").send_message(QueueUrl=jobs_queue, MessageBody="{}"))
+    # ... but its own channel works (the denials above are the policy's, not a broken key)
+    agent_queue = local.queue_urls["agent-events"]
+    client(instance, "sqs").send_message(QueueUrl=agent_queue, MessageBody="not an agent message")
+    # A researcher: no terminating, no table writes; reading records works
+    some_instance = next(iter(rt.fleet.instances)) if rt.fleet else "i-0123456789abcdef0"
+    _denied(lambda: client(researcher, "ec2").terminate_instances(InstanceIds=[some_instance]))
+    _denied(
+        lambda: client(researcher, "dynamodb").put_item(TableName=local.table_name, Item=table_item)
+    )
+    client(researcher, "dynamodb").get_item(TableName=local.table_name, Key=table_item)
+    # Functions: submit cannot read the Slack token (only notify can); notify launches nothing
+    secret = local.slack_secret_arn
+    _denied(lambda: client(submit, "secretsmanager").get_secret_value(SecretId=secret))
+    client(notify, "secretsmanager").get_secret_value(SecretId=secret)
+    _denied(lambda: client(notify, "ec2").run_instances(**launch))

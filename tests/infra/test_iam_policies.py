@@ -1,0 +1,136 @@
+"""The synthesized policies, evaluated with their conditions (which moto cannot evaluate).
+
+`infra.iam_eval` evaluates the template's own documents, intrinsics resolved to stand-in
+ARNs: conditions such as `ec2:InstanceType` and `ec2:LaunchTemplate` are checked here; the
+e2e test `tests/e2e/test_iam_e2e.py` runs the system under the same policies in moto.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.iam_eval import allowed
+from infra.local.iam import Resolver, _logical_id, action_count, principal_policies
+
+REGION, ACCOUNT = "us-east-1", "123456789012"
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    from infra.local.iam import synthesized_template
+
+    return synthesized_template()
+
+
+def _attrs(template: dict[str, Any]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for lid, resource in template["Resources"].items():
+        kind = resource["Type"]
+        if kind == "AWS::S3::Bucket":
+            arn = f"arn:aws:s3:::{lid.lower()}"
+        elif kind == "AWS::DynamoDB::Table":
+            arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{lid}"
+        elif kind == "AWS::SQS::Queue":
+            arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid}"
+        else:
+            arn = f"arn:aws:test:{REGION}:{ACCOUNT}:{lid}"
+        out[lid] = {"Ref": lid, "Arn": arn, "GroupId": f"sg-{lid.lower()}"}
+    for name in template.get("Parameters", {}):
+        out[name] = {"Ref": "ami-0123456789abcdef0"}
+    return out
+
+
+@pytest.fixture(scope="module")
+def policies(template: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    resolve = Resolver(_attrs(template), REGION)
+    return {p: [resolve(d) for d in docs] for p, docs in principal_policies(template).items()}
+
+
+@pytest.fixture(scope="module")
+def arns(template: dict[str, Any]) -> dict[str, str]:
+    def lid(prefix: str) -> str:
+        found = _logical_id(template, prefix)
+        assert found is not None, prefix
+        return found
+
+    ec2 = f"arn:aws:ec2:{REGION}:{ACCOUNT}"
+    return {
+        "bucket": f"arn:aws:s3:::{lid('StoreBucket').lower()}",
+        "table": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{lid('StoreTable')}",
+        "jobs_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingJobsQueue')}",
+        "agent_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingAgentEventsQueue')}",
+        "secret": lid("SlackSecret"),
+        "template": f"{ec2}:launch-template/{lid('FleetLaunchTemplate')}",
+        "instance": f"{ec2}:instance/i-0123456789abcdef0",
+        "volume": f"{ec2}:volume/vol-0123456789abcdef0",
+    }
+
+
+def test_the_instance_role_may_prune_checkpoints_and_delete_nothing_else(policies, arns):
+    instance = policies["instance"]
+    bucket = arns["bucket"]
+    assert allowed(instance, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/blobs/ab12")
+    assert allowed(instance, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
+    for key in ("jobs/j-1/outputs/model.pt", "jobs/j-1/submission.json", "other/x"):
+        assert not allowed(instance, "s3:DeleteObject", f"{bucket}/{key}")
+
+
+def test_run_instances_only_from_the_template_and_only_allowed_types(policies, arns):
+    submit = policies["function:submit"]
+    ctx = {"ec2:LaunchTemplate": arns["template"], "ec2:InstanceType": "g5.xlarge"}
+    assert allowed(submit, "ec2:RunInstances", arns["instance"], ctx)
+    assert allowed(
+        submit, "ec2:RunInstances", arns["instance"], {**ctx, "ec2:InstanceType": "g4dn.xlarge"}
+    )
+    # a type the platform team did not list, even from respot's template
+    for other in ("p4d.24xlarge", "g5.48xlarge", "g5.xlarg"):
+        assert not allowed(
+            submit, "ec2:RunInstances", arns["instance"], {**ctx, "ec2:InstanceType": other}
+        )
+    # any type, but not from respot's launch template
+    assert not allowed(
+        submit,
+        "ec2:RunInstances",
+        arns["instance"],
+        {"ec2:LaunchTemplate": arns["template"] + "x", "ec2:InstanceType": "g5.xlarge"},
+    )
+    # the other resources of the call carry no instance type: the template suffices
+    assert allowed(
+        submit, "ec2:RunInstances", arns["volume"], {"ec2:LaunchTemplate": arns["template"]}
+    )
+
+
+def test_one_role_cannot_do_another_roles_work(policies, arns):
+    instance, researcher = policies["instance"], policies["researcher"]
+    reconcile, notify = policies["function:reconcile"], policies["function:notify"]
+    ctx = {"ec2:LaunchTemplate": arns["template"], "ec2:InstanceType": "g5.xlarge"}
+    # The instances: no launching, no table writes, no terminating, no commands to the queue
+    assert not allowed(instance, "ec2:RunInstances", arns["instance"], ctx)
+    assert not allowed(instance, "dynamodb:PutItem", arns["table"])
+    tagged = {"aws:ResourceTag/respot:managed": "Respot"}
+    assert not allowed(instance, "ec2:TerminateInstances", arns["instance"], tagged)
+    assert not allowed(instance, "sqs:SendMessage", arns["jobs_queue"])
+    assert allowed(instance, "sqs:SendMessage", arns["agent_queue"])  # its own channel
+    # Researchers: no terminating instances, no table writes, no speaking for agents
+    assert not allowed(researcher, "ec2:TerminateInstances", arns["instance"], tagged)
+    assert not allowed(researcher, "dynamodb:PutItem", arns["table"])
+    assert not allowed(researcher, "sqs:SendMessage", arns["agent_queue"])
+    assert allowed(researcher, "dynamodb:GetItem", arns["table"])  # following jobs
+    # Functions: only notify reads the Slack token; notify launches nothing
+    assert not allowed(reconcile, "secretsmanager:GetSecretValue", arns["secret"])
+    assert allowed(notify, "secretsmanager:GetSecretValue", arns["secret"])
+    assert not allowed(notify, "ec2:RunInstances", arns["instance"], ctx)
+    # Terminating: only this deployment's instances
+    assert allowed(reconcile, "ec2:TerminateInstances", arns["instance"], tagged)
+    other = {"aws:ResourceTag/respot:managed": "Respot-other"}
+    assert not allowed(reconcile, "ec2:TerminateInstances", arns["instance"], other)
+
+
+def test_every_principal_has_policies_and_counts_are_small(policies):
+    # Numbers for docs/security.md: distinct actions per role (printed with -s).
+    counts = {p: action_count(docs) for p, docs in policies.items()}
+    print(counts)
+    assert set(counts) >= {"instance", "researcher", "function:submit", "function:notify"}
+    assert all(0 < n <= 30 for n in counts.values())
