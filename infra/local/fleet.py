@@ -245,8 +245,9 @@ class InstanceFleet:
             )
             inst.process = inst.root.run_user_data(self.user_data(), env)
             inst.events.append((time.monotonic(), "user data"))
-        # Booted (on_boot, chaos timing) once the user data has started the agent's unit: the
-        # watcher sees its journal appear.
+        # Booted (on_boot, chaos timing) once the agent the user data started is up (its
+        # journal says it sent AgentStarted): the boot script's real seconds vary with the
+        # machine's load, and chaos means to interrupt a training instance.
 
     def _booted(self, inst: LocalInstance) -> None:
         with self._lock:
@@ -368,10 +369,7 @@ class InstanceFleet:
                 started = [
                     i
                     for i in self.instances.values()
-                    if i.alive
-                    and i.booted_at is None
-                    and i.log_path is not None
-                    and i.log_path.exists()
+                    if i.alive and i.booted_at is None and i.root is not None and i.root.agent_up
                 ]
             for inst in started:
                 self._booted(inst)

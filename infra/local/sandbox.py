@@ -168,6 +168,15 @@ class InstanceRoot:
         except FileNotFoundError:
             return None
 
+    @property
+    def agent_up(self) -> bool:
+        """The agent has its job ready (its journal has the `started:` line of AgentStarted)."""
+        try:
+            with (self.path / AGENT_JOURNAL).open("rb") as journal:
+                return b" respot.agent: started: " in journal.read()
+        except FileNotFoundError:
+            return False
+
     def log(self, relative: str) -> str:
         """A log file of the machine (BOOT_LOG, AGENT_JOURNAL), or '' if absent."""
         try:
