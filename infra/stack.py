@@ -31,6 +31,7 @@ from infra.constructs import (
     ResearcherAccess,
     SelftestExperiment,
 )
+from infra.constructs.activity import wire_activity
 from infra.grants import GrantTargets, policy_for
 from infra.nag import suppress
 from infra.settings import DeploySettings
@@ -119,6 +120,7 @@ class RespotStack(Stack):
             event_dead_letters=self.messaging.event_dead_letters,
         )
         self._grant(wiring, notify_queue)
+        wire_activity(self.functions, self.messaging.queues, wiring)
 
         self.selftest = SelftestExperiment(self, "Selftest", deployment_name=self.stack_name)
 

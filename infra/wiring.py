@@ -83,6 +83,9 @@ class Queue:
     # FIFO (name ends in .fifo, its dead-letter queue too): senders give a message group and a
     # deduplication id; a group's messages are handled one at a time, in order.
     fifo: bool = False
+    # Polled only while a job is live: the mapping is created disabled and the activity
+    # switch (respot/control/activity.py) turns it on and off. The intake stays always on.
+    idle_off: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Schedule:
     name: str
     function: str
     every_seconds: int
+    idle_off: bool = False  # created disabled; the activity switch turns it on and off
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,13 @@ WIRING = Wiring(
     queues=(
         Queue("jobs", "submit", topic_filter={"command": ["submit"]}),
         Queue("cancel", "cancel", topic_filter={"command": ["cancel"]}),
-        Queue("agent-events", "agent_events", fed_by_agents=True, max_batching_window_seconds=1),
+        Queue(
+            "agent-events",
+            "agent_events",
+            fed_by_agents=True,
+            max_batching_window_seconds=1,
+            idle_off=True,
+        ),
         # One message per invocation: a Slack failure retries only that message, after the
         # visibility timeout (6x the function's), up to 20 times: about an hour of Slack outage
         # is absorbed before a message reaches the dead-letter queue. (See docs/slack.md.)
@@ -212,6 +222,7 @@ WIRING = Wiring(
             max_receive_count=20,
             visibility_timeout_seconds=180,
             fifo=True,
+            idle_off=True,
         ),
     ),
     rules=(
@@ -237,5 +248,5 @@ WIRING = Wiring(
             "Instances that start or go away",
         ),
     ),
-    schedules=(Schedule("reconcile", "reconcile", every_seconds=60),),
+    schedules=(Schedule("reconcile", "reconcile", every_seconds=60, idle_off=True),),
 )

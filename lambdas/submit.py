@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lambdas import _activity
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.ec2events import unwrap_sns
 from respot.messages import COMMAND_ADAPTER, JobSubmission
@@ -25,6 +26,9 @@ def _submit(body: str) -> None:
         raise PoisonMessageError(f"the submit queue got a {command.command!r} command")
     result = control_plane().submit(command)
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
+    switch = _activity.switch()
+    if switch is not None:  # a live job needs the pollers: always ensure "on" (raises to retry)
+        switch.ensure_on()
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import boto3
 
+from infra.local.mappings import LocalEventSourceMappings
 from infra.local.sandbox import FRAMEWORK_PYTHON, LocalImage
 from infra.userdata import agent_environment, render_user_data
 from infra.wiring import WIRING, Wiring
@@ -111,6 +112,10 @@ class LocalDeployment:
     dlq_urls: dict[str, str] = field(default_factory=dict)
     rule_queue_urls: dict[str, str] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict)
+    # Each schedule's EventBridge rule (moto never fires it: the dispatcher ticks while the
+    # rule is ENABLED) and each queue's event source mapping (infra/local/mappings.py).
+    schedule_rule_names: dict[str, str] = field(default_factory=dict)
+    mappings: LocalEventSourceMappings = field(default_factory=LocalEventSourceMappings)
     parameter_name: str = DEFAULT_PARAMETER
     slack_secret_arn: str = ""
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
@@ -313,6 +318,22 @@ def provision(
         rule_queue_urls[rule.name] = url
         rule_names[rule.name] = name
 
+    # As the stack does: a schedule rule per schedule, a mapping per queue; those that only
+    # live jobs need (idle_off) are created disabled, for the activity switch to turn on.
+    schedule_rule_names: dict[str, str] = {}
+    for schedule in wiring.schedules:
+        name = f"{prefix}-schedule-{schedule.name}"
+        events.put_rule(
+            Name=name,
+            ScheduleExpression=f"rate({schedule.every_seconds // 60} minute"
+            f"{'s' if schedule.every_seconds >= 120 else ''})",
+            State="DISABLED" if schedule.idle_off else "ENABLED",
+        )
+        schedule_rule_names[schedule.name] = name
+    mappings = LocalEventSourceMappings()
+    for q in wiring.queues:
+        mappings.create(q.name, q.function, enabled=not q.idle_off)
+
     table = f"{prefix}-jobs"
     ddb.create_table(
         TableName=table,
@@ -400,6 +421,8 @@ def provision(
         dlq_urls=dlq_urls,
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
+        schedule_rule_names=schedule_rule_names,
+        mappings=mappings,
         slack_secret_arn=slack_secret_arn,
         name=prefix,
         log_group=log_group,

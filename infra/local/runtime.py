@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import lambdas._activity as activity_lambda
 import lambdas._runtime as lambda_runtime
 import lambdas.notify as notify_lambda
 from infra.local import cloud
@@ -41,6 +42,7 @@ from infra.wiring import WIRING
 from respot import config as cfg
 from respot.client import JobHandle, run
 from respot.config import ControlPlaneConfig, NotifyConfig
+from respot.control import activity
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
 from respot.deployment import Deployment
@@ -207,6 +209,7 @@ class LocalRuntime:
             ignored = {"spot-interruption", "instance-state"}
             wiring = replace(WIRING, rules=tuple(r for r in WIRING.rules if r.name not in ignored))
         notify_lambda.install(self._build_notifier)
+        activity_lambda.install(self._build_activity_switch)
         self.dispatcher = Dispatcher(
             self.deployment,
             wiring=wiring,
@@ -241,6 +244,7 @@ class LocalRuntime:
             self.timers.stop()
         lambda_runtime.install(None)
         notify_lambda.install(None)
+        activity_lambda.install(None)
         if self.iam is not None:
             self.iam.stop()
         if self.slack is not None:
@@ -309,6 +313,47 @@ class LocalRuntime:
         )
         self._control_plane = control
         return control
+
+    def activity_env(self) -> dict[str, str]:
+        """What the stack gives `submit` and `reconcile` for the activity switch (time-scaled)."""
+        assert self.deployment is not None
+        d = self.deployment
+        idle = [q.name for q in WIRING.queues if q.idle_off]
+        rules = [d.schedule_rule_names[s.name] for s in WIRING.schedules if s.idle_off]
+        return {
+            activity.ENV_RULE: ",".join(rules),
+            activity.ENV_MAPPINGS: ",".join(str(d.mappings.uuid_of(q)) for q in idle),
+            activity.ENV_QUEUES: ",".join(d.queue_urls[q] for q in idle),
+            activity.ENV_GRACE: str(self.scale.real(activity.DEFAULT_GRACE.total_seconds())),
+        }
+
+    def _build_activity_switch(self) -> activity.ActivitySwitch | None:
+        assert self.deployment is not None
+        deployment = self.deployment
+
+        class _Session:  # Lambda's mappings live in the runtime (infra/local/mappings.py)
+            def client(self, name: str) -> Any:
+                return deployment.mappings if name == "lambda" else deployment.client(name)
+
+        return activity.ActivitySwitch.from_env(
+            ddb=deployment.client("dynamodb"),
+            table_name=deployment.table_name,
+            sqs=deployment.client("sqs"),
+            session=_Session(),
+            env=self.activity_env(),
+        )
+
+    def pollers_on(self) -> dict[str, bool]:
+        """Which switched pollers run now: each idle-off queue's mapping and schedule's rule."""
+        assert self.deployment is not None
+        d = self.deployment
+        events = d.client("events")
+        found = {f"queue:{q.name}": d.mappings.polling(q.name) for q in WIRING.queues if q.idle_off}
+        for s in WIRING.schedules:
+            if s.idle_off:
+                rule = events.describe_rule(Name=d.schedule_rule_names[s.name])
+                found[f"schedule:{s.name}"] = rule["State"] == "ENABLED"
+        return found
 
     def _build_notifier(self) -> SlackNotifier:
         assert self.deployment is not None
