@@ -37,6 +37,7 @@ from infra.nag import suppress
 from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring
 from respot import config
+from respot.identity import ENV_ADMINS, ENV_STS_URL
 
 NOTIFY_QUEUE = "notifications"
 POWERTOOLS_ENVIRONMENT = {
@@ -179,6 +180,10 @@ class RespotStack(Stack):
             env[config.ENV_ON_DEMAND_PRICES] = self.to_json_string(dict(settings.on_demand_prices))
         if notify_queue is not None:
             env[config.ENV_NOTIFY_QUEUE_URL] = notify_queue.queue_url
+        # Identity proofs are executed against this STS endpoint only (respot.identity).
+        env[ENV_STS_URL] = f"https://sts.{self.region}.amazonaws.com/"
+        if settings.admin_principal_arns:
+            env[ENV_ADMINS] = ",".join(settings.admin_principal_arns)
         return env
 
     def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:

@@ -61,6 +61,11 @@ def install(
     _dead_letters = dead_letters
 
 
+def is_installed() -> bool:
+    """True when a test or the local runtime handed in the control plane (`install`)."""
+    return _factory is not None
+
+
 @contextmanager
 def invoking(function: str) -> Iterator[None]:
     """Run a handler as `function` (its own control plane; see `current_function`)."""

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
 from lambdas import _activity
+from lambdas._commands import read_command
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
-from respot.ec2events import unwrap_sns
-from respot.messages import COMMAND_ADAPTER, JobSubmission
-from respot.spec import describe_validation_error
+from respot.exceptions import DuplicateJobError
+from respot.messages import JobSubmission
 
 
 def _submit(body: str) -> None:
-    message = unwrap_sns(body)
+    command = read_command(body, JobSubmission)
     try:
-        command = COMMAND_ADAPTER.validate_json(message)
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
-    if not isinstance(command, JobSubmission):
-        raise PoisonMessageError(f"the submit queue got a {command.command!r} command")
-    result = control_plane().submit(command)
+        result = control_plane().submit(command)
+    except DuplicateJobError as exc:
+        logger.warning("duplicate job id", extra={"job_id": command.job_id, "reason": str(exc)})
+        raise PoisonMessageError(str(exc)) from exc
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
     switch = _activity.switch()
     if switch is not None:  # a live job needs the pollers: always ensure "on" (raises to retry)

@@ -26,6 +26,7 @@ from infra.nag import suppress
 from infra.settings import DEFAULT_FRAMEWORK_PYTHON
 from infra.userdata import agent_environment, user_data_lines
 from respot import layout
+from respot.agent.secrets import JOB_SECRET_PREFIX
 from respot.core.lifecycle import MANAGED_TAG
 
 # Containers on the instance need a second hop to reach IMDS; nothing further away may.
@@ -146,6 +147,15 @@ class Fleet(Construct):
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
                 resources=[self.log_group.log_group_arn],
             ),
+            # `secrets: {NAME: ARN}` of a job spec, read by the agent (respot.agent.secrets).
+            iam.PolicyStatement(
+                sid="ReadJobSecrets",
+                actions=["secretsmanager:GetSecretValue"],
+                resources=[
+                    f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:"
+                    f"{JOB_SECRET_PREFIX}*"
+                ],
+            ),
         )
         # Jobs with `image:` (docs/environments.md): log in to ECR and pull, this account only.
         policy.add_statements(
@@ -190,12 +200,15 @@ class Fleet(Construct):
             "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
             "wheelhouse/ holds wheels keyed by the hash of a job's requirements, shared by "
             "reruns (no job's secrets: packages from the index). "
-            "docs/security.md says how this could be narrowed to one job.",
+            "docs/security.md says how this could be narrowed to one job. Job secrets: only "
+            "those named respot/jobs/..., the names job specs reference by ARN.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/wheelhouse/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
+                r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],
         )
         if data_buckets:

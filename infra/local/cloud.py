@@ -41,6 +41,9 @@ class MotoServer:
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        from infra.local.idempotency import honour_client_tokens
+
+        honour_client_tokens()  # RunInstances answers a repeated ClientToken as AWS does
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.url = ""

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import lambdas._activity as activity_lambda
+import lambdas._commands as lambda_commands
 import lambdas._runtime as lambda_runtime
 import lambdas.notify as notify_lambda
 from infra.local import cloud
@@ -46,6 +47,7 @@ from respot.control import activity
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
 from respot.deployment import Deployment
+from respot.identity import Verifier, sts_url
 from respot.notify import SlackNotifier
 from respot.spec import TrainingEnvVar
 
@@ -204,6 +206,15 @@ class LocalRuntime:
         lambda_runtime.install(
             self._build_control_plane, self._dead_letter, per_function=self.iam is not None
         )
+        # Identity proofs run for real: executed against the emulator's STS, as on AWS; used
+        # proofs go to the table through the submitting function's own client.
+        lambda_commands.install_verifier(
+            Verifier(
+                sts_url=sts_url(self.deployment.region, endpoint),
+                region=self.deployment.region,
+                ledger=None,
+            )
+        )
         wiring = WIRING
         if not opts.react_to_notices:
             ignored = {"spot-interruption", "instance-state"}
@@ -243,6 +254,7 @@ class LocalRuntime:
         if self.timers is not None:
             self.timers.stop()
         lambda_runtime.install(None)
+        lambda_commands.uninstall_verifier()
         notify_lambda.install(None)
         activity_lambda.install(None)
         if self.iam is not None:

@@ -15,6 +15,8 @@ wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job env
 
 from __future__ import annotations
 
+from respot.jobid import check_job_id
+
 JOBS_PREFIX = "jobs/"
 WHEELHOUSE_PREFIX = "wheelhouse/"
 
@@ -25,8 +27,8 @@ def wheelhouse_key(requirements_hash: str) -> str:
 
 
 def job_prefix(job_id: str) -> str:
-    """Everything of one job lives under this prefix."""
-    return f"{JOBS_PREFIX}{job_id}/"
+    """Everything of one job lives under this prefix (`InvalidJobIdError` for a bad id)."""
+    return f"{JOBS_PREFIX}{check_job_id(job_id)}/"
 
 
 def submission_key(job_id: str) -> str:

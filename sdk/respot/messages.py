@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from respot.exceptions import MessageTooLargeError
 from respot.gpu import MAX_GPUS, GpuSample
+from respot.jobid import JobId, check_job_id
 from respot.spec import TrainingEnvVar
 
 MESSAGE_SCHEMA_VERSION: Literal[1] = 1
@@ -30,8 +31,9 @@ def utcnow() -> datetime:
 def new_job_id(name: str, now: datetime | None = None) -> str:
     """A job id that is readable, sortable by time and unique: `<name>-<yyyymmddhhmmss>-<hex6>`."""
     stamp = (now or utcnow()).strftime("%Y%m%d%H%M%S")
-    slug = "".join(c if c.isalnum() or c == "-" else "-" for c in name.lower()).strip("-")[:40]
-    return f"{slug or 'job'}-{stamp}-{secrets.token_hex(3)}"
+    ascii_ok = "abcdefghijklmnopqrstuvwxyz0123456789-"
+    slug = "".join(c if c in ascii_ok else "-" for c in name.lower()).strip("-")[:40].strip("-")
+    return check_job_id(f"{slug or 'job'}-{stamp}-{secrets.token_hex(3)}")
 
 
 class _Message(BaseModel):
@@ -61,17 +63,27 @@ class Provenance(_Message):
     rerun_of: str | None = None
 
 
+class IdentityProof(_Message):
+    """A signed, unsent `sts:GetCallerIdentity` request (see respot.identity)."""
+
+    method: Literal["POST"] = "POST"
+    url: str = Field(max_length=512)
+    body: str = Field(max_length=256)
+    headers: dict[str, str] = Field(max_length=16)
+
+
 class JobSubmission(_Message):
     """A researcher's `run()`: the validated spec plus what respot adds on the laptop."""
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
     command: Literal["submit"] = "submit"
-    job_id: str
+    job_id: JobId
     spec: TrainingEnvVar
     code: CodeArtifact | None = None
     provenance: Provenance | None = None
     submitted_at: datetime
-    submitted_by: str | None = None
+    submitted_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
 
 
 class CancelCommand(_Message):
@@ -79,10 +91,11 @@ class CancelCommand(_Message):
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
     command: Literal["cancel"] = "cancel"
-    job_id: str
+    job_id: JobId
     reason: str = "cancelled by user"
     requested_at: datetime
-    requested_by: str | None = None
+    requested_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
 
 
 Command = Annotated[JobSubmission | CancelCommand, Field(discriminator="command")]
@@ -189,7 +202,7 @@ class AgentMessage(_Message):
     """
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
-    job_id: str
+    job_id: JobId
     attempt: int
     instance_id: str
     seq: int
@@ -208,6 +221,35 @@ def encode(message: BaseModel) -> str:
             "Move large hyperparameters or environment values into a file in S3 and pass its URI"
         )
     return text
+
+
+REDACTED = "<redacted>"
+
+
+def stored_submission(submission: JobSubmission) -> str:
+    """The JSON the control plane stores as `submission.json` for the agent (no proof)."""
+    return submission.model_dump_json(exclude={"proof"}, exclude_none=True)
+
+
+def submission_digest(submission: JobSubmission) -> str:
+    """SHA-256 of the submission as stored: equal digests mean the very same submission."""
+    return hashlib.sha256(stored_submission(submission).encode()).hexdigest()
+
+
+def redacted(submission: JobSubmission) -> JobSubmission:
+    """The submission as every researcher may read it: environment values replaced.
+
+    The job record (DynamoDB, readable by every researcher for `respot ls`/`status`) keeps
+    only the names of the environment variables; their values travel to the instance in
+    `submission.json`, which researchers cannot read (`RespotResearcherPolicy`).
+    """
+    submission = submission.model_copy(update={"proof": None})
+    if not submission.spec.environment:
+        return submission
+    spec = submission.spec.model_copy(
+        update={"environment": dict.fromkeys(submission.spec.environment, REDACTED)}
+    )
+    return submission.model_copy(update={"spec": spec})
 
 
 def digest(data: bytes) -> str:

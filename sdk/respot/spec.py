@@ -30,7 +30,7 @@ SCHEMA_VERSION: Literal[1] = 1
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
 _ISO_DURATION = re.compile(
     r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
-    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$",
+    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
     re.IGNORECASE,
 )
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -49,7 +49,7 @@ def parse_duration(value: Any) -> timedelta:
         text = value.strip()
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
             seconds = float(text)
-        elif m := _ISO_DURATION.match(text):
+        elif m := _ISO_DURATION.fullmatch(text):
             seconds = sum(float(m.group(u) or 0) * _UNIT_SECONDS[u] for u in "dhms")
             if not any(m.group(u) for u in "dhms"):
                 raise ValueError(f"{value!r} is an empty ISO-8601 duration; write e.g. 'PT4H'")
@@ -104,20 +104,23 @@ def parse_deadline(value: Any) -> datetime:
 
 Deadline = Annotated[datetime, BeforeValidator(parse_deadline)]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 # A notebook, relative to source_dir: plain names, '/' between them, no '..', no leading '/'.
-_NOTEBOOK = re.compile(r"^(?:[\w][\w .-]*/)*[\w][\w .-]*\.ipynb$")
-_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HPARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
-_TAG_CHARS = re.compile(r"^[\w .:/=+\-@]*$", re.UNICODE)
+_NOTEBOOK = re.compile(r"(?:[\w][\w .-]*/)*[\w][\w .-]*\.ipynb")
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HPARAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+_TAG_CHARS = re.compile(r"[\w .:/=+\-@]*", re.UNICODE)
 _IMAGE = re.compile(
     r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     r"(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
-_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<key>.*))?$")
-_SLACK_CHANNEL = re.compile(r"^(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})$")
+_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<key>.*))?")
+_SECRET_ARN = re.compile(
+    r"arn:aws[a-z-]*:secretsmanager:[a-z]{2}(-[a-z]+)+-\d:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}"
+)
+_SLACK_CHANNEL = re.compile(r"(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})")
 RESERVED_ENV_PREFIXES = ("RESPOT_", "AWS_")
 RESERVED_TAG_PREFIXES = ("aws:", "respot:")
 MAX_TAGS = 40  # EC2 allows 50 per resource; respot adds its own few.
@@ -136,7 +139,7 @@ class DataSourceEnvVar(BaseModel):
     @field_validator("s3_uri")
     @classmethod
     def _check_uri(cls, value: str) -> str:
-        if not _S3_URI.match(value):
+        if not _S3_URI.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not an S3 URI; write s3://bucket/key or s3://bucket/prefix/"
             )
@@ -155,14 +158,14 @@ class DataSourceEnvVar(BaseModel):
     @property
     def bucket(self) -> str:
         """The bucket part of the URI."""
-        m = _S3_URI.match(self.s3_uri)
+        m = _S3_URI.fullmatch(self.s3_uri)
         assert m is not None
         return m.group("bucket")
 
     @property
     def key(self) -> str:
         """The key or prefix part of the URI (may be empty: the whole bucket)."""
-        m = _S3_URI.match(self.s3_uri)
+        m = _S3_URI.fullmatch(self.s3_uri)
         assert m is not None
         return m.group("key") or ""
 
@@ -197,6 +200,10 @@ class TrainingEnvVar(BaseModel):
     )
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     environment: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="{ENV_NAME: Secrets Manager ARN}: read on the instance, never stored",
+    )
     instance_types: list[str] | None = Field(
         default=None, description="EC2 instance types in order of preference, e.g. ['g5.xlarge']"
     )
@@ -229,7 +236,7 @@ class TrainingEnvVar(BaseModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a job name; use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit, e.g. 'digits-mlp'"
@@ -239,10 +246,10 @@ class TrainingEnvVar(BaseModel):
     @field_validator("entry_point")
     @classmethod
     def _check_entry_point(cls, value: str | None) -> str | None:
-        if value is None or _ENTRY_POINT.match(value):
+        if value is None or _ENTRY_POINT.fullmatch(value):
             return value
         if value.endswith(".ipynb"):
-            if not _NOTEBOOK.match(value) or ".." in value.split("/"):
+            if not _NOTEBOOK.fullmatch(value) or ".." in value.split("/"):
                 raise ValueError(
                     f"{value!r} is not a notebook path inside source_dir; write it relative "
                     "to source_dir with '/' between names and no '..', e.g. 'notebooks/train.ipynb'"
@@ -256,7 +263,7 @@ class TrainingEnvVar(BaseModel):
     @field_validator("image")
     @classmethod
     def _check_image(cls, value: str | None) -> str | None:
-        if value is not None and not _IMAGE.match(value):
+        if value is not None and not _IMAGE.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a container image reference; write e.g. "
                 "'123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.4' or 'repo/name@sha256:...'"
@@ -292,7 +299,7 @@ class TrainingEnvVar(BaseModel):
     @classmethod
     def _check_hyperparameters(cls, value: dict[str, Any]) -> dict[str, Any]:
         for key, item in value.items():
-            if not _HPARAM_KEY.match(key):
+            if not _HPARAM_KEY.fullmatch(key):
                 raise ValueError(
                     f"key {key!r} must start with a letter or '_' and use letters, digits, "
                     "'_', '.', '-' (at most 128)"
@@ -304,7 +311,7 @@ class TrainingEnvVar(BaseModel):
     @classmethod
     def _check_environment(cls, value: dict[str, str]) -> dict[str, str]:
         for key, item in value.items():
-            if not _ENV_KEY.match(key):
+            if not _ENV_KEY.fullmatch(key):
                 raise ValueError(
                     f"{key!r} is not an environment variable name; use letters, digits and '_', "
                     "not starting with a digit"
@@ -320,6 +327,25 @@ class TrainingEnvVar(BaseModel):
                 )
         return value
 
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 20:
+            raise ValueError("at most 20 secrets; keep related values in one JSON secret")
+        for key, arn in value.items():
+            if not _ENV_KEY.fullmatch(key) or key.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name you may set; use letters, "
+                    "digits and '_' (not RESPOT_* or AWS_*)"
+                )
+            if not _SECRET_ARN.fullmatch(arn):
+                raise ValueError(
+                    f"the value of {key!r} must be a Secrets Manager ARN, e.g. "
+                    "'arn:aws:secretsmanager:us-east-1:123456789012:secret:respot/jobs/wandb-AbCdEf'"
+                    " (the secret itself never goes in the spec)"
+                )
+        return value
+
     @field_validator("instance_types")
     @classmethod
     def _check_instance_types(cls, value: list[str] | None) -> list[str] | None:
@@ -330,7 +356,7 @@ class TrainingEnvVar(BaseModel):
         if len(value) > 10:
             raise ValueError("give at most 10 instance types")
         for item in value:
-            if not _INSTANCE_TYPE.match(item):
+            if not _INSTANCE_TYPE.fullmatch(item):
                 raise ValueError(
                     f"{item!r} is not an EC2 instance type; write family.size, e.g. 'g5.xlarge'"
                 )
@@ -361,13 +387,13 @@ class TrainingEnvVar(BaseModel):
         if len(value) > MAX_TAGS:
             raise ValueError(f"at most {MAX_TAGS} tags")
         for key, item in value.items():
-            if not 1 <= len(key) <= 128 or not _TAG_CHARS.match(key):
+            if not 1 <= len(key) <= 128 or not _TAG_CHARS.fullmatch(key):
                 raise ValueError(
                     f"tag key {key!r} must be 1-128 letters, digits, spaces or _ . : / = + - @"
                 )
             if key.lower().startswith(RESERVED_TAG_PREFIXES):
                 raise ValueError(f"tag key {key!r} uses a reserved prefix ('aws:', 'respot:')")
-            if len(item) > 256 or not _TAG_CHARS.match(item):
+            if len(item) > 256 or not _TAG_CHARS.fullmatch(item):
                 raise ValueError(
                     f"tag {key!r}: the value must be at most 256 letters, digits, spaces "
                     "or _ . : / = + - @"
@@ -377,7 +403,7 @@ class TrainingEnvVar(BaseModel):
     @field_validator("slack_channel")
     @classmethod
     def _check_channel(cls, value: str | None) -> str | None:
-        if value is not None and not _SLACK_CHANNEL.match(value):
+        if value is not None and not _SLACK_CHANNEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a Slack channel; "
                 "write '#name' (lowercase) or an id like 'C0123ABCD'"
@@ -386,6 +412,8 @@ class TrainingEnvVar(BaseModel):
 
     @model_validator(mode="after")
     def _check_whole(self) -> TrainingEnvVar:
+        if both := sorted(set(self.environment) & set(self.secrets)):
+            raise ValueError(f"{', '.join(both)}: set each in environment or in secrets, not both")
         if self.entry_point is None and self.image is None:
             raise ValueError(
                 "say what to run: set entry_point ('package.module:SessionClass') and/or image"

@@ -324,6 +324,36 @@ def test_a_session_process_that_lingers_after_train_returns_still_completes(
     assert took < 20
 
 
+def test_secrets_reach_the_session_and_nothing_else(stage: Stage) -> None:
+    # GIVEN a Secrets Manager secret and a job that names it by ARN
+    import boto3
+
+    client = boto3.client("secretsmanager", endpoint_url=stage.moto_url, region_name="us-east-1")
+    arn = client.create_secret(
+        Name=f"respot/jobs/token-{time.time_ns()}", SecretString="s3cr3t; $(id)"
+    )["ARN"]
+    sub = submit_job(
+        stage.s3,
+        stage.bucket,
+        hyperparameters={"steps": 3, "checkpoint_every": 10, "echo_env": ["API_TOKEN"]},
+        secrets={"API_TOKEN": arn},
+    )
+    # WHEN the agent runs it
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        code = agent.wait(60)
+    finally:
+        agent.stop()
+    # THEN the session saw the value, byte for byte
+    assert code == 0, agent.log()
+    echoed = get_json(stage.s3, stage.bucket, layout.outputs_prefix(sub.job_id) + "env.json")
+    assert echoed["API_TOKEN"] == "s3cr3t; $(id)"
+    # AND the stored submission and the agent's own log hold only the reference
+    stored = stage.s3.get_object(Bucket=stage.bucket, Key=layout.submission_key(sub.job_id))
+    assert b"s3cr3t" not in stored["Body"].read()
+    assert "s3cr3t" not in agent.log()
+
+
 def test_a_notebook_whose_cell_raises_fails_and_leaves_its_executed_copy(stage: Stage) -> None:
     s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
     # GIVEN a notebook job (Papermill on the instance) whose third cell raises at step 3

@@ -40,6 +40,7 @@ from respot.agent.protocol import (
     SessionLaunch,
     line,
 )
+from respot.jobid import check_job_id
 
 logger = logging.getLogger(__name__)
 
@@ -315,6 +316,17 @@ class AttemptDirs:
     """The directories of one attempt under a work directory."""
 
     root: Path
+
+    @classmethod
+    def of(cls, work_dir: Path, job_id: str, attempt: int) -> AttemptDirs:
+        """`<work_dir>/<job_id>/<attempt>`; the id is checked first, so it stays inside."""
+        check_job_id(job_id)
+        if not 0 < attempt < 10_000:
+            raise ValueError(f"attempt {attempt} is not in 1..9999")
+        root = work_dir / job_id / f"{attempt:04d}"
+        if work_dir.resolve() not in root.resolve().parents:
+            raise ValueError(f"{root} is not inside the work directory {work_dir}")
+        return cls(root)
 
     @property
     def code(self) -> Path:

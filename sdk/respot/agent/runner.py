@@ -57,6 +57,7 @@ from respot.agent.protocol import (
     SessionLaunch,
 )
 from respot.agent.scalars import ScalarLog
+from respot.agent.secrets import resolve_secrets
 from respot.agent.telemetry import GpuTelemetry
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
 from respot.agent.workspace import (
@@ -68,6 +69,7 @@ from respot.agent.workspace import (
 )
 from respot.checkpoints import CheckpointStore, UploadResult
 from respot.gpu import GpuSample, tensorboard_scalars
+from respot.jobid import InvalidJobIdError, check_job_id
 from respot.messages import (
     AgentCheckpoint,
     AgentCompleted,
@@ -82,6 +84,8 @@ from respot.outputs import OutputsManifest, upload_outputs
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
+
+    from respot.spec import TrainingEnvVar
 
 logger = logging.getLogger("respot.agent")
 
@@ -201,21 +205,28 @@ class NoticePoller:
             self._stop.wait(self._every)
 
     def poll_once(self) -> None:
-        try:
-            if not self._seen_action:
+        # The two IMDS paths are polled independently: one failing (a 500, a timeout, an
+        # unreadable document) must not hide a notice on the other.
+        if not self._seen_action:
+            try:
                 action = self._imds.instance_action()
-                if action is not None:
-                    self._seen_action = True
-                    notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
-                    logger.warning("IMDS: spot %s at %s", action.action, action.time)
-                    self._emit(_InterruptionNotice(notice, action.time))
+            except Exception as exc:
+                logger.warning("polling IMDS spot/instance-action failed: %s", exc)
+                action = None
+            if action is not None:
+                self._seen_action = True
+                notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
+                logger.warning("IMDS: spot %s at %s", action.action, action.time)
+                self._emit(_InterruptionNotice(notice, action.time))
+        try:
             rebalance = self._imds.rebalance_notice()
-            if rebalance is not None and rebalance != self._seen_rebalance:
-                self._seen_rebalance = rebalance
-                logger.warning("IMDS: rebalance recommendation at %s", rebalance)
-                self._emit(_RebalanceNotice(rebalance))
         except Exception as exc:
-            logger.warning("polling IMDS failed: %s", exc)
+            logger.warning("polling IMDS events/recommendations/rebalance failed: %s", exc)
+            rebalance = None
+        if rebalance is not None and rebalance != self._seen_rebalance:
+            self._seen_rebalance = rebalance
+            logger.warning("IMDS: rebalance recommendation at %s", rebalance)
+            self._emit(_RebalanceNotice(rebalance))
         if self._control is None or self._seen_action or time.monotonic() < self._control_next:
             return
         self._control_next = time.monotonic() + self._control_every
@@ -278,6 +289,7 @@ class Agent:
         self._s3 = s3
         self._sqs = sqs
         self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
+        self.secrets_client: Any = None  # Secrets Manager, for `secrets` (made when needed)
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: _InterruptionNotice | None = None
@@ -332,6 +344,10 @@ class Agent:
                 "(launch it from respot's launch template with instance metadata tags on)"
             )
         job_id, attempt = identity.job_id, identity.attempt
+        try:
+            check_job_id(job_id)  # before it becomes a key, a path or a message
+        except InvalidJobIdError as exc:
+            raise AgentError(f"this instance's respot:job-id tag is invalid: {exc}") from None
         self._make_clients(identity.region)
         logger.info(
             "job %s attempt %d on %s (%s, %s)",
@@ -355,7 +371,7 @@ class Agent:
             control=lambda: self._stop_requested(job_id, attempt),
             control_every_seconds=self.config.heartbeat_seconds,
         ).start()
-        dirs = AttemptDirs(self.config.work_dir / job_id / f"{attempt:04d}")
+        dirs = AttemptDirs.of(self.config.work_dir, job_id, attempt)
         run = _AttemptRun(
             self,
             identity,
@@ -410,6 +426,18 @@ class Agent:
 
 class _AttemptRun:
     """The state of one attempt while it runs."""
+
+    def _secrets(self, spec: TrainingEnvVar) -> dict[str, str]:
+        """The values of the spec's `secrets`, read now (respot.agent.secrets)."""
+        if not spec.secrets:
+            return {}
+        if self.agent.secrets_client is None:
+            import boto3
+
+            self.agent.secrets_client = boto3.session.Session(
+                region_name=self.config.region or self.identity.region
+            ).client("secretsmanager", endpoint_url=self.config.endpoint_url)
+        return resolve_secrets(self.agent.secrets_client, spec.secrets)
 
     def __init__(
         self,
@@ -589,7 +617,7 @@ class _AttemptRun:
         process = SessionProcess(
             launch,
             launch_path=ipc / "session.json" if launcher.named_pipes else self.dirs.launch,
-            env=session_environment(launch, environment),
+            env=session_environment(launch, {**environment, **self._secrets(spec)}),
             log_path=self.dirs.log,
             on_event=events.put,
             on_output=self.shipper.write if self.shipper is not None else None,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from respot.core.states import JobState
 from respot.gpu import GpuSample
+from respot.jobid import JobId
 from respot.messages import JobSubmission
 
 TIMELINE_LIMIT = 400  # entries kept on the record; the oldest progress entries go first
@@ -123,12 +124,13 @@ class TimelineEntry(BaseModel):
 class JobRecord(BaseModel):
     """The control plane's record of a job; every change is a compare-and-set on `version`."""
 
-    job_id: str
+    job_id: JobId
     state: JobState
     version: int = 0
     created_at: datetime
     updated_at: datetime
-    submission: JobSubmission
+    submission: JobSubmission  # environment values redacted (respot.messages.redacted)
+    submission_digest: str | None = None  # SHA-256 of the full submission, to spot duplicates
     attempts: list[Attempt] = Field(default_factory=list)
     interruptions: int = 0
     waiting_since: datetime | None = None  # when the job last began to wait for capacity

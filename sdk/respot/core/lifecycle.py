@@ -70,6 +70,8 @@ from respot.messages import (
     AgentPreempted,
     AgentProgress,
     AgentStarted,
+    redacted,
+    submission_digest,
 )
 
 JOB_TAG = "respot:job-id"
@@ -192,7 +194,8 @@ def _submitted(
         state=JobState.QUEUED,
         created_at=now,
         updated_at=now,
-        submission=sub,
+        submission=redacted(sub),
+        submission_digest=submission_digest(sub),
         waiting_since=now,
     )
     d = _Draft(record, now, settings)
@@ -482,11 +485,51 @@ def _resolve(job: JobRecord, instance_id: str, attempt: int | None) -> Attempt |
     return found
 
 
+# EventBridge and Lambda clocks agree to well within this; an event stamped earlier than this
+# before its attempt was requested cannot be about that attempt's instance.
+EVENT_CLOCK_SKEW = timedelta(seconds=60)
+# A spot interruption warning comes two minutes before the reclaim; an agent still heard from
+# well after that (plus the skew) shows the instance outlived the warning: it is stale.
+NOTICE_WINDOW = timedelta(minutes=2)
+
+
+def _stale(att: Attempt, at: datetime | None, *, notice: bool) -> str | None:
+    """Why an EC2 event stamped `at` must not act on `att` (None: it may)."""
+    if at is None:
+        return None
+    if at < att.requested_at - EVENT_CLOCK_SKEW:
+        return f"its time {at.isoformat()} is before attempt {att.number} was requested"
+    heard = att.last_heard_at
+    if notice and heard is not None and heard > at + NOTICE_WINDOW + EVENT_CLOCK_SKEW:
+        return (
+            f"its time {at.isoformat()} is long before the agent was last heard from "
+            f"({heard.isoformat()}): the instance outlived the warning"
+        )
+    return None
+
+
+def _record_stale(d: _Draft, att: Attempt, instance_id: str, what: str, why: str) -> Decision:
+    """Note a stale event on the job's timeline (once per kind and attempt) and do nothing."""
+    key = f"stale-{what}-{att.number}"
+    if d.job.policy.get(key):
+        return _unchanged("ignored: stale event (already recorded)")
+    d.job.policy[key] = d.now.isoformat()
+    d.note(
+        "stale-event",
+        f"ignored a late {what} event for {instance_id}: {why}",
+        attempt=att.number,
+        instance_id=instance_id,
+    )
+    return d.decision("recorded: stale event")
+
+
 def _instance_up(d: _Draft, event: InstanceUp) -> Decision:
     job = d.job
     att = _resolve(job, event.instance_id, event.attempt)
     if att is None:
         return _unchanged("ignored: instance of no attempt")
+    if (why := _stale(att, event.at, notice=False)) is not None:
+        return _record_stale(d, att, event.instance_id, event.source, why)
     if att.instance_id not in (None, event.instance_id):
         d.terminate([event.instance_id], "a second instance for one attempt")
         return _unchanged("ignored: attempt already has an instance", d.effects)
@@ -523,6 +566,8 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
         return _unchanged("ignored: instance of no attempt")
     if job.state.is_terminal() or att.end is not None:
         return _unchanged("ignored: attempt is over")
+    if (why := _stale(att, event.at, notice=event.kind == "interruption")) is not None:
+        return _record_stale(d, att, event.instance_id, event.kind, why)
     if event.kind == "rebalance":
         if job.policy.get(f"rebalance-{att.number}"):
             return _unchanged("duplicate")
@@ -591,6 +636,8 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
         return _unchanged("ignored: instance of no attempt")
     if att.end is not None:
         return _unchanged("duplicate")
+    if (why := _stale(att, event.at, notice=False)) is not None:
+        return _record_stale(d, att, event.instance_id, event.state, why)
     att.instance_id = event.instance_id
     att.ended_at = d.now
     if job.state.is_terminal():
