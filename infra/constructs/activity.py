@@ -18,7 +18,7 @@ from aws_cdk import aws_sqs as sqs
 
 from infra.constructs.functions import ControlFunctions, schedule_rule_name
 from infra.wiring import WIRING, Wiring
-from respot.control import activity
+from respot.control.activity import ENV_MAPPINGS, ENV_QUEUES, ENV_RULE
 
 SWITCHERS = ("submit", "reconcile")  # submit ensures "on"; the reconcile tick turns off
 DRAIN_CHECKER = "reconcile"
@@ -44,9 +44,9 @@ def wire_activity(
         for name in rules
     ]
     env = {
-        activity.ENV_RULE: ",".join(rules),
-        activity.ENV_MAPPINGS: Fn.join(",", [m.event_source_mapping_id for m in mappings]),
-        activity.ENV_QUEUES: Fn.join(",", [queues[name].queue_url for name in idle_queues]),
+        ENV_RULE: ",".join(rules),
+        ENV_MAPPINGS: Fn.join(",", [m.event_source_mapping_id for m in mappings]),
+        ENV_QUEUES: Fn.join(",", [queues[name].queue_url for name in idle_queues]),
     }
     for name in SWITCHERS:
         function = functions.functions[name]

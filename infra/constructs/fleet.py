@@ -197,7 +197,8 @@ class Fleet(Construct):
             "IAM5",
             "An instance learns its job at boot (from its tags), so its role covers every "
             "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
-            "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
+            "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
+            "checkpoints/ for pruning) and list the bucket, which holds only jobs/. "
             "wheelhouse/ holds wheels keyed by the hash of a job's requirements, shared by "
             "reruns (no job's secrets: packages from the index). "
             "docs/security.md says how this could be narrowed to one job. Job secrets: only "
@@ -207,6 +208,7 @@ class Fleet(Construct):
                 r"^Resource::<.*Bucket.*\.Arn>/wheelhouse/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
                 r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
                 r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],

@@ -196,6 +196,17 @@ def local_attributes(
             Ref=group,
             Arn=f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{group}:*",
         )
+    # The activity switch names the event source mappings (infra/local/mappings.py).
+    queue_of = {
+        _logical_id(template, f"Messaging{pascal_id(q.name)}Queue"): q.name for q in WIRING.queues
+    }
+    for lid, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::Lambda::EventSourceMapping":
+            continue
+        source = resource["Properties"].get("EventSourceArn", {}).get("Fn::GetAtt", [None])[0]
+        uuid = local.mappings.uuid_of(queue_of.get(source, ""))
+        if uuid is not None:
+            attrs[lid] = {"Ref": uuid}
     put("FleetLaunchTemplate", Ref=local.launch_template_id)
     put("FleetInstanceRole", Arn=instance_role_arn)
     put("SlackSecret", Ref=local.slack_secret_arn)
