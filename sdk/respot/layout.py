@@ -11,6 +11,7 @@ jobs/<job>/outputs/...                   what the session left in output_dir at 
 jobs/<job>/outputs.json                  their manifest (path, size, SHA-256); written last
 jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
 jobs/<job>/tensorboard/...               scalars from report()
+wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job environments)
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from __future__ import annotations
 from respot.jobid import check_job_id
 
 JOBS_PREFIX = "jobs/"
+WHEELHOUSE_PREFIX = "wheelhouse/"
+
+
+def wheelhouse_key(requirements_hash: str) -> str:
+    """The wheels that satisfy one set of requirements on one platform (shared by reruns)."""
+    return f"{WHEELHOUSE_PREFIX}{requirements_hash}/wheels.zip"
 
 
 def job_prefix(job_id: str) -> str:

@@ -130,6 +130,9 @@ class SessionLaunch(BaseModel):
     report_interval_seconds: float = REPORT_INTERVAL_SECONDS
     # Warm start: import and prepare at once, then wait for a ResumeLine (resume_step then).
     warm: bool = False
+    # Multi-process and container sessions: every rank watches this file for the notice (the
+    # control pipe reaches rank 0 only). Absent: the control pipe alone.
+    notice_file: str | None = None
 
 
 def line(message: BaseModel) -> str:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -33,7 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 
 from respot import layout
-from respot.agent.config import AgentConfig
+from respot.agent import environment as job_env
+from respot.agent import launch as launchers
+from respot.agent.config import ENV_FRAMEWORK_PYTHON, AgentConfig
 from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
@@ -44,6 +48,7 @@ from respot.agent.process import (
     SessionExited,
     SessionProcess,
     describe_exit,
+    respot_site,
     session_environment,
 )
 from respot.agent.protocol import (
@@ -481,11 +486,25 @@ class _AttemptRun:
         self.warm: WarmSession | None = None  # the warm session process, until it resumes
         self.warm_failure: str | None = None
         self.slowest_upload: float | None = None  # of this attempt (the notice hold's estimate)
+        self.job_python = job_env.JobPython(str(self.config.framework_python or sys.executable))
+        self.phases: dict[str, float] = {}  # seconds of each step of the start (bench.boot)
 
     def execute(self) -> AgentResult:
         # 1-4: prepare the job.
         try:
             submission, restore_seconds, manifest_key = self._prepare()
+        except (job_env.EnvironmentBuildError, launchers.LaunchError) as exc:
+            # The job's own input (its requirements, its image): another instance would fail
+            # the same way, so the job fails once, with pip's (or the engine's) message.
+            reason = f"job environment: {exc}"
+            logger.error("%s", reason)
+            tail = exc.log_tail if isinstance(exc, job_env.EnvironmentBuildError) else []
+            self.messenger.send(
+                AgentFailed(
+                    reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:], stage="environment"
+                )
+            )
+            return AgentResult("failed", self.job_id, self.attempt, reason=reason)
         except Exception as exc:
             logger.exception("setup failed")
             reason = f"setup failed: {exc}"
@@ -538,15 +557,36 @@ class _AttemptRun:
         spec = submission.spec
         if spec.entry_point is None:
             raise SetupError(
-                "the job names no entry_point; this agent runs 'package.module:Session' "
-                "entry points (container images are not supported yet)"
+                "the job names no entry_point; set it to the 'package.module:Session' the "
+                "session runner starts (also inside an image)"
             )
+        t0 = time.monotonic()
         if submission.code is not None:
             fetch_code(self.s3, submission.code, self.dirs.code, self.dirs.root)
         fetched = fetch_data(self.s3, list(spec.data), self.dirs.data) if spec.data else 0
         logger.info("code and %d bytes of data in place", fetched)
-        if spec.warm_start:
-            self._start_warm(submission)
+        self.phases["code_and_data"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        if spec.image is not None:
+            ecr = None
+            if self.config.endpoint_url is None:
+                import boto3
+
+                ecr = boto3.client("ecr", region_name=self.config.region or self.identity.region)
+            launchers.pull(spec.image, ecr, os.environ)
+        else:
+            self.job_python = job_env.prepare(
+                spec,
+                framework_python=self.job_python.python,
+                code_dir=self.dirs.code,
+                env_dir=self.dirs.root / "env",
+                s3=self.s3,
+                bucket=self.config.bucket,
+                framework_name=os.environ.get(ENV_FRAMEWORK_PYTHON),
+            )
+        self.phases["environment"] = time.monotonic() - t0
+        if spec.warm_start and not self._launcher(spec, session_entry(spec)[1]).named_pipes:
+            self._start_warm(submission)  # (not yet for multi-process or container launchers)
         previous = self.identity.await_handoff
         if previous is not None:
             if self.warm is not None or self.warm_failure is not None:
@@ -574,6 +614,12 @@ class _AttemptRun:
         t0 = time.monotonic()
         manifest = self.store.restore(self.dirs.checkpoint)
         restore_seconds = time.monotonic() - t0
+        self.phases["restore"] = restore_seconds
+        logger.info(
+            "phases: %s; wheelhouse %s",
+            json.dumps({k: round(v, 3) for k, v in self.phases.items()}),
+            self.job_python.wheelhouse or "none",
+        )
         self.restored_step = manifest.step if manifest else None
         if manifest is not None and self.slowest_upload is None:
             self.slowest_upload = restore_seconds  # until this attempt uploads one
@@ -604,7 +650,9 @@ class _AttemptRun:
 
     def _launch(self, submission: JobSubmission, *, warm: bool) -> SessionLaunch:
         spec = submission.spec
-        entry_point, _ = session_entry(spec)  # a notebook: Papermill runs it
+        entry_point, environment = session_entry(spec)  # a notebook: Papermill runs it
+        launcher = self._launcher(spec, environment)
+        ipc = self.dirs.root / "ipc"
         return SessionLaunch(
             entry_point=entry_point,
             code_dir=str(self.dirs.code),
@@ -618,12 +666,17 @@ class _AttemptRun:
             attempt=self.attempt,
             resume_step=None if warm else self.restored_step,
             warm=warm,
+            notice_file=str(ipc / "notice") if launcher.named_pipes else None,
         )
 
     def _process(
         self, submission: JobSubmission, on_event: Callable[[Any], None], *, warm: bool
     ) -> SessionProcess:
+        spec = submission.spec
         launch = self._launch(submission, warm=warm)
+        environment = session_entry(spec)[1]
+        launcher = self._launcher(spec, environment)
+        ipc = self.dirs.root / "ipc"
         if self.config.log_group and self.agent.logs is not None and self.shipper is None:
             self.shipper = LogShipper(
                 client=self.agent.logs,
@@ -632,17 +685,14 @@ class _AttemptRun:
             )
         return SessionProcess(
             launch,
-            launch_path=self.dirs.launch,
-            env=session_environment(
-                launch,
-                {**session_entry(submission.spec)[1], **self._secrets(submission.spec)},
-            ),
+            launch_path=ipc / "session.json" if launcher.named_pipes else self.dirs.launch,
+            env=session_environment(launch, {**environment, **self._secrets(spec)}),
             log_path=self.dirs.log,
             on_event=on_event,
             on_output=self.shipper.write if self.shipper is not None else None,
+            launcher=launcher.argv,
+            named_pipes=launcher.named_pipes,
         )
-
-    # ---- 5-7 ---------------------------------------------------------------------------------
 
     # ---- 5-7 ---------------------------------------------------------------------------------
 
@@ -773,6 +823,39 @@ class _AttemptRun:
     def _gpu_sample(self, gpus: list[GpuSample]) -> None:
         step = _max(self.progress.step, self.restored_step) or 0
         self.scalars.add(step, tensorboard_scalars(gpus), time.time())
+
+    def _launcher(self, spec: Any, environment: dict[str, str]) -> launchers.Launcher:
+        """Plain, torchrun (processes_per_node) or the image's container."""
+        nproc = launchers.processes(spec.processes_per_node)
+        if spec.image is None:
+            python = self.job_python.python
+            return launchers.torchrun(python, nproc) if nproc > 1 else launchers.plain(python)
+        (self.dirs.root / "ipc").mkdir(parents=True, exist_ok=True)
+        names = ["PYTHONUNBUFFERED", *sorted(environment)]
+        names += [
+            "RESPOT_JOB_ID",
+            "RESPOT_ATTEMPT",
+            "RESPOT_SEED",
+            "RESPOT_CHECKPOINT_DIR",
+            "RESPOT_DATA_DIR",
+            "RESPOT_OUTPUT_DIR",
+            "RESPOT_HYPERPARAMETERS",
+        ]
+        if self.restored_step is not None:
+            names.append("RESPOT_RESUME_STEP")
+        box = launchers.container(
+            spec.image,
+            name=f"respot-{self.job_id}-{self.attempt}",
+            # The attempt's directory holds code, data, checkpoint, output, staging and the
+            # named pipes; respot's own site is read-only.
+            mounts=[(self.dirs.root, False), (Path(respot_site()), True)],
+            env_names=names,
+            workdir=str(self.dirs.code),
+        )
+        if nproc > 1:
+            inner = launchers.torchrun("python", nproc)
+            return launchers.Launcher(box.argv[:-1] + inner.argv, True, nproc)
+        return box
 
     def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
         self.slowest_upload = max(self.slowest_upload or 0.0, result.seconds)
