@@ -13,10 +13,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# The Deep Learning Base AMI (NVIDIA driver, CUDA, Python 3.12 at /usr/bin/python3.12).
+# The PyTorch Deep Learning AMI (NVIDIA driver, CUDA, PyTorch in the Python at
+# /opt/pytorch/bin/python). Public SSM parameter named as the DLAMI guide says ("Finding the
+# ID of a DLAMI": /aws/service/deeplearning/ami/$architecture/$ami_type/latest/ami-id, the
+# ami_type being the AMI name without "deep", "learning" and "ami"). docs/ami.md: the contract.
 DEFAULT_AMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
+    "/aws/service/deeplearning/ami/x86_64/"
+    "oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id"
 )
+# The Python that runs jobs on that AMI (where the framework lives); the agent's venv and
+# every job's venv are made from it.
+DEFAULT_FRAMEWORK_PYTHON = "/opt/pytorch/bin/python"
 DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g4dn.xlarge")
 DEFAULT_ROOT_VOLUME_GB = 200
 DEFAULT_ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs; Amazon Linux uses /dev/xvda
@@ -29,6 +36,7 @@ CONTEXT_KEYS = (
     "instance_types",
     "ami_id",
     "ami_parameter",
+    "framework_python",
     "root_volume_gb",
     "root_device_name",
     "slack_channel",
@@ -47,6 +55,7 @@ _TEXT_KEYS = {
     "vpc_id",
     "ami_id",
     "ami_parameter",
+    "framework_python",
     "root_device_name",
     "slack_channel",
     "deployment_parameter",
@@ -69,6 +78,7 @@ _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _ARN = re.compile(r"arn:aws[a-z-]*:\S+")
 _PARAMETER = re.compile(r"/[A-Za-z0-9_./-]{1,1000}")
+_ABS_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,255}")
 
 
 class DeploySettingsError(ValueError):
@@ -85,6 +95,7 @@ class DeploySettings:
     instance_types: tuple[str, ...] = DEFAULT_INSTANCE_TYPES
     ami_id: str | None = None
     ami_parameter: str = DEFAULT_AMI_PARAMETER
+    framework_python: str = DEFAULT_FRAMEWORK_PYTHON
     root_volume_gb: int = DEFAULT_ROOT_VOLUME_GB
     root_device_name: str = DEFAULT_ROOT_DEVICE
     slack_channel: str | None = None
@@ -139,6 +150,11 @@ class DeploySettings:
             raise DeploySettingsError(f"ami_id {self.ami_id!r} is not an AMI id (ami-...)")
         if not _PARAMETER.fullmatch(self.ami_parameter):
             raise DeploySettingsError(f"ami_parameter {self.ami_parameter!r} is not an SSM name")
+        if not _ABS_PATH.fullmatch(self.framework_python):
+            raise DeploySettingsError(
+                f"framework_python {self.framework_python!r}: give the absolute path of the "
+                "AMI's framework Python, e.g. /opt/pytorch/bin/python"
+            )
         if not 8 <= self.root_volume_gb <= MAX_ROOT_VOLUME_GB:
             raise DeploySettingsError(
                 f"root_volume_gb {self.root_volume_gb}: give 8..{MAX_ROOT_VOLUME_GB}"

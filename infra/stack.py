@@ -90,6 +90,7 @@ class RespotStack(Stack):
             root_volume_gb=settings.root_volume_gb,
             root_device_name=settings.root_device_name,
             agent_asset=agent_asset or agent_package_asset(),
+            framework_python=settings.framework_python,
         )
 
         # No fixed name (nor for the retained job log group): CloudFormation generates one, so

@@ -11,16 +11,20 @@ matched by the emulator, exactly as written in the wiring.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
 
 from infra.local.mappings import LocalEventSourceMappings
+from infra.local.sandbox import FRAMEWORK_PYTHON, LocalImage
+from infra.userdata import agent_environment, render_user_data
 from infra.wiring import WIRING, Wiring
 from respot import config as cfg
 from respot.core.placement import SubnetRef
@@ -119,6 +123,7 @@ class LocalDeployment:
     slack_secret_arn: str = ""
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
+    image: LocalImage | None = None  # the AMI stand-in instances boot from (None: no instances)
     allowed_instance_types: tuple[str, ...] = ()  # the stack's allowed_instance_types
     vpc_id: str | None = None  # the VPC of `subnets`
     ami_id: str = LOCAL_AMI
@@ -260,9 +265,15 @@ def provision(
     instance_types: tuple[str, ...] = ("g5.xlarge", "g4dn.xlarge"),
     availability_zones: int = 2,
     visibility_timeout_seconds: int | None = None,
+    image_dir: Path | None = None,
+    agent_asset: tuple[str, str] | None = None,
     allowed_instance_types: tuple[str, ...] | None = None,
 ) -> LocalDeployment:
-    """Create respot's resources in the emulator from the wiring."""
+    """Create respot's resources in the emulator from the wiring.
+
+    With `image_dir`, the launch template carries the stack's user data, rendered by the same
+    function (`infra.userdata`) for the AMI stand-in built there (`infra.local.sandbox`).
+    """
     sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
     s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
     secrets = client("secretsmanager", endpoint_url)
@@ -357,9 +368,26 @@ def provision(
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
 
+    image: LocalImage | None = None
+    user_data: dict[str, str] = {}
+    if image_dir is not None:
+        image = LocalImage.build(image_dir, s3, *(agent_asset or (bucket, None)))
+        text = render_user_data(
+            agent_environment(
+                bucket=bucket,
+                agent_queue_url=queue_urls["agent-events"],
+                region=REGION,
+                log_group=log_group,
+                asset_bucket=image.asset_bucket,
+                asset_key=image.asset_key,
+                framework_python=FRAMEWORK_PYTHON,
+            )
+        )
+        user_data = {"UserData": base64.b64encode(text.encode()).decode()}
     template_id = ec2.create_launch_template(
         LaunchTemplateName=f"{prefix}-instances",
         LaunchTemplateData={
+            **user_data,
             "ImageId": LOCAL_AMI,
             "MetadataOptions": {
                 "HttpTokens": "required",
@@ -402,6 +430,7 @@ def provision(
         slack_secret_arn=slack_secret_arn,
         name=prefix,
         log_group=log_group,
+        image=image,
         allowed_instance_types=(
             instance_types if allowed_instance_types is None else allowed_instance_types
         ),

@@ -125,6 +125,20 @@ def principal_policies(template: dict[str, Any]) -> dict[str, list[dict[str, Any
     return out
 
 
+def agent_asset_location(template: dict[str, Any], region: str) -> tuple[str, str] | None:
+    """(bucket, key) the instance role may read the agent package from (`ReadAgentPackage`):
+    where the local runtime puts its agent package when IAM is enforced, as CDK would."""
+    for doc in principal_policies(template)["instance"]:
+        for st in _statements(doc):
+            if st.get("Sid") != "ReadAgentPackage":
+                continue
+            resource = Resolver({}, region)(st["Resource"])
+            arn = resource[0] if isinstance(resource, list) else resource
+            bucket, _, key = str(arn).removeprefix("arn:aws:s3:::").partition("/")
+            return bucket, key
+    return None
+
+
 def action_count(documents: list[dict[str, Any]]) -> int:
     """Distinct IAM actions the Allow statements of `documents` name."""
     actions: set[str] = set()

@@ -36,7 +36,7 @@ from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
 from infra.local.fis import FaultInjection
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
-from infra.local.iam import LocalIam, synthesized_template
+from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.slack import LocalSlack
@@ -141,20 +141,26 @@ class LocalRuntime:
         endpoint = self.server.start()
         if opts.endpoint_proxy is not None:
             endpoint = opts.endpoint_proxy(endpoint)
-        self.deployment = cloud.provision(
-            endpoint,
-            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
-            instance_types=opts.instance_types,
-            availability_zones=opts.availability_zones,
-            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
-            allowed_instance_types=opts.allowed_instance_types,
-        )
+        template = synthesized_template() if opts.iam else None
         if opts.work_root is None:
             self._work_root = Path(tempfile.mkdtemp(prefix="respot-local-"))
             self._owns_work_root = not opts.keep_work_root
         else:
             self._work_root = opts.work_root
             self._work_root.mkdir(parents=True, exist_ok=True)
+        self.deployment = cloud.provision(
+            endpoint,
+            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
+            instance_types=opts.instance_types,
+            availability_zones=opts.availability_zones,
+            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
+            # Instances boot the launch template's user data on this AMI stand-in; the scale
+            # benchmark's in-process agents boot nothing.
+            image_dir=None if opts.instance_agent is not None else self._work_root / "ami",
+            # With IAM on, the agent package goes where the instance role may read it.
+            agent_asset=agent_asset_location(template, cloud.REGION) if template else None,
+            allowed_instance_types=opts.allowed_instance_types,
+        )
         self.timers = Timers()
         self.fleet = InstanceFleet(
             self.deployment,
@@ -198,7 +204,8 @@ class LocalRuntime:
                 SecretString=json.dumps({"bot_token": self.slack.token}),
             )
         if opts.iam:
-            self.iam = LocalIam(self.deployment, synthesized_template()).create()
+            assert template is not None
+            self.iam = LocalIam(self.deployment, template).create()
             self.fleet.credentials = self.iam.instance_credentials
         lambda_runtime.install(
             self._build_control_plane, self._dead_letter, per_function=self.iam is not None

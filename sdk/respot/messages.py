@@ -125,6 +125,10 @@ class AgentStarted(_Message):
     restored_manifest: str | None = None
     restore_seconds: float = 0.0
     setup_seconds: float = 0.0
+    # Warm start (docs/agent.md): True if the session process was started and its entry point
+    # imported before the restore; None if not tried (opted out). Why it fell back to cold.
+    warm: bool | None = None
+    warm_failure: str | None = None
 
 
 class AgentProgress(_Message):
@@ -134,6 +138,8 @@ class AgentProgress(_Message):
     step: int | None = None
     total_steps: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    # When the session's first report() of this attempt was made (its first training step).
+    first_step_at: datetime | None = None
     # Per GPU, means since the previous heartbeat (respot.agent.telemetry); None: no GPU.
     gpus: list[GpuSample] | None = Field(default=None, max_length=MAX_GPUS)
 
@@ -157,6 +163,7 @@ class AgentPreempted(_Message):
     step: int | None = None
     checkpoint_step: int | None = None
     notice: Literal["spot-interruption", "rebalance", "stop"]
+    last_step_at: datetime | None = None  # when the session's last report() was made
 
 
 class AgentCompleted(_Message):

@@ -190,6 +190,14 @@ class TrainingEnvVar(BaseModel):
     source_dir: str | None = Field(
         default=None, description="local directory with the training code; shipped with the job"
     )
+    requirements: list[str] | str | None = Field(
+        default=None,
+        description="extra packages: a list of requirements, or a requirements file in source_dir",
+    )
+    processes_per_node: int | Literal["auto"] | None = Field(
+        default=None,
+        description="run the session under torchrun with this many processes ('auto': one per GPU)",
+    )
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     environment: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(
@@ -216,6 +224,12 @@ class TrainingEnvVar(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     slack_channel: str | None = None
     checkpoint_keep: int = Field(default=3, ge=1, le=100)
+    warm_start: bool = Field(
+        default=True,
+        description="a replacement imports the code and calls prepare() before it restores, "
+        "while the interrupted instance trains on; false: tell the session at the notice and "
+        "start the replacement's session only after the restore",
+    )
     budget_usd: float | None = Field(default=None, gt=0)
 
     def __init__(self, **data: Any) -> None:
@@ -260,6 +274,31 @@ class TrainingEnvVar(BaseModel):
                 f"{value!r} is not a container image reference; write e.g. "
                 "'123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.4' or 'repo/name@sha256:...'"
             )
+        return value
+
+    @field_validator("requirements")
+    @classmethod
+    def _check_requirements(cls, value: list[str] | str | None) -> list[str] | str | None:
+        from respot.requirements import MAX_REQUIREMENTS, check_requirement
+
+        if isinstance(value, list):
+            if len(value) > MAX_REQUIREMENTS:
+                raise ValueError(f"at most {MAX_REQUIREMENTS} requirements")
+            return [check_requirement(item) for item in value]
+        if isinstance(value, str):
+            parts = value.replace("\\", "/").split("/")
+            if value.startswith("/") or ".." in parts or not value.strip() or "\x00" in value:
+                raise ValueError(
+                    f"{value!r}: give the requirements file's path inside source_dir, "
+                    "e.g. 'requirements.txt', or a list of requirements"
+                )
+        return value
+
+    @field_validator("processes_per_node")
+    @classmethod
+    def _check_processes(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and not 1 <= value <= 64:
+            raise ValueError("give 1..64 processes, or 'auto' (one per GPU of the instance)")
         return value
 
     @field_validator("hyperparameters")
@@ -384,6 +423,21 @@ class TrainingEnvVar(BaseModel):
         if self.entry_point is None and self.image is None:
             raise ValueError(
                 "say what to run: set entry_point ('package.module:SessionClass') and/or image"
+            )
+        if isinstance(self.requirements, str) and self.source_dir is None:
+            raise ValueError(
+                "requirements names a file but there is no source_dir to find it in; set "
+                "source_dir or list the requirements"
+            )
+        if self.image is not None and self.requirements is not None:
+            raise ValueError(
+                "an image brings its own packages: install the requirements in the image, "
+                "or drop image and keep requirements"
+            )
+        if self.image is not None and self.entry_point is None:
+            raise ValueError(
+                "with image, also set entry_point: the session runner starts that "
+                "TrainingSession inside the container"
             )
         if (
             self.estimated_runtime is not None

@@ -41,6 +41,7 @@ def submit_job(
     secrets: dict[str, str] | None = None,
     checkpoint_keep: int = 2,
     entry_point: str = ENTRY_POINT,
+    **spec_fields: Any,
 ) -> JobSubmission:
     """Put the code zip and the submission of a CountingSession job in S3."""
     job_id = f"count-{uuid.uuid4().hex[:8]}"
@@ -57,6 +58,7 @@ def submit_job(
             environment=environment or {},
             secrets=secrets or {},
             checkpoint_keep=checkpoint_keep,
+            **spec_fields,
         ),
         code=CodeArtifact(s3_uri=f"s3://{bucket}/{key}", sha256=digest, size_bytes=len(code)),
         submitted_at=utcnow(),

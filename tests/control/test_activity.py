@@ -244,3 +244,30 @@ def test_the_local_mapping_refuses_an_update_while_it_settles() -> None:
 
     with pytest.raises(ClientError, match="ResourceInUseException"):
         mappings.update_event_source_mapping(UUID=uuid, Enabled=False)
+
+
+def test_a_failed_re_enable_after_a_race_leaves_the_switch_off_for_the_next_on(rig: Rig) -> None:
+    # GIVEN a submission that races the switch-off, and a re-enable by the tick that fails
+    rig.switch.ensure_on()
+    rig.clock[0] = NOW + GRACE * 2
+    real_set = rig.board.set
+    calls: list[bool] = []
+
+    def racing_set(enabled: bool) -> None:
+        calls.append(enabled)
+        if calls == [False]:
+            rig.switch.ensure_on()  # the submission: marks "on" and enables
+            real_set(False)  # then the tick's disable lands after it
+            return
+        if len(calls) == 3:  # the tick's re-enable fails
+            raise SwitchError("busy")
+        real_set(enabled)
+
+    rig.board.set = racing_set  # type: ignore[method-assign]
+    with pytest.raises(SwitchError):
+        rig.switch.tick(live_jobs=0)
+    # THEN the marker says "off", so the next submission (or tick with live jobs) enables
+    assert rig.switch.marker().state == "off"
+    rig.board.set = real_set  # type: ignore[method-assign]
+    assert rig.switch.ensure_on() is True
+    assert rig.on() == ALL_ON

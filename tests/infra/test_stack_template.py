@@ -279,6 +279,11 @@ def test_control_plane_data_access_is_its_table_and_jobs_prefix(respot, resource
                 assert table in json.dumps(resource), name
             assert resources_text.count("/index/") <= len(WIRING.table_indexes)
         if any(a in ("s3:GetObject", "s3:PutObject") for a in actions) and bucket in resources_text:
+            if statement.get("Sid") == "JobWheelhouse":
+                # The instances' cache of job environments (docs/environments.md), only there.
+                assert name.startswith("FleetInstancePolicy"), name
+                assert resources_text.endswith('"/wheelhouse/*"]]}'), resources_text
+                continue
             assert "/jobs/" in resources_text, (name, resources_text)
         if "s3:ListBucket" in actions and bucket in resources_text:
             # Only the bucket, and no prefix condition: HeadObject of a missing key must
@@ -297,12 +302,16 @@ def test_sends_go_only_to_named_queues(resources):
 def test_describe_is_the_only_star_resource(resources):
     for name, statement in statements(resources):
         if statement["Effect"] == "Allow" and "*" in as_list(statement.get("Resource", [])):
-            # (the selftest's FIS role holds DescribeInstances alone)
+            # (the selftest's FIS role holds DescribeInstances alone; the instances' ECR login
+            # for image jobs has no resource type, AWS requires '*')
             assert set(as_list(statement["Action"])) <= {
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
+                "ecr:GetAuthorizationToken",
                 "ec2:DescribeInstanceTypes",  # the vCPUs named when a quota refuses a launch
             }, name
+            if "ecr:GetAuthorizationToken" in as_list(statement["Action"]):
+                assert name.startswith("FleetInstancePolicy"), name
 
 
 # ---- storage, discovery, secrets -----------------------------------------------------------

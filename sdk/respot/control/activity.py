@@ -310,7 +310,8 @@ class ActivitySwitch:
             # A submission marked "on" while we were disabling: its own enable may have run
             # before our disable. Enable again (its epoch stands; the marker says "on").
             log.warning("a submission raced the switch-off; enabling again")
-            self.board.set(True)
+            # If this fails, the marker goes back to "off" so the next "on" enables again.
+            self._enable_or_undo(after.epoch)
             return Verdict.STAY_ON
         log.info("pollers turned off: no live job", extra={"epoch": marker.epoch})
         return Verdict.TURN_OFF

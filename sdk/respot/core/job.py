@@ -69,7 +69,10 @@ class Attempt(BaseModel):
     restored_step: int | None = None
     restore_seconds: float | None = None
     last_heard_at: datetime | None = None  # the newest message of this attempt's agent
-    notice_at: datetime | None = None
+    first_step_at: datetime | None = None  # the session's first report() of this attempt
+    last_step_at: datetime | None = None  # its last one, when the attempt was preempted
+    notice_at: datetime | None = None  # when the control plane handled the notice
+    notice_sent_at: datetime | None = None  # when EC2 emitted it (the event's `time`)
     # When the checkpoint saved on the interruption notice was complete in S3 (the agent's
     # send time of its AgentCheckpoint, right after the manifest was written).
     notice_checkpoint_at: datetime | None = None

@@ -582,6 +582,7 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
     if att.notice_at is not None:
         return _unchanged("duplicate")
     att.instance_id = event.instance_id
+    att.notice_sent_at = event.at
     record_availability(job, d.now, d.settings, seen=False)
     _interrupt(d, att, "interruption notice", noticed=True)
     return d.decision()
@@ -676,6 +677,10 @@ def _started_note(
         text = f"started on {instance_id} (no checkpoint yet)"
     if downtime is not None:
         text += f"; {downtime:.1f}s after the previous instance's notice"
+    if body.warm_failure:
+        text += f"; warm-up failed ({body.warm_failure}), started cold"
+    elif body.warm:
+        text += "; warm start"
     if late:
         text += " (reported after the job ended)"
     d.note(
@@ -686,6 +691,7 @@ def _started_note(
         restored_step=body.restored_step,
         restore_seconds=body.restore_seconds,
         downtime_seconds=downtime,
+        warm=body.warm,
     )
 
 
@@ -744,6 +750,9 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 d.go(Transition.START)
             _started_note(d, att, msg.instance_id, body, late=False)
         case AgentProgress():
+            first_step = att.first_step_at is None and body.first_step_at is not None
+            if first_step:
+                att.first_step_at = body.first_step_at
             if body.gpus is not None and current:
                 job.progress.gpus = list(body.gpus)
             if body.step is not None:
@@ -760,7 +769,10 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             if current and job.state is JobState.RUNNING and body.step is not None:
                 _progress_note(d, att, settings)
             material = (
-                job.state is not state_before or d.notes or len(job.timeline) != timeline_before
+                job.state is not state_before
+                or d.notes
+                or len(job.timeline) != timeline_before
+                or first_step
             )
             if (
                 not material
@@ -799,8 +811,19 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 return _unchanged("ignored: older checkpoint")
         case AgentPreempted():
             if att.end is not None:
-                return _unchanged("duplicate")
-            att.last_step = max(att.last_step or 0, body.step or 0)
+                # The instance-gone event came first: still keep where and when training
+                # stopped.
+                late = (att.last_step is None and body.step is not None) or (
+                    att.last_step_at is None and body.last_step_at is not None
+                )
+                if not late:
+                    return _unchanged("duplicate")
+                att.last_step = att.last_step if att.last_step is not None else body.step
+                att.last_step_at = att.last_step_at or body.last_step_at
+                return d.decision()
+            if body.step is not None:  # none: stopped before training began
+                att.last_step = max(att.last_step or 0, body.step)
+            att.last_step_at = body.last_step_at
             att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
             lost = (att.last_step or 0) - (body.checkpoint_step or 0)
             lost = max(lost, (body.step or 0) - (body.checkpoint_step or 0), 0)
