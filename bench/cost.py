@@ -216,6 +216,11 @@ class Run:
     retained_dynamodb_bytes: int
     progress_entries: int = 0  # "progress" history lines on the job record at the end
     messages: Counter[str] = field(default_factory=Counter)
+    # The activity switch, observed: which switched pollers ran at rest before the job, and
+    # after the job how long (simulated) until they were off and how many ticks ran meanwhile.
+    idle_pollers_on: dict[str, bool] = field(default_factory=dict)
+    off_after_simulated_seconds: float | None = None
+    tail_ticks: int = 0
 
 
 def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
@@ -266,8 +271,10 @@ def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
             sys.path.remove(str(EXAMPLE))
         npz = write_digits_npz(scratch / "data")
         s3_direct.upload_file(str(npz), DATA_BUCKET, "digits/digits.npz")
-        # Idle: a few reconcile ticks with no job at all.
+        # Idle: three and a half reconcile periods with no job at all (the switch keeps the
+        # schedule and the switched pollers off: no tick is expected).
         time.sleep(rt.scale.real(RECONCILE_SECONDS) * 3.5)
+        idle_pollers_on = rt.pollers_on()
         with lock:
             idle_ticks = [i for i in invocations if i[0].function == "reconcile"]
             invocations.clear()
@@ -326,6 +333,20 @@ def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
         for r in run.agents:
             if r.operation == "SendMessage" and r.detail.get("kind"):
                 run.messages[str(r.detail["kind"])] += 1
+        # After the job: until the switch turns the pollers off (grace + drain), the ticks run.
+        run.idle_pollers_on = idle_pollers_on
+        tail_from = time.monotonic()
+        with lock:
+            before = sum(1 for i, _ in invocations if i.function == "reconcile")
+        while time.monotonic() - tail_from < rt.scale.real(1800):
+            if not any(rt.pollers_on().values()):
+                run.off_after_simulated_seconds = round(
+                    rt.scale.simulated(time.monotonic() - tail_from + rt.scale.real(10)), 1
+                )
+                break
+            time.sleep(0.3)
+        with lock:
+            run.tail_ticks = sum(1 for i, _ in invocations if i.function == "reconcile") - before
         control.stop()
         agents.stop()
     if echo:
@@ -400,7 +421,8 @@ def tick_unit(run: Run, item_bytes: float) -> Bill:
     return Bill(
         lambda_requests=1,
         lambda_gb_seconds=math.ceil(seconds * 1000) / 1000 * memory_gb,
-        dynamodb_rru=0.5 + max(1, math.ceil(item_bytes / 4096)),
+        # the live index query, the job's strong read, the activity marker's strong read
+        dynamodb_rru=0.5 + max(1, math.ceil(item_bytes / 4096)) + 1,
         log_bytes=log_bytes + PLATFORM_LOG_BYTES,
     )
 
@@ -513,38 +535,76 @@ def aged_item_bytes(
     return base + extra * ENTRY_BYTES
 
 
+def _polls_per_month(mappings: int, pollers: int, hours: float = prices.HOURS_PER_MONTH) -> float:
+    """Empty long polls of `mappings` event source mappings with `pollers` pollers each."""
+    return mappings * pollers * (60 / LONG_POLL_SECONDS) * 60 * hours
+
+
 def idle_month(run: Run) -> dict[str, Any]:
-    """What bills while no job runs, per month."""
-    ticks_per_month = prices.HOURS_PER_MONTH * 3600 / RECONCILE_SECONDS
-    seconds = _mean([inv.seconds for inv, _ in run.idle_ticks]) or 0.005
-    log_bytes = _mean([float(b) for _, b in run.idle_ticks])
-    memory_gb = WIRING.function("reconcile").memory_mb / 1024
-    tick = Bill(
-        lambda_requests=1,
-        lambda_gb_seconds=math.ceil(seconds * 1000) / 1000 * memory_gb,
-        dynamodb_rru=0.5,
-        log_bytes=log_bytes + PLATFORM_LOG_BYTES,
-    ).scaled(ticks_per_month)
-    polls = [
-        len(SQS_FUNCTIONS) * n * (60 / LONG_POLL_SECONDS) * 60 * prices.HOURS_PER_MONTH
-        for n in IDLE_POLLERS
+    """What bills while no job runs, per month, and while any job is live, per hour.
+
+    At rest only the intake's mappings poll (the activity switch turns the others and the
+    reconcile schedule off: observed in the run, `idle_pollers_on` and `idle_ticks`).
+    """
+    intake = [q.name for q in WIRING.queues if not q.idle_off]
+    switched = [q.name for q in WIRING.queues if q.idle_off]
+    ticks_at_rest = len(run.idle_ticks)
+    switched_on_at_rest = [k for k, v in run.idle_pollers_on.items() if v]
+    intake_polls = [_polls_per_month(len(intake), n) for n in IDLE_POLLERS]
+    # Measured zero above; if the switch left anything on, price it as the old always-on.
+    rest_switched = [
+        _polls_per_month(len(switched), n) if switched_on_at_rest else 0.0 for n in IDLE_POLLERS
     ]
+    ticks_per_month = prices.HOURS_PER_MONTH * 3600 / RECONCILE_SECONDS
+    tick = tick_unit(run, job_item_bytes(run) or 2048.0)
+    tick_month = tick.scaled(ticks_per_month).dollars()["total"] if ticks_at_rest else 0.0
+    alarms = len(WIRING.queues) + 1  # a dead-letter alarm per queue + the event dead letters
     gb = 1e9
     lines = {
-        "reconcile schedule (Lambda + Query + logs)": tick.dollars()["total"],
-        "SQS event source mappings' empty long polls (low)": prices.usd("sqs_request", polls[0]),
-        "SQS event source mappings' empty long polls (high)": prices.usd("sqs_request", polls[1]),
+        f"intake mappings' empty long polls ({', '.join(intake)}), low": prices.usd(
+            "sqs_request", intake_polls[0]
+        ),
+        f"intake mappings' empty long polls ({', '.join(intake)}), high": prices.usd(
+            "sqs_request", intake_polls[1]
+        ),
+        f"switched mappings ({', '.join(switched)}) at rest: on = {switched_on_at_rest}": (
+            prices.usd("sqs_request", rest_switched[1])
+        ),
+        f"reconcile schedule at rest: {ticks_at_rest} ticks seen": tick_month,
+        f"{alarms} dead-letter alarms (within CloudWatch's 10 free alarms)": 0.0,
+        f"{alarms} dead-letter alarms (if the account's 10 free are used up)": alarms
+        * prices.PRICES["alarm"].usd,
         "S3 storage per finished job kept": prices.usd("s3_storage", run.retained_s3_bytes / gb),
         "DynamoDB storage per finished job kept": prices.usd(
             "dynamodb_storage", run.retained_dynamodb_bytes / gb
         ),
         "Slack token in Secrets Manager (if Slack is set up)": prices.PRICES["secret"].usd,
     }
+    live_hour = [
+        prices.usd("sqs_request", _polls_per_month(len(switched), n, hours=1.0))
+        for n in IDLE_POLLERS
+    ]
+    tail_ticks = run.tail_ticks
     return {
         "usd_per_month": {k: round(v, 6) for k, v in lines.items()},
-        "reconcile_ticks_per_month": ticks_per_month,
-        "idle_tick_seconds": round(seconds, 4),
-        "idle_receives_per_month": polls,
+        "intake_queues": intake,
+        "switched_queues": switched,
+        "idle_ticks_seen": ticks_at_rest,
+        "idle_pollers_on": run.idle_pollers_on,
+        "intake_receives_per_month": intake_polls,
+        "while_live_usd_per_hour": {
+            "switched mappings' empty long polls, low": round(live_hour[0], 6),
+            "switched mappings' empty long polls, high": round(live_hour[1], 6),
+        },
+        "after_the_last_job": {
+            "pollers_off_after_simulated_seconds": run.off_after_simulated_seconds,
+            "ticks_until_off": tail_ticks,
+            "usd": round(
+                tick.scaled(tail_ticks).dollars()["total"]
+                + live_hour[1] * (run.off_after_simulated_seconds or 0) / 3600,
+                6,
+            ),
+        },
         "retained_s3_bytes_per_job": run.retained_s3_bytes,
         "retained_dynamodb_bytes_per_job": run.retained_dynamodb_bytes,
     }
@@ -687,6 +747,14 @@ def markdown(p: dict[str, Any]) -> str:
         _report.table(
             ["what", "USD / month"], [[k, _usd(v)] for k, v in p["idle"]["usd_per_month"].items()]
         ),
+        "",
+        "While any job is live (per hour, shared by every live job; the switched mappings "
+        "poll only then): "
+        + ", ".join(f"{k} {_usd(v)}" for k, v in p["idle"]["while_live_usd_per_hour"].items())
+        + ". After the last job ends, the pollers went off after "
+        + f"{p['idle']['after_the_last_job']['pollers_off_after_simulated_seconds']} simulated s "
+        + f"({p['idle']['after_the_last_job']['ticks_until_off']} ticks, "
+        + f"{_usd(p['idle']['after_the_last_job']['usd'])}).",
         "",
         f"Alternative: a controller VM (SkyPilot's default jobs-controller size, r6i.xlarge) costs "
         f"${p['alternative_controller_vm']['usd_per_hour_while_jobs_run']}/h while jobs run plus "

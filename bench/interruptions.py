@@ -1,25 +1,29 @@
-"""Time to react and work lost per spot interruption: respot against "wait for termination, poll".
+"""Time to react, time paused and work lost per spot interruption: respot against "poll".
 
     .venv/bin/python -m bench.interruptions [--jobs 3] [--interruptions 2] [--json]
 
 Runs the digits example (the demo's job) through the local runtime, one job after another,
-each attempt interrupted a set time after its instance boots — first with respot as it is,
-then with the same schedule in the poll-only baseline (`RuntimeOptions(react_to_notices=
-False)`: no handler sees the two-minute warning, the training code is not told, a poller
-checks every 20 s simulated — SkyPilot's `JOB_STATUS_CHECK_GAP_SECONDS` — and the job restarts
-from the last periodic checkpoint). Per interruption it reads the job record (handler
-timestamps) and the local fleet (EC2's side: notice, boot, kill) and reports:
+each attempt interrupted when the job's progress passes k/(n+1) of its steps (as `make demo`
+does, so that every notice lands mid-training whatever the time scale and the machine's load)
+— first with respot as it is, then on the same schedule in the poll-only baseline
+(`RuntimeOptions(react_to_notices=False)`: no handler sees the two-minute warning, the
+training code is not told, a poller checks every 20 s simulated — SkyPilot's
+`JOB_STATUS_CHECK_GAP_SECONDS` — and the job restarts from the last periodic checkpoint).
+Per interruption it reads the job record (handler and agent timestamps, the training's own
+first and last `report()` of each attempt) and the local fleet (EC2's side: notice, launch,
+boot, kill) and reports:
 
-- notice -> replacement requested, from the notice reaching respot's handler and from EC2
-  putting the warning on the bus;
-- notice -> the notice checkpoint complete in S3;
-- fulfilment -> training resumed, and the restore time inside it;
-- steps lost;
-- the changeover (EC2's notice -> training resumed) split into simulated EC2 time (fulfil +
-  boot, plus for the baseline the two-minute notice and the poll wait) and respot's own
-  share (handlers, RunInstances, agent start, handoff wait, restore, messages); and the
-  changeover as it would last on AWS: the simulated parts at their unscaled durations plus
-  respot's share as measured (real seconds here).
+- reaction: notice -> replacement requested, from the EC2 event's own `time` (when EC2 emitted
+  it; whole seconds, as AWS writes it), from the exact instant the fleet emitted it, and from
+  the handler picking it up;
+- notice -> replacement booted; notice -> first training step on the replacement (the
+  session's first `report()` after its restore), split into simulated EC2 time (fulfil +
+  boot; for the baseline also the notice window and the poll wait) and respot's own share;
+- the paused time: the old instance's last training step -> the new one's first, split into
+  the part spent waiting for the simulated EC2 boot and respot's own share;
+- notice -> the notice checkpoint complete in S3; the restore; steps lost;
+- each as it would last on AWS: the simulated parts at their unscaled length plus respot's
+  share as measured (real seconds here).
 """
 
 from __future__ import annotations
@@ -35,24 +39,31 @@ from pathlib import Path
 from typing import Any
 
 from bench import _report
-from infra.local.demo import DATA_BUCKET, EXAMPLE, demo_spec
+from infra.local.demo import DATA_BUCKET, EXAMPLE, ProgressChaos, demo_spec, interruption_points
 from infra.local.fleet import FleetTiming, LocalInstance
-from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import JobRecord
 from respot.messages import new_job_id
 
 TIME_SCALE = 1.0 / 30.0  # the two-minute notice lasts 4 s, a 20 s poll 0.67 s
 POLL_SECONDS = 20.0  # SkyPilot: JOB_STATUS_CHECK_GAP_SECONDS = 20 (sky/jobs/utils.py)
-# Simulated seconds after boot at which attempt k of job j is interrupted (cycled).
-INTERRUPT_AFTER_BOOT = (360.0, 450.0, 405.0, 480.0, 390.0, 435.0)
-JOB_TIMEOUT_SECONDS = 300.0
+JOB_TIMEOUT_SECONDS = 1800.0  # a loaded 2-core machine trains the example 5-10x slower
 # The example job at its own defaults (examples/digits/job.yaml: ~35 s of training on one core)
 # so that every attempt is interrupted in both modes.
 HYPERPARAMETERS: dict[str, Any] = {"hidden": 1024, "checkpoint_every": 300}
-# Heartbeats every 0.1 s real in both modes, so that the baseline's last reported step (the
-# work its killed session had done) is known to within ~0.1 s of training.
-HEARTBEAT_REAL_SECONDS = 0.1
+# Heartbeats every 0.1 s real in the baseline, so that its last reported step (the work its
+# killed session had done) is known to within ~0.1 s of training; respot's agents report the
+# time of the last step themselves, and beat every 0.5 s as in the demo (faster beats flood
+# the emulator on a loaded machine and the progress-timed notices come late).
+HEARTBEAT_REAL_SECONDS = {"poll": 0.1}
+DEFAULT_HEARTBEAT_REAL_SECONDS = 0.5
+# Per mode: the spec fields it changes and whether the control plane reacts to notices.
+# "cold" is respot with warm start turned off: the behaviour before warm start existed.
+MODES: dict[str, tuple[dict[str, Any], bool]] = {
+    "respot": ({}, True),
+    "cold": ({"warm_start": False}, True),
+    "poll": ({}, False),
+}
 
 
 @dataclass
@@ -64,17 +75,26 @@ class Changeover:
     attempt: int
     steps_lost: int
     training_lost_s: float | None  # steps lost x the job's seconds per step
-    notice_handled_to_requested_s: float | None  # respot only: the handler's reaction
-    notice_to_requested_s: float | None  # from EC2 putting the warning on the bus
+    # reaction: -> the replacement requested
+    event_time_to_requested_s: float | None  # from the event's `time` (whole seconds)
+    notice_to_requested_s: float | None  # from the instant the fleet emitted it
+    notice_handled_to_requested_s: float | None  # respot only: from the handler's pick-up
+    notice_to_booted_s: float | None  # the replacement's agent process starts
     notice_to_checkpoint_s: float | None  # respot only: notice checkpoint complete in S3
-    fulfilment_to_resumed_s: float | None
-    booted_to_resumed_s: float | None
+    notice_to_started_s: float | None  # the agent's "started" (the old definition)
+    booted_to_first_step_s: float | None
     restore_s: float | None
-    notice_to_resumed_s: float | None  # the changeover, real seconds of this run
+    notice_to_first_step_s: float | None  # the changeover, real seconds of this run
     simulated_ec2_s: float | None  # of it: EC2 (fulfil + boot; baseline: + notice window)
     simulated_poll_s: float | None  # of it: the baseline's wait for its next poll
     respot_share_s: float | None  # of it: everything else
     aws_changeover_s: float | None  # simulated parts unscaled + respot's share
+    paused_s: float | None  # last step on the old instance -> first step on the new one
+    paused_simulated_s: float | None  # of it: waiting for simulated EC2 (boot, poll, window)
+    paused_share_s: float | None  # of it: respot's own share
+    aws_paused_s: float | None  # simulated part unscaled + respot's share
+    final_upload_s: float | None  # the old attempt's notice checkpoint upload (agent's timing)
+    paused_rest_s: float | None  # paused - final upload - restore: what else the pause holds
 
 
 def _wall(mono: float | None, offset: float) -> datetime | None:
@@ -83,6 +103,18 @@ def _wall(mono: float | None, offset: float) -> datetime | None:
 
 def _secs(a: datetime | None, b: datetime | None) -> float | None:
     return None if a is None or b is None else (b - a).total_seconds()
+
+
+def _overlap(
+    span: tuple[datetime | None, datetime | None], other: tuple[datetime | None, datetime | None]
+) -> float:
+    """Seconds two intervals share (0 if either end is unknown)."""
+    a0, a1 = span
+    b0, b1 = other
+    if None in (a0, a1, b0, b1):
+        return 0.0
+    assert a0 and a1 and b0 and b1
+    return max((min(a1, b1) - max(a0, b0)).total_seconds(), 0.0)
 
 
 def changeovers(
@@ -105,23 +137,47 @@ def changeovers(
         killed = _wall(old_inst.ended_at, mono_to_wall)
         launched = _wall(new_inst.launched_at, mono_to_wall) if new_inst else None
         booted = _wall(new_inst.booted_at, mono_to_wall) if new_inst else None
+        first = new.first_step_at
         # No step reported before the end: the session had not trained yet (still setting up).
         lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
-        total = _secs(notice, new.started_at)
-        ec2 = _secs(launched, booted)
-        poll = None
-        share = None
+        # Simulated stretches: EC2 starting the replacement; for the baseline also the notice
+        # window (its session trains on, unaware, until killed) and the wait for the poll.
+        simulated = [(launched, booted)]
         if mode == "poll":
-            # Baseline: notice -> killed (EC2's window) -> noticed by the poller -> request.
-            window = _secs(notice, killed)
-            poll = _secs(killed, old.ended_at)
+            simulated += [(notice, killed), (killed, old.ended_at)]
+        # The baseline's session trains until the instance is killed.
+        last = old.last_step_at or (killed if mode == "poll" else None)
+        total = _secs(notice, first)
+        ec2 = _secs(launched, booted)
+        poll = window = None
+        if mode == "poll":
+            window, poll = _secs(notice, killed), _secs(killed, old.ended_at)
             if ec2 is not None and window is not None:
                 ec2 += window
+        share = aws = None
         if total is not None and ec2 is not None:
             share = total - ec2 - (poll or 0.0)
-        aws = None
-        if share is not None and ec2 is not None:
             aws = share + ec2 / scale + (poll or 0.0) / scale
+        paused = _secs(last, first)
+        final_upload = next(
+            (
+                float(e.data["upload_seconds"])
+                for e in record.timeline
+                if e.kind == "checkpoint"
+                and e.data.get("reason") == "notice"
+                and e.data.get("attempt") == old.number
+                and e.data.get("upload_seconds") is not None
+            ),
+            None,
+        )
+        rest = None
+        if paused is not None and final_upload is not None and new.restore_seconds is not None:
+            rest = paused - final_upload - new.restore_seconds
+        paused_sim = paused_share = aws_paused = None
+        if paused is not None:
+            paused_sim = sum(_overlap((last, first), s) for s in simulated)
+            paused_share = paused - paused_sim
+            aws_paused = paused_share + paused_sim / scale
         found.append(
             Changeover(
                 mode=mode,
@@ -129,17 +185,25 @@ def changeovers(
                 attempt=old.number,
                 steps_lost=lost,
                 training_lost_s=None if per_step is None else lost * per_step,
-                notice_handled_to_requested_s=_secs(old.notice_at, new.requested_at),
+                event_time_to_requested_s=_secs(old.notice_sent_at, new.requested_at),
                 notice_to_requested_s=_secs(notice, new.requested_at),
+                notice_handled_to_requested_s=_secs(old.notice_at, new.requested_at),
+                notice_to_booted_s=_secs(notice, booted),
                 notice_to_checkpoint_s=_secs(notice, old.notice_checkpoint_at),
-                fulfilment_to_resumed_s=_secs(new.bound_at, new.started_at),
-                booted_to_resumed_s=_secs(booted, new.started_at),
+                notice_to_started_s=_secs(notice, new.started_at),
+                booted_to_first_step_s=_secs(booted, first),
                 restore_s=new.restore_seconds,
-                notice_to_resumed_s=total,
+                notice_to_first_step_s=total,
                 simulated_ec2_s=ec2,
                 simulated_poll_s=poll,
                 respot_share_s=share,
                 aws_changeover_s=aws,
+                paused_s=paused,
+                paused_simulated_s=paused_sim,
+                paused_share_s=paused_share,
+                aws_paused_s=aws_paused,
+                final_upload_s=final_upload,
+                paused_rest_s=rest,
             )
         )
     return found
@@ -148,10 +212,13 @@ def changeovers(
 def seconds_per_step(record: JobRecord) -> float | None:
     """Training speed of the job's last attempt (it ran uninterrupted to the end)."""
     last = record.current
-    if last is None or last.started_at is None or record.finished_at is None:
+    if last is None or record.finished_at is None:
+        return None
+    began = last.first_step_at or last.started_at
+    if began is None:
         return None
     steps = (record.progress.step or 0) - (last.restored_step or 0)
-    seconds = (record.finished_at - last.started_at).total_seconds()
+    seconds = (record.finished_at - began).total_seconds()
     return seconds / steps if steps > 0 else None
 
 
@@ -171,15 +238,18 @@ def run_mode(
     mode: str, *, jobs: int, interruptions: int, time_scale: float, echo: bool = True
 ) -> tuple[list[Changeover], list[dict[str, Any]]]:
     """Run `jobs` digits jobs, one after another, each interrupted `interruptions` times."""
-    chaos = ChaosSchedule(job_ids=set())
+    spec_changes, react = MODES[mode]
     scratch = Path(tempfile.mkdtemp(prefix=f"respot-bench-{mode}-"))
     options = RuntimeOptions(
         time_scale=time_scale,
-        chaos=chaos,
         work_root=scratch / "runtime",
-        react_to_notices=mode == "respot",
+        react_to_notices=react,
         poll_every_seconds=POLL_SECONDS,
-        agent_env={"RESPOT_HEARTBEAT_SECONDS": str(HEARTBEAT_REAL_SECONDS)},
+        agent_env={
+            "RESPOT_HEARTBEAT_SECONDS": str(
+                HEARTBEAT_REAL_SECONDS.get(mode, DEFAULT_HEARTBEAT_REAL_SECONDS)
+            )
+        },
     )
     found: list[Changeover] = []
     outcomes: list[dict[str, Any]] = []
@@ -189,13 +259,16 @@ def run_mode(
         mono_to_wall = time.time() - time.monotonic()
         for j in range(jobs):
             spec = demo_spec(seed=7 + j, hyperparameters=HYPERPARAMETERS)
+            if spec_changes:
+                spec = spec.model_copy(update=spec_changes)
             job_id = new_job_id(f"bench-{mode}")
-            for a in range(1, interruptions + 1):
-                n = (j * interruptions + a - 1) % len(INTERRUPT_AFTER_BOOT)
-                chaos.add(job_id, a, INTERRUPT_AFTER_BOOT[n])
             started = time.monotonic()
             handle = rt.run(spec, job_id=job_id)
-            status = handle.wait(timeout=JOB_TIMEOUT_SECONDS, poll_seconds=0.5)
+            director = ProgressChaos(rt, handle, interruption_points(interruptions))
+            try:
+                status = handle.wait(timeout=JOB_TIMEOUT_SECONDS, poll_seconds=0.5)
+            finally:
+                director.stop()
             record = status.record
             assert record is not None
             instances = {i.instance_id: i for i in rt.fleet.of_job(job_id)}
@@ -209,13 +282,19 @@ def run_mode(
                     "attempts": len(record.attempts),
                     "wall_s": round(time.monotonic() - started, 1),
                     "steps_lost": sum(c.steps_lost or 0 for c in mine),
+                    "timeline": [
+                        f"{e.at.isoformat(timespec='milliseconds')} {e.kind}: {e.text}"
+                        for e in record.timeline
+                        if e.kind != "progress"
+                    ],
                 }
             )
             if echo:
                 print(
                     f"[{mode}] {job_id}: {record.state.value}, {record.interruptions} "
-                    f"interruptions, lost {[c.steps_lost for c in mine]} steps, changeover "
-                    f"{[round(c.notice_to_resumed_s or -1, 2) for c in mine]} s",
+                    f"interruptions, lost {[c.steps_lost for c in mine]} steps, paused "
+                    f"{[_round(c.paused_s) for c in mine]} s, notice -> first step "
+                    f"{[_round(c.notice_to_first_step_s) for c in mine]} s",
                     flush=True,
                 )
     return found, outcomes
@@ -224,17 +303,28 @@ def run_mode(
 METRICS = (
     ("steps_lost", "steps lost"),
     ("training_lost_s", "training lost (s: steps lost x seconds per step)"),
-    ("notice_handled_to_requested_s", "notice reached respot -> replacement requested (s)"),
-    ("notice_to_requested_s", "EC2 notice -> replacement requested (s)"),
-    ("notice_to_checkpoint_s", "EC2 notice -> notice checkpoint complete in S3 (s)"),
-    ("fulfilment_to_resumed_s", "fulfilment -> training resumed (s, incl. simulated boot)"),
-    ("booted_to_resumed_s", "boot -> training resumed (s: agent start, handoff, restore)"),
+    (
+        "event_time_to_requested_s",
+        "EC2 event `time` -> replacement requested (s, whole-second time)",
+    ),
+    ("notice_to_requested_s", "EC2 emits the notice -> replacement requested (s, exact instant)"),
+    ("notice_handled_to_requested_s", "handler picks the notice up -> replacement requested (s)"),
+    ("notice_to_checkpoint_s", "notice -> notice checkpoint complete in S3 (s)"),
+    ("notice_to_booted_s", "notice -> replacement booted (s, incl. simulated fulfil + boot)"),
+    ("notice_to_started_s", "notice -> agent 'started' (s, the old changeover definition)"),
+    ("booted_to_first_step_s", "boot -> first training step (s)"),
     ("restore_s", "checkpoint restore (s)"),
-    ("notice_to_resumed_s", "EC2 notice -> training resumed (s, this run)"),
-    ("simulated_ec2_s", "of which simulated EC2 (s)"),
-    ("simulated_poll_s", "of which simulated poll wait (s)"),
-    ("respot_share_s", "of which respot's own share (s)"),
-    ("aws_changeover_s", "changeover on AWS: simulated parts unscaled + share (s)"),
+    ("notice_to_first_step_s", "notice -> first training step on the replacement (s)"),
+    ("simulated_ec2_s", "  of which simulated EC2 (s)"),
+    ("simulated_poll_s", "  of which simulated poll wait (s)"),
+    ("respot_share_s", "  of which respot's own share (s)"),
+    ("aws_changeover_s", "  on AWS: simulated parts unscaled + share (s)"),
+    ("paused_s", "paused: last step on the old instance -> first on the new (s)"),
+    ("paused_simulated_s", "  of which waiting for simulated EC2 / poll (s)"),
+    ("paused_share_s", "  of which respot's own share (s)"),
+    ("aws_paused_s", "  on AWS: simulated part unscaled + share (s)"),
+    ("final_upload_s", "the old instance's final (notice) checkpoint upload (s)"),
+    ("paused_rest_s", "paused - final upload - restore (s)"),
 )
 
 
@@ -251,7 +341,7 @@ def markdown(
     stats: dict[str, dict[str, dict[str, Any]]], found: list[Changeover], args: Any
 ) -> str:
     """The results as markdown."""
-    modes = [m for m in ("respot", "poll") if m in stats]
+    modes = [m for m in MODES if m in stats]
     headers = ["metric"] + [f"{m} median / p95" for m in modes]
     rows = []
     for key, label in METRICS:
@@ -261,18 +351,30 @@ def markdown(
             cells.append("-" if s["n"] == 0 else f"{s['median']} / {s['p95']}")
         rows.append([label, *cells])
     per = _report.table(
-        ["mode", "job", "attempt", "lost", "req s", "ckpt s", "resume s", "share s", "AWS s"],
+        [
+            "mode",
+            "job",
+            "attempt",
+            "lost",
+            "req s",
+            "ckpt s",
+            "first step s",
+            "share s",
+            "paused s",
+            "paused share s",
+        ],
         [
             [
                 c.mode,
                 c.job_id[-6:],
                 c.attempt,
                 c.steps_lost,
-                _round(c.notice_to_requested_s),
+                _round(c.event_time_to_requested_s),
                 _round(c.notice_to_checkpoint_s),
-                _round(c.notice_to_resumed_s),
+                _round(c.notice_to_first_step_s),
                 _round(c.respot_share_s),
-                _round(c.aws_changeover_s),
+                _round(c.paused_s),
+                _round(c.paused_share_s),
             ]
             for c in found
         ],
@@ -296,9 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--interruptions", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=TIME_SCALE)
-    parser.add_argument("--modes", default="respot,poll", help="respot, poll or both")
+    parser.add_argument(
+        "--modes", default="respot,poll", help=f"comma-separated, of {', '.join(MODES)}"
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
+    parser.add_argument(
+        "--results-name", default="interruptions", help="bench/results/<name>.json and .md"
+    )
     args = parser.parse_args(argv)
     found: list[Changeover] = []
     outcomes: list[dict[str, Any]] = []
@@ -323,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_write:
         command = "python -m bench.interruptions " + " ".join(argv or sys.argv[1:])
-        _report.write("interruptions", payload, markdown(stats, found, args), command=command)
+        _report.write(args.results_name, payload, markdown(stats, found, args), command=command)
     if args.json:
         print(json.dumps(payload, indent=1, default=str))
     else:

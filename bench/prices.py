@@ -47,6 +47,8 @@ PRICES: dict[str, Price] = {
     "logs_ingest": Price(0.50, "GB ingested", "https://aws.amazon.com/cloudwatch/pricing/"),
     "logs_storage": Price(0.03, "GB-month", "https://aws.amazon.com/cloudwatch/pricing/"),
     "secret": Price(0.40, "secret-month", "https://aws.amazon.com/secrets-manager/pricing/"),
+    # Standard-resolution metric alarm; the free tier's 10 alarms do not expire.
+    "alarm": Price(0.10, "alarm-month", "https://aws.amazon.com/cloudwatch/pricing/"),
     # Not billed: EC2 API calls (RunInstances, TerminateInstances, Describe*), AWS service
     # events on the default EventBridge bus and scheduled rules, SNS -> SQS deliveries, SSM
     # standard parameters, DynamoDB/S3 DELETE requests.

@@ -124,6 +124,14 @@ def classify(
         if service == "dynamodb":
             key = req.get("Item") or req.get("Key") or {}
             detail["pk"] = str(key.get("pk", {}).get("S", ""))
+            if operation == "Query":
+                values = req.get("ExpressionAttributeValues", {})
+                detail["pk"] = str(values.get(":pk", {}).get("S", ""))
+            if operation == "TransactWriteItems":
+                puts = [i.get("Put", {}).get("Item", {}) for i in req.get("TransactItems", [])]
+                detail["items"] = len(puts)
+                detail["item_bytes"] = sum(dynamodb_item_bytes(i) for i in puts)
+                detail["pk"] = str(puts[0].get("pk", {}).get("S", "")) if puts else ""
             if operation == "PutItem":
                 detail["item_bytes"] = dynamodb_item_bytes(req.get("Item", {}))
                 detail["live"] = "live" in req.get("Item", {})
@@ -141,6 +149,7 @@ def classify(
         elif service == "sqs" and operation == "SendMessage":
             text = req.get("MessageBody", "")
             detail["message_bytes"] = len(text.encode())
+            detail["queue"] = str(req.get("QueueUrl", "")).rsplit("/", 1)[-1]
             try:
                 detail["kind"] = json.loads(text).get("body", {}).get("kind")
             except (ValueError, AttributeError):

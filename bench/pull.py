@@ -1,6 +1,6 @@
 """`respot pull` against `aws s3 cp`: a 1 GiB job output downloaded from one endpoint.
 
-    .venv/bin/python -m bench.pull [--size-mib 1024] [--runs 3] [--aws-defaults] [--json]
+    .venv/bin/python -m bench.pull [--size-mib 1024] [--files 1] [--runs 3] [--aws-defaults]
 
 One moto server on 127.0.0.1 holds a job whose output is one file of `--size-mib` (random
 bytes), uploaded by the agent's own `respot.outputs.upload_outputs` (so its outputs manifest
@@ -22,7 +22,9 @@ new process, timed on the wall clock from start to exit:
 Why the same parts: moto (5.2) answers every ranged GET by copying the whole object under a
 lock (`FakeKey.value`), so on this endpoint a download's time grows with its number of parts
 times the object's size, which S3 does not do; equal request patterns compare the tools, not
-moto. Reported: per tool, the median and the spread (min-max) of seconds and MB/s.
+moto. Both tools wait up to 900 s for a response (their default is 60 s, after which
+they retry, and under load give up). Reported: per tool, the median and the spread (min-max)
+of seconds and MB/s.
 """
 
 from __future__ import annotations
@@ -44,28 +46,41 @@ from bench import _report
 from infra.local import cloud
 
 MIB = 2**20
+# Both tools wait this long for a response (the defaults are 60 s): on a loaded machine moto
+# can take minutes to answer one ranged GET of a large object (see above).
+READ_TIMEOUT_SECONDS = 900
 BUCKET = "bench-pull"
 JOB = "bench-pull-job"
 NAME = "weights.bin"
 
 
-def write_output(root: Path, size_bytes: int) -> None:
-    """One file of random bytes (incompressible), written in 64 MiB chunks."""
+def names(files: int) -> list[str]:
+    """The output's file names: weights.bin, or weights-00001.bin ... for several."""
+    return [NAME] if files == 1 else [f"weights-{i:05d}.bin" for i in range(1, files + 1)]
+
+
+def write_output(root: Path, size_bytes: int, files: int = 1) -> None:
+    """`files` files of random bytes (incompressible), `size_bytes` in all."""
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(7)
-    with (root / NAME).open("wb") as out:
-        left = size_bytes
-        while left:
-            chunk = min(left, 64 * MIB)
-            out.write(rng.integers(0, 256, chunk, dtype=np.uint8).tobytes())
-            left -= chunk
+    for name in names(files):
+        with (root / name).open("wb") as out:
+            left = size_bytes // files
+            while left:
+                chunk = min(left, 64 * MIB)
+                out.write(rng.integers(0, 256, chunk, dtype=np.uint8).tobytes())
+                left -= chunk
 
 
 def child(endpoint: str, dest: Path) -> int:
     """The respot side of one run, in its own process: what `respot pull` does for outputs."""
+    from botocore.config import Config
+
     from respot.pull import pull_outputs
 
-    s3 = cloud.client("s3", endpoint)
+    s3 = cloud.session().client(
+        "s3", endpoint_url=endpoint, config=Config(read_timeout=READ_TIMEOUT_SECONDS)
+    )
     manifest, files = pull_outputs(s3, BUCKET, JOB, dest)
     assert manifest is not None and all(f.verified for f in files), "not verified"
     return 0
@@ -111,8 +126,11 @@ def run_aws(endpoint: str, uri: str, dest: Path, config_file: str) -> None:
             str(exe),
             "--endpoint-url",
             endpoint,
+            "--cli-read-timeout",
+            str(READ_TIMEOUT_SECONDS),
             "s3",
             "cp",
+            *(["--recursive"] if uri.endswith("/") else []),
             uri,
             str(dest) + "/",
             "--only-show-errors",
@@ -129,7 +147,9 @@ def timed(action: Any) -> float:
     return time.perf_counter() - t0
 
 
-def run(size_mib: int, runs: int, scratch: Path, aws_defaults: bool) -> list[dict[str, Any]]:
+def run(
+    size_mib: int, runs: int, scratch: Path, aws_defaults: bool, files: int = 1
+) -> list[dict[str, Any]]:
     """`runs` rounds, each tool once per round, the order alternating."""
     from respot import layout
     from respot.checkpoints import file_sha256
@@ -151,23 +171,25 @@ def run(size_mib: int, runs: int, scratch: Path, aws_defaults: bool) -> list[dic
         s3.create_bucket(Bucket=BUCKET)
         size = size_mib * MIB
         src = scratch / "output"
-        write_output(src, size)
-        expected = file_sha256(src / NAME)
+        write_output(src, size, files)
+        size = sum(p.stat().st_size for p in src.iterdir())
+        expected = {n: file_sha256(src / n) for n in names(files)}
         upload_outputs(s3, src, bucket=BUCKET, job_id=JOB, attempt=1, outcome="completed")
         shutil.rmtree(src)
-        uri = f"s3://{BUCKET}/{layout.outputs_prefix(JOB)}{NAME}"
+        prefix = f"s3://{BUCKET}/{layout.outputs_prefix(JOB)}"
+        uri = prefix + NAME if files == 1 else prefix
         config = scratch / "aws-config"
         config.write_text(AWS_CONFIG_LIKE_RESPOT)
         config_file = os.devnull if aws_defaults else str(config)
 
         def respot_once(dest: Path) -> float:
             seconds = timed(lambda: run_respot(endpoint, dest))
-            assert file_sha256(dest / NAME) == expected
+            assert {n: file_sha256(dest / n) for n in expected} == expected
             return seconds
 
         def aws_once(dest: Path) -> float:
             seconds = timed(lambda: run_aws(endpoint, uri, dest, config_file))
-            assert (dest / NAME).stat().st_size == size
+            assert sum(p.stat().st_size for p in dest.iterdir()) == size
             return seconds
 
         tools = [("respot pull", respot_once), ("aws s3 cp", aws_once)]
@@ -209,12 +231,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def markdown(rows: list[dict[str, Any]], size_mib: int, aws_defaults: bool) -> str:
+def markdown(rows: list[dict[str, Any]], size_mib: int, aws_defaults: bool, files: int = 1) -> str:
     """The results as markdown."""
     stats = summarize(rows)
     parts = "its default settings" if aws_defaults else "respot's part size and concurrency"
     return (
-        f"One {size_mib} MiB output file, one moto server on 127.0.0.1, each tool a new process, "
+        f"A {size_mib} MiB output in {files} file(s), one moto server on 127.0.0.1, "
+        "each tool a new process, "
         f"{len(rows) // 2} runs in alternating order; the AWS CLI at {parts}.\n\n"
         + _report.table(
             ["tool", "runs", "median s", "min-max s", "median MB/s", "min-max MB/s"],
@@ -241,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--aws-defaults", action="store_true")
+    parser.add_argument("--files", type=int, default=1, help="the output in this many files")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "DEST"), help=argparse.SUPPRESS)
@@ -249,19 +273,21 @@ def main(argv: list[str] | None = None) -> int:
         return child(args.child[0], Path(args.child[1]))
     scratch = Path(tempfile.mkdtemp(prefix="respot-bench-pull-"))
     try:
-        rows = run(args.size_mib, args.runs, scratch, args.aws_defaults)
+        rows = run(args.size_mib, args.runs, scratch, args.aws_defaults, args.files)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     payload = {
         "size_mib": args.size_mib,
+        "files": args.files,
         "aws_defaults": args.aws_defaults,
         "rows": rows,
         "summary": summarize(rows),
     }
-    md = markdown(rows, args.size_mib, args.aws_defaults)
+    md = markdown(rows, args.size_mib, args.aws_defaults, args.files)
     if not args.no_write:
         command = "python -m bench.pull " + " ".join(argv or sys.argv[1:])
         name = "pull-aws-defaults" if args.aws_defaults else "pull"
+        name += f"-{args.size_mib}mib" + (f"-{args.files}files" if args.files > 1 else "")
         _report.write(name, payload, md, command=command)
     print(json.dumps(payload, indent=1) if args.json else md)
     return 0

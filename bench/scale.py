@@ -43,7 +43,7 @@ from infra.local.fleet import FleetTiming, LocalInstance
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from infra.wiring import Rule
-from respot.messages import JobSubmission, encode, new_job_id
+from respot.messages import JobSubmission, new_job_id
 from respot.spec import TrainingEnvVar
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
@@ -164,20 +164,17 @@ def moto_latency(moto_url: str, table: str, samples: int = 200) -> dict[str, Any
 
 
 def submit_all(rt: LocalRuntime, count: int, workers: int = 16) -> list[str]:
-    """Publish `count` job submissions to the jobs topic at once (what run() publishes)."""
-    deployment = rt.sdk_deployment()
-    sns = rt.client("sns")
+    """Publish `count` job submissions to the jobs topic at once (what run() publishes).
+
+    Each is signed with an identity proof, as run() signs it (`JobHandle.publish`): the
+    submit function verifies every one against the emulator's STS.
+    """
     now = datetime.now(UTC)
     spec = TrainingEnvVar(name="scale", entry_point="scale.sim:Session", max_spot_wait="30m")
     ids = [new_job_id(f"scale-{n}") for n in range(count)]
 
     def publish(job_id: str) -> None:
-        body = encode(JobSubmission(job_id=job_id, spec=spec, submitted_at=now))
-        sns.publish(
-            TopicArn=deployment.topic_arn,
-            Message=body,
-            MessageAttributes={"command": {"DataType": "String", "StringValue": "submit"}},
-        )
+        rt.handle(job_id).publish(JobSubmission(job_id=job_id, spec=spec, submitted_at=now))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(publish, ids))

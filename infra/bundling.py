@@ -37,7 +37,7 @@ BUNDLING_VERSION = "1"  # bump to invalidate every cached asset after changing t
 LAMBDA_PYTHON = "3.12"
 LAMBDA_PLATFORM = "manylinux2014_aarch64"  # functions run on arm64 (Graviton)
 # boto3/botocore come with the Lambda runtime; everything else the handlers import is here.
-LAMBDA_REQUIREMENTS = ("aws-lambda-powertools", "pydantic", "slack-sdk")
+LAMBDA_REQUIREMENTS = ("aws-lambda-powertools", "pydantic", "slack-sdk", "optuna")
 
 AGENT_PYTHONS = ("3.11", "3.12")  # respot needs >= 3.11; the default AMI has 3.12
 AGENT_PLATFORM = "manylinux2014_x86_64"  # g5/g4dn are x86_64

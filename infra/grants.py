@@ -55,6 +55,7 @@ class GrantTargets:
     # Instance types RunInstances may launch (condition ec2:InstanceType); empty: any.
     allowed_instance_types: tuple[str, ...] = ()
     notify_queue: sqs.IQueue | None = None
+    sweep_queue: sqs.IQueue | None = None
     # function name -> the dead-letter queue of the queue that feeds it
     dead_letter_queues: Mapping[str, sqs.IQueue] = field(default_factory=dict)
 
@@ -262,6 +263,13 @@ def _notify(t: GrantTargets, function: str) -> GrantPolicy:
     return _send("SendNotifications", t.notify_queue)
 
 
+def _sweep(t: GrantTargets, function: str) -> GrantPolicy:
+    # A wiring without sweeps (as in some construct tests): nothing to send to.
+    if t.sweep_queue is None:
+        return GrantPolicy([])
+    return _send("SendSweepNews", t.sweep_queue)
+
+
 def _dead_letters(t: GrantTargets, function: str) -> GrantPolicy:
     queue = t.dead_letter_queues.get(function)
     if queue is None:
@@ -290,6 +298,7 @@ _BUILDERS: dict[str, Callable[[GrantTargets, str], GrantPolicy]] = {
     Grant.NOTIFY_SEND: _notify,
     Grant.DLQ_SEND: _dead_letters,
     Grant.SLACK_SECRET_READ: _slack,
+    Grant.SWEEP_SEND: _sweep,
 }
 
 

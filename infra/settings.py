@@ -13,10 +13,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# The Deep Learning Base AMI (NVIDIA driver, CUDA, Python 3.12 at /usr/bin/python3.12).
+# The PyTorch Deep Learning AMI (NVIDIA driver, CUDA, PyTorch in the Python at
+# /opt/pytorch/bin/python). Public SSM parameter named as the DLAMI guide says ("Finding the
+# ID of a DLAMI": /aws/service/deeplearning/ami/$architecture/$ami_type/latest/ami-id, the
+# ami_type being the AMI name without "deep", "learning" and "ami"). docs/ami.md: the contract.
 DEFAULT_AMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
+    "/aws/service/deeplearning/ami/x86_64/"
+    "oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id"
 )
+# The Python that runs jobs on that AMI (where the framework lives); the agent's venv and
+# every job's venv are made from it.
+DEFAULT_FRAMEWORK_PYTHON = "/opt/pytorch/bin/python"
 DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g4dn.xlarge")
 DEFAULT_ROOT_VOLUME_GB = 200
 DEFAULT_ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs; Amazon Linux uses /dev/xvda
@@ -29,10 +36,12 @@ CONTEXT_KEYS = (
     "instance_types",
     "ami_id",
     "ami_parameter",
+    "framework_python",
     "root_volume_gb",
     "root_device_name",
     "slack_channel",
     "allowed_publisher_role_arns",
+    "admin_principal_arns",
     "data_bucket_arns",
     "on_demand_prices",
     "deployment_parameter",
@@ -46,6 +55,7 @@ _TEXT_KEYS = {
     "vpc_id",
     "ami_id",
     "ami_parameter",
+    "framework_python",
     "root_device_name",
     "slack_channel",
     "deployment_parameter",
@@ -55,18 +65,20 @@ _LIST_KEYS = {
     "instance_types",
     "allowed_instance_types",
     "allowed_publisher_role_arns",
+    "admin_principal_arns",
     "data_bucket_arns",
 }
 
-_STAGE = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,24}$")
-_SUBNET = re.compile(r"^subnet-[0-9a-f]{8,17}$")
-_VPC = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-_AZ = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
-_AMI = re.compile(r"^ami-[0-9a-f]{8,17}$")
-_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_ARN = re.compile(r"^arn:aws[a-z-]*:")
-_PARAMETER = re.compile(r"^/[A-Za-z0-9_./-]{1,1000}$")
+_STAGE = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,24}")
+_SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
+_VPC = re.compile(r"vpc-[0-9a-f]{8,17}")
+_AZ = re.compile(r"[a-z]{2}(-[a-z]+)+-\d[a-z]")
+_AMI = re.compile(r"ami-[0-9a-f]{8,17}")
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_ARN = re.compile(r"arn:aws[a-z-]*:\S+")
+_PARAMETER = re.compile(r"/[A-Za-z0-9_./-]{1,1000}")
+_ABS_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,255}")
 
 
 class DeploySettingsError(ValueError):
@@ -83,10 +95,13 @@ class DeploySettings:
     instance_types: tuple[str, ...] = DEFAULT_INSTANCE_TYPES
     ami_id: str | None = None
     ami_parameter: str = DEFAULT_AMI_PARAMETER
+    framework_python: str = DEFAULT_FRAMEWORK_PYTHON
     root_volume_gb: int = DEFAULT_ROOT_VOLUME_GB
     root_device_name: str = DEFAULT_ROOT_DEVICE
     slack_channel: str | None = None
     allowed_publisher_role_arns: tuple[str, ...] = ()
+    # Principals that may cancel any job (a role ARN covers its sessions); owners cancel theirs.
+    admin_principal_arns: tuple[str, ...] = ()
     data_bucket_arns: tuple[str, ...] = ()  # bucket ARNs (a /prefix narrows) or bucket names
     on_demand_prices: Mapping[str, float] = field(default_factory=dict)
     deployment_parameter: str | None = None
@@ -98,7 +113,7 @@ class DeploySettings:
     allowed_instance_types: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.stage is not None and not _STAGE.match(self.stage):
+        if self.stage is not None and not _STAGE.fullmatch(self.stage):
             raise DeploySettingsError(
                 f"stage {self.stage!r}: use a letter then up to 24 letters, digits or '-'"
             )
@@ -106,19 +121,21 @@ class DeploySettings:
             raise DeploySettingsError(
                 "give vpc_id and subnet_ids together, or neither (the stack then creates a VPC)"
             )
-        if self.vpc_id is not None and not _VPC.match(self.vpc_id):
+        if self.vpc_id is not None and not _VPC.fullmatch(self.vpc_id):
             raise DeploySettingsError(f"vpc_id {self.vpc_id!r} is not a VPC id (vpc-...)")
         for subnet_id, zone in self.subnets.items():
-            if not _SUBNET.match(subnet_id) or not _AZ.match(zone):
+            if not _SUBNET.fullmatch(subnet_id) or not _AZ.fullmatch(zone):
                 raise DeploySettingsError(
                     f"subnet_ids entry {subnet_id!r}: {zone!r} must map a subnet id to its "
                     'availability zone, e.g. {"subnet-0abc12345": "us-east-1a"}'
                 )
-        if not self.instance_types or not all(_INSTANCE_TYPE.match(t) for t in self.instance_types):
+        if not self.instance_types or not all(
+            _INSTANCE_TYPE.fullmatch(t) for t in self.instance_types
+        ):
             raise DeploySettingsError(
                 f"instance_types {list(self.instance_types)!r}: give EC2 types such as g5.xlarge"
             )
-        if not all(_INSTANCE_TYPE.match(t) for t in self.allowed_instance_types):
+        if not all(_INSTANCE_TYPE.fullmatch(t) for t in self.allowed_instance_types):
             raise DeploySettingsError(
                 f"allowed_instance_types {list(self.allowed_instance_types)!r}: give EC2 types "
                 "such as g5.xlarge"
@@ -129,10 +146,15 @@ class DeploySettings:
                 f"instance_types {outside} are not in allowed_instance_types "
                 f"{list(self.allowed)}: the defaults must be allowed"
             )
-        if self.ami_id is not None and not _AMI.match(self.ami_id):
+        if self.ami_id is not None and not _AMI.fullmatch(self.ami_id):
             raise DeploySettingsError(f"ami_id {self.ami_id!r} is not an AMI id (ami-...)")
-        if not _PARAMETER.match(self.ami_parameter):
+        if not _PARAMETER.fullmatch(self.ami_parameter):
             raise DeploySettingsError(f"ami_parameter {self.ami_parameter!r} is not an SSM name")
+        if not _ABS_PATH.fullmatch(self.framework_python):
+            raise DeploySettingsError(
+                f"framework_python {self.framework_python!r}: give the absolute path of the "
+                "AMI's framework Python, e.g. /opt/pytorch/bin/python"
+            )
         if not 8 <= self.root_volume_gb <= MAX_ROOT_VOLUME_GB:
             raise DeploySettingsError(
                 f"root_volume_gb {self.root_volume_gb}: give 8..{MAX_ROOT_VOLUME_GB}"
@@ -140,10 +162,18 @@ class DeploySettings:
         if not self.root_device_name.startswith("/dev/"):
             raise DeploySettingsError(f"root_device_name {self.root_device_name!r}: /dev/...")
         for arn in self.allowed_publisher_role_arns:
-            if not _ARN.match(arn) or ":iam::" not in arn:
+            if not _ARN.fullmatch(arn) or ":iam::" not in arn:
                 raise DeploySettingsError(f"allowed_publisher_role_arns: {arn!r} is not an IAM ARN")
+        for arn in self.admin_principal_arns:
+            if not _ARN.fullmatch(arn) or ":iam::" not in arn or "," in arn:
+                raise DeploySettingsError(
+                    f"admin_principal_arns: {arn!r} is not an IAM user or role ARN "
+                    "(arn:aws:iam::<account>:role/<name>)"
+                )
         for bucket in self.data_bucket_arns:
-            if not (_BUCKET_NAME.match(bucket) or (_ARN.match(bucket) and ":s3:::" in bucket)):
+            if not (
+                _BUCKET_NAME.fullmatch(bucket) or (_ARN.fullmatch(bucket) and ":s3:::" in bucket)
+            ):
                 raise DeploySettingsError(
                     f"data_bucket_arns: {bucket!r} is neither an S3 bucket ARN nor a bucket name"
                 )
@@ -154,11 +184,11 @@ class DeploySettings:
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
         for name, price in self.on_demand_prices.items():
-            if not _INSTANCE_TYPE.match(name) or not price > 0:
+            if not _INSTANCE_TYPE.fullmatch(name) or not price > 0:
                 raise DeploySettingsError(
                     f"on_demand_prices {name!r}: {price!r}; map instance types to USD per hour"
                 )
-        if self.deployment_parameter is not None and not _PARAMETER.match(
+        if self.deployment_parameter is not None and not _PARAMETER.fullmatch(
             self.deployment_parameter
         ):
             raise DeploySettingsError(

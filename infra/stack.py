@@ -31,13 +31,16 @@ from infra.constructs import (
     ResearcherAccess,
     SelftestExperiment,
 )
+from infra.constructs.activity import wire_activity
 from infra.grants import GrantTargets, policy_for
 from infra.nag import suppress
 from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring
 from respot import config
+from respot.identity import ENV_ADMINS, ENV_STS_URL
 
 NOTIFY_QUEUE = "notifications"
+SWEEP_QUEUE = "sweep-events"
 POWERTOOLS_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME": "respot",
     "POWERTOOLS_METRICS_NAMESPACE": "respot",
@@ -87,6 +90,7 @@ class RespotStack(Stack):
             root_volume_gb=settings.root_volume_gb,
             root_device_name=settings.root_device_name,
             agent_asset=agent_asset or agent_package_asset(),
+            framework_python=settings.framework_python,
         )
 
         # No fixed name (nor for the retained job log group): CloudFormation generates one, so
@@ -118,6 +122,7 @@ class RespotStack(Stack):
             event_dead_letters=self.messaging.event_dead_letters,
         )
         self._grant(wiring, notify_queue)
+        wire_activity(self.functions, self.messaging.queues, wiring)
 
         self.selftest = SelftestExperiment(self, "Selftest", deployment_name=self.stack_name)
 
@@ -176,6 +181,13 @@ class RespotStack(Stack):
             env[config.ENV_ON_DEMAND_PRICES] = self.to_json_string(dict(settings.on_demand_prices))
         if notify_queue is not None:
             env[config.ENV_NOTIFY_QUEUE_URL] = notify_queue.queue_url
+        sweep_queue = self.messaging.queues.get(SWEEP_QUEUE)
+        if sweep_queue is not None:
+            env[config.ENV_SWEEP_QUEUE_URL] = sweep_queue.queue_url
+        # Identity proofs are executed against this STS endpoint only (respot.identity).
+        env[ENV_STS_URL] = f"https://sts.{self.region}.amazonaws.com/"
+        if settings.admin_principal_arns:
+            env[ENV_ADMINS] = ",".join(settings.admin_principal_arns)
         return env
 
     def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:
@@ -196,6 +208,7 @@ class RespotStack(Stack):
             allowed_instance_types=self.settings.allowed,
             slack_secret=self.slack_secret,
             notify_queue=notify_queue,
+            sweep_queue=self.messaging.queues.get(SWEEP_QUEUE),
             dead_letter_queues=dead_letters_of,
         )
         for spec in wiring.functions:

@@ -15,6 +15,10 @@ local runtime's resources say the same thing. It is plain data: importing it cos
     schedule every minute                                --> lambdas.reconcile
     control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
         (message group = job id: one job's news is posted in order, never concurrently)
+    laptop --SNS jobs topic--> [command=sweep] --> SQS jobs --> lambdas.submit (records the sweep)
+                               [command=sweep-stop] --> SQS cancel --> lambdas.cancel
+    submit/cancel (kick, stop), control plane (a trial job's metric values and its end)
+        --> SQS FIFO sweep-events --> lambdas.sweep (message group = sweep id)
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Grant(enum.StrEnum):
     NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
     DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
     SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
+    SWEEP_SEND = "sweep-send"  # SendMessage to the sweep-events queue
 
 
 CONTROL_GRANTS = frozenset(
@@ -45,6 +50,7 @@ CONTROL_GRANTS = frozenset(
         Grant.EC2_TERMINATE,
         Grant.EC2_DESCRIBE,
         Grant.NOTIFY_SEND,
+        Grant.SWEEP_SEND,
     }
 )
 
@@ -83,6 +89,9 @@ class Queue:
     # FIFO (name ends in .fifo, its dead-letter queue too): senders give a message group and a
     # deduplication id; a group's messages are handled one at a time, in order.
     fifo: bool = False
+    # Polled only while a job is live: the mapping is created disabled and the activity
+    # switch (respot/control/activity.py) turns it on and off. The intake stays always on.
+    idle_off: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class Schedule:
     name: str
     function: str
     every_seconds: int
+    idle_off: bool = False  # created disabled; the activity switch turns it on and off
 
 
 @dataclass(frozen=True)
@@ -197,11 +207,25 @@ WIRING = Wiring(
             timeout_seconds=30,
             description="Posts each job's news to its Slack thread",
         ),
+        Function(
+            "sweep",
+            "lambdas.sweep",
+            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.SLACK_SECRET_READ},
+            memory_mb=512,  # Optuna and NumPy
+            timeout_seconds=120,
+            description="Runs Optuna sweeps: tells each study its trials' values, submits the next",
+        ),
     ),
     queues=(
-        Queue("jobs", "submit", topic_filter={"command": ["submit"]}),
-        Queue("cancel", "cancel", topic_filter={"command": ["cancel"]}),
-        Queue("agent-events", "agent_events", fed_by_agents=True, max_batching_window_seconds=1),
+        Queue("jobs", "submit", topic_filter={"command": ["submit", "sweep"]}),
+        Queue("cancel", "cancel", topic_filter={"command": ["cancel", "sweep-stop"]}),
+        Queue(
+            "agent-events",
+            "agent_events",
+            fed_by_agents=True,
+            max_batching_window_seconds=1,
+            idle_off=True,
+        ),
         # One message per invocation: a Slack failure retries only that message, after the
         # visibility timeout (6x the function's), up to 20 times: about an hour of Slack outage
         # is absorbed before a message reaches the dead-letter queue. (See docs/slack.md.)
@@ -212,6 +236,18 @@ WIRING = Wiring(
             max_receive_count=20,
             visibility_timeout_seconds=180,
             fifo=True,
+            idle_off=True,
+        ),
+        # One sweep's messages one at a time, in order (message group = sweep id). Off at
+        # rest like the job pollers: a sweep has live trial jobs, or a message waiting here
+        # (which keeps the reconcile tick from switching off), or it has ended.
+        Queue(
+            "sweep-events",
+            "sweep",
+            batch_size=1,
+            visibility_timeout_seconds=720,
+            fifo=True,
+            idle_off=True,
         ),
     ),
     rules=(
@@ -237,5 +273,5 @@ WIRING = Wiring(
             "Instances that start or go away",
         ),
     ),
-    schedules=(Schedule("reconcile", "reconcile", every_seconds=60),),
+    schedules=(Schedule("reconcile", "reconcile", every_seconds=60, idle_off=True),),
 )

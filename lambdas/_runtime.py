@@ -61,6 +61,11 @@ def install(
     _dead_letters = dead_letters
 
 
+def is_installed() -> bool:
+    """True when a test or the local runtime handed in the control plane (`install`)."""
+    return _factory is not None
+
+
 @contextmanager
 def invoking(function: str) -> Iterator[None]:
     """Run a handler as `function` (its own control plane; see `current_function`)."""
@@ -190,3 +195,13 @@ def json_or_poison(text: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise PoisonMessageError(f"body is not JSON: {exc}") from exc
+
+
+def command_name(message: str) -> str | None:
+    """The `command` field of a published message, if it is a JSON object that has one."""
+    try:
+        data = json.loads(message)
+    except ValueError:
+        return None
+    command = data.get("command") if isinstance(data, dict) else None
+    return command if isinstance(command, str) else None

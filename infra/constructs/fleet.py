@@ -9,7 +9,6 @@ fixed bootstrap script that installs the agent package and runs `python3 -m resp
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import jsii
 from aws_cdk import ArnFormat, Aws, RemovalPolicy, Stack, Tags
@@ -24,12 +23,12 @@ from constructs import Construct
 from infra.bundling import LocalAsset, agent_package_asset
 from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
+from infra.settings import DEFAULT_FRAMEWORK_PYTHON
+from infra.userdata import agent_environment, user_data_lines
 from respot import layout
-from respot.agent import config as agent_config
+from respot.agent.secrets import JOB_SECRET_PREFIX
 from respot.core.lifecycle import MANAGED_TAG
 
-BOOTSTRAP_SCRIPT = Path(__file__).resolve().parents[1] / "bootstrap" / "agent-bootstrap.sh"
-ENV_FILE = "/etc/respot/respot.env"
 # Containers on the instance need a second hop to reach IMDS; nothing further away may.
 IMDS_HOP_LIMIT = 2
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
@@ -81,6 +80,7 @@ class Fleet(Construct):
         root_device_name: str = "/dev/sda1",
         log_group_name: str | None = None,
         agent_asset: LocalAsset | None = None,
+        framework_python: str = DEFAULT_FRAMEWORK_PYTHON,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -123,6 +123,12 @@ class Fleet(Construct):
                 resources=[bucket.arn_for_objects(f"{jobs}*/checkpoints/*")],
             ),
             list_job_objects(bucket),
+            # Job environments: wheels cached by requirements hash (docs/environments.md).
+            iam.PolicyStatement(
+                sid="JobWheelhouse",
+                actions=["s3:GetObject", "s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{layout.WHEELHOUSE_PREFIX}*")],
+            ),
             iam.PolicyStatement(
                 sid="ReadAgentPackage",
                 actions=["s3:GetObject"],
@@ -141,6 +147,40 @@ class Fleet(Construct):
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
                 resources=[self.log_group.log_group_arn],
             ),
+            # `secrets: {NAME: ARN}` of a job spec, read by the agent (respot.agent.secrets).
+            iam.PolicyStatement(
+                sid="ReadJobSecrets",
+                actions=["secretsmanager:GetSecretValue"],
+                resources=[
+                    f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:"
+                    f"{JOB_SECRET_PREFIX}*"
+                ],
+            ),
+        )
+        # Jobs with `image:` (docs/environments.md): log in to ECR and pull, this account only.
+        policy.add_statements(
+            iam.PolicyStatement(
+                sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]
+            ),
+            iam.PolicyStatement(
+                sid="PullJobImages",
+                actions=[
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                    "ecr:BatchCheckLayerAvailability",
+                ],
+                resources=[
+                    stack.format_arn(service="ecr", resource="repository", resource_name="*")
+                ],
+            ),
+        )
+        suppress(
+            policy,
+            "IAM5",
+            "ecr:GetAuthorizationToken has no resource type (AWS: it must be '*'); image pulls "
+            "are limited to this account's repositories in this region: a job names its image "
+            "at submit time, so no one repository can be listed at deploy time.",
+            applies_to=[r"^Resource::\*$", r"^Resource::arn:.*:ecr:.*:repository/\*$"],
         )
         for bucket_ref in data_buckets:
             bucket_arn, objects, prefix = _data_bucket_resources(bucket_ref)
@@ -157,12 +197,20 @@ class Fleet(Construct):
             "IAM5",
             "An instance learns its job at boot (from its tags), so its role covers every "
             "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
-            "handoff, outputs, logs, tensorboard) and list the bucket, which holds only jobs/. "
-            "docs/security.md says how this could be narrowed to one job.",
+            "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
+            "checkpoints/ for pruning) and list the bucket, which holds only jobs/. "
+            "wheelhouse/ holds wheels keyed by the hash of a job's requirements, shared by "
+            "reruns (no job's secrets: packages from the index). "
+            "docs/security.md says how this could be narrowed to one job. Job secrets: only "
+            "those named respot/jobs/..., the names job specs reference by ARN.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/wheelhouse/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
+                r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],
         )
         if data_buckets:
@@ -190,25 +238,18 @@ class Fleet(Construct):
         )
 
         # ---- the bootstrap: deployment values in a file, then a fixed script
-        self.agent_environment: dict[str, str] = {
-            agent_config.ENV_BUCKET: bucket.bucket_name,
-            agent_config.ENV_AGENT_QUEUE_URL: agent_queue.queue_url,
-            "AWS_REGION": Aws.REGION,
-            "AWS_DEFAULT_REGION": Aws.REGION,
-            agent_config.ENV_SHUTDOWN: "poweroff",
-            "RESPOT_LOG_GROUP": self.log_group.log_group_name,
-            "RESPOT_AGENT_ASSET_BUCKET": self.agent_package.s3_bucket_name,
-            "RESPOT_AGENT_ASSET_KEY": self.agent_package.s3_object_key,
-        }
-        user_data = ec2.UserData.for_linux()
-        user_data.add_commands(
-            "install -d -m 0755 /etc/respot",
-            # A quoted heredoc: the shell expands nothing in these lines.
-            f"cat > {ENV_FILE} <<'RESPOT_ENV'",
-            *(f"{name}={value}" for name, value in self.agent_environment.items()),
-            "RESPOT_ENV",
-            BOOTSTRAP_SCRIPT.read_text(),
+        self.agent_environment: dict[str, str] = agent_environment(
+            bucket=bucket.bucket_name,
+            agent_queue_url=agent_queue.queue_url,
+            region=Aws.REGION,
+            log_group=self.log_group.log_group_name,
+            asset_bucket=self.agent_package.s3_bucket_name,
+            asset_key=self.agent_package.s3_object_key,
+            framework_python=framework_python,
         )
+        user_data = ec2.UserData.for_linux()
+        # The same function renders what the local runtime boots (infra/local/sandbox.py).
+        user_data.add_commands(*user_data_lines(self.agent_environment))
         self.user_data = user_data
 
         self.image_id = machine_image.get_image(self).image_id

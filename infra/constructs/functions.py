@@ -37,6 +37,11 @@ RULE_MAX_EVENT_AGE = Duration.hours(1)
 ASYNC_RETRY_ATTEMPTS = 2  # Lambda's own retries of a failed async invocation
 
 
+def schedule_rule_name(stack_name: str, schedule: str) -> str:
+    """The physical name of a switched schedule's rule (EventBridge: at most 64 characters)."""
+    return f"{stack_name}-{schedule}"[-64:].lstrip("-")
+
+
 class WiringError(ValueError):
     """The wiring asks for something AWS would reject (checked at synth, not at deploy)."""
 
@@ -59,6 +64,8 @@ class ControlFunctions(Construct):
         self.functions: dict[str, lambda_.Function] = {}
         self.roles: dict[str, iam.Role] = {}
         self.rules: dict[str, events.Rule] = {}
+        # The event source mapping of each queue (the activity switch names the idle_off ones).
+        self.mappings: dict[str, event_sources.SqsEventSource] = {}
 
         for spec in wiring.functions:
             cid = pascal_id(spec.name)
@@ -105,14 +112,15 @@ class ControlFunctions(Construct):
                     f"{queue_spec.function}; SQS would deliver messages twice while in flight"
                 )
             window = queue_spec.max_batching_window_seconds
-            function.add_event_source(
-                event_sources.SqsEventSource(
-                    queues[queue_spec.name],
-                    batch_size=queue_spec.batch_size,
-                    max_batching_window=Duration.seconds(window) if window else None,
-                    report_batch_item_failures=True,
-                )
+            source = event_sources.SqsEventSource(
+                queues[queue_spec.name],
+                batch_size=queue_spec.batch_size,
+                max_batching_window=Duration.seconds(window) if window else None,
+                report_batch_item_failures=True,
+                enabled=not queue_spec.idle_off,  # idle_off: the activity switch turns it on
             )
+            function.add_event_source(source)
+            self.mappings[queue_spec.name] = source
 
         asynchronous: set[str] = set()
         for rule_spec in wiring.rules:
@@ -141,6 +149,12 @@ class ControlFunctions(Construct):
                 f"{pascal_id(schedule.name)}Schedule",
                 description=f"respot {schedule.name} every {schedule.every_seconds}s",
                 schedule=events.Schedule.rate(Duration.minutes(schedule.every_seconds // 60)),
+                # idle_off: created disabled, switched by the activity switch, which names it
+                # by this literal name (a reference would make a cycle through its target).
+                enabled=not schedule.idle_off,
+                rule_name=schedule_rule_name(Stack.of(self).stack_name, schedule.name)
+                if schedule.idle_off
+                else None,
             )
             rule.add_target(self._target(function, event_dead_letters))
             self.rules[f"schedule:{schedule.name}"] = rule

@@ -107,6 +107,14 @@ class ResearcherAccess(Construct):
                 ),
                 job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
                 list_job_objects(bucket),
+                # The stored submission holds the environment values (the job record keeps
+                # only their names): no researcher reads another's, nor their own, from S3.
+                iam.PolicyStatement(
+                    sid="NoSubmissions",
+                    effect=iam.Effect.DENY,
+                    actions=["s3:GetObject"],
+                    resources=[bucket.arn_for_objects(f"{jobs}*/submission.json")],
+                ),
             ],
         )
         if job_logs is not None:

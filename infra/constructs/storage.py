@@ -63,6 +63,8 @@ class JobStore(Construct):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             deletion_protection=True,
             removal_policy=RemovalPolicy.RETAIN,
+            # Used identity proofs (respot.identity.DynamoProofLedger) expire by themselves.
+            time_to_live_attribute="ttl",
         )
         for index in wiring.table_indexes:
             partition, sort = INDEX_KEYS[index]

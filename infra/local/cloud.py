@@ -11,15 +11,20 @@ matched by the emulator, exactly as written in the wiring.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import boto3
 
+from infra.local.mappings import LocalEventSourceMappings
+from infra.local.sandbox import FRAMEWORK_PYTHON, LocalImage
+from infra.userdata import agent_environment, render_user_data
 from infra.wiring import WIRING, Wiring
 from respot import config as cfg
 from respot.core.placement import SubnetRef
@@ -36,6 +41,9 @@ class MotoServer:
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
 
+        from infra.local.idempotency import honour_client_tokens
+
+        honour_client_tokens()  # RunInstances answers a repeated ClientToken as AWS does
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.url = ""
@@ -107,10 +115,15 @@ class LocalDeployment:
     dlq_urls: dict[str, str] = field(default_factory=dict)
     rule_queue_urls: dict[str, str] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict)
+    # Each schedule's EventBridge rule (moto never fires it: the dispatcher ticks while the
+    # rule is ENABLED) and each queue's event source mapping (infra/local/mappings.py).
+    schedule_rule_names: dict[str, str] = field(default_factory=dict)
+    mappings: LocalEventSourceMappings = field(default_factory=LocalEventSourceMappings)
     parameter_name: str = DEFAULT_PARAMETER
     slack_secret_arn: str = ""
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
+    image: LocalImage | None = None  # the AMI stand-in instances boot from (None: no instances)
     allowed_instance_types: tuple[str, ...] = ()  # the stack's allowed_instance_types
     vpc_id: str | None = None  # the VPC of `subnets`
     ami_id: str = LOCAL_AMI
@@ -162,6 +175,7 @@ class LocalDeployment:
             cfg.ENV_INSTANCE_TYPES: ",".join(self.instance_types),
             cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
+            cfg.ENV_SWEEP_QUEUE_URL: self.queue_urls.get("sweep-events", ""),
             cfg.ENV_DLQ_URL: dlq,
             cfg.ENV_SLACK_SECRET_ARN: self.slack_secret_arn,
             cfg.ENV_DEPLOYMENT_NAME: self.name,
@@ -251,9 +265,15 @@ def provision(
     instance_types: tuple[str, ...] = ("g5.xlarge", "g4dn.xlarge"),
     availability_zones: int = 2,
     visibility_timeout_seconds: int | None = None,
+    image_dir: Path | None = None,
+    agent_asset: tuple[str, str] | None = None,
     allowed_instance_types: tuple[str, ...] | None = None,
 ) -> LocalDeployment:
-    """Create respot's resources in the emulator from the wiring."""
+    """Create respot's resources in the emulator from the wiring.
+
+    With `image_dir`, the launch template carries the stack's user data, rendered by the same
+    function (`infra.userdata`) for the AMI stand-in built there (`infra.local.sandbox`).
+    """
     sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
     s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
     secrets = client("secretsmanager", endpoint_url)
@@ -302,6 +322,22 @@ def provision(
         rule_queue_urls[rule.name] = url
         rule_names[rule.name] = name
 
+    # As the stack does: a schedule rule per schedule, a mapping per queue; those that only
+    # live jobs need (idle_off) are created disabled, for the activity switch to turn on.
+    schedule_rule_names: dict[str, str] = {}
+    for schedule in wiring.schedules:
+        name = f"{prefix}-schedule-{schedule.name}"
+        events.put_rule(
+            Name=name,
+            ScheduleExpression=f"rate({schedule.every_seconds // 60} minute"
+            f"{'s' if schedule.every_seconds >= 120 else ''})",
+            State="DISABLED" if schedule.idle_off else "ENABLED",
+        )
+        schedule_rule_names[schedule.name] = name
+    mappings = LocalEventSourceMappings()
+    for q in wiring.queues:
+        mappings.create(q.name, q.function, enabled=not q.idle_off)
+
     table = f"{prefix}-jobs"
     ddb.create_table(
         TableName=table,
@@ -332,9 +368,26 @@ def provision(
     s3.create_bucket(Bucket=bucket)
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
 
+    image: LocalImage | None = None
+    user_data: dict[str, str] = {}
+    if image_dir is not None:
+        image = LocalImage.build(image_dir, s3, *(agent_asset or (bucket, None)))
+        text = render_user_data(
+            agent_environment(
+                bucket=bucket,
+                agent_queue_url=queue_urls["agent-events"],
+                region=REGION,
+                log_group=log_group,
+                asset_bucket=image.asset_bucket,
+                asset_key=image.asset_key,
+                framework_python=FRAMEWORK_PYTHON,
+            )
+        )
+        user_data = {"UserData": base64.b64encode(text.encode()).decode()}
     template_id = ec2.create_launch_template(
         LaunchTemplateName=f"{prefix}-instances",
         LaunchTemplateData={
+            **user_data,
             "ImageId": LOCAL_AMI,
             "MetadataOptions": {
                 "HttpTokens": "required",
@@ -372,9 +425,12 @@ def provision(
         dlq_urls=dlq_urls,
         rule_queue_urls=rule_queue_urls,
         rule_names=rule_names,
+        schedule_rule_names=schedule_rule_names,
+        mappings=mappings,
         slack_secret_arn=slack_secret_arn,
         name=prefix,
         log_group=log_group,
+        image=image,
         allowed_instance_types=(
             instance_types if allowed_instance_types is None else allowed_instance_types
         ),

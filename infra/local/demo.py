@@ -44,9 +44,10 @@ class Interruption:
     resumed_from: int | None
     lost_steps: int | None
     notice_to_replacement_requested_s: float | None
-    notice_to_resumed_s: float | None
+    notice_to_resumed_s: float | None  # to the first training step on the replacement
     simulated_ec2_s: float
     respot_share_s: float | None
+    paused_s: float | None = None  # last training step on the old instance -> first on the new
 
 
 @dataclass
@@ -167,7 +168,9 @@ def interruptions_of(
             lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
         gone = old.notice_at or old.ended_at
         to_request = (new.requested_at - gone).total_seconds() if gone else None
-        to_resume = (new.started_at - gone).total_seconds() if gone and new.started_at else None
+        first = new.first_step_at
+        to_resume = (first - gone).total_seconds() if gone and first else None
+        paused = (first - old.last_step_at).total_seconds() if first and old.last_step_at else None
         found.append(
             Interruption(
                 attempt=old.number,
@@ -178,6 +181,7 @@ def interruptions_of(
                 notice_to_resumed_s=to_resume,
                 simulated_ec2_s=simulated_ec2,
                 respot_share_s=None if to_resume is None else max(to_resume - simulated_ec2, 0.0),
+                paused_s=paused,
             )
         )
     return found
@@ -272,9 +276,9 @@ def run_demo(
             say(
                 f"interruption of attempt {d.attempt}: stopped at step {d.step_at_stop}, resumed "
                 f"from {d.resumed_from} ({d.lost_steps} lost); notice -> replacement requested "
-                f"{d.notice_to_replacement_requested_s:.2f}s, notice -> training resumed "
-                f"{d.notice_to_resumed_s or float('nan'):.2f}s of which simulated EC2 "
-                f"{d.simulated_ec2_s:.2f}s"
+                f"{d.notice_to_replacement_requested_s:.2f}s, notice -> first training step "
+                f"{d.notice_to_resumed_s or float('nan'):.2f}s (simulated EC2 boot "
+                f"{d.simulated_ec2_s:.2f}s); training paused {d.paused_s or float('nan'):.2f}s"
             )
         say(f"the job's Slack thread in {options.slack_channel}, as the team sees it:")
         if echo:
@@ -317,6 +321,7 @@ def summary_json(result: DemoResult) -> str:
                     "notice_to_resumed_s": _round(d.notice_to_resumed_s),
                     "simulated_ec2_s": _round(d.simulated_ec2_s),
                     "respot_share_s": _round(d.respot_share_s),
+                    "paused_s": _round(d.paused_s),
                 }
                 for d in result.details
             ],

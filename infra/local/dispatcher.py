@@ -6,7 +6,8 @@ raised) for redelivery; SQS redrive then moves repeat failures to the dead-lette
 AWS. Per wiring rule: the rule's own queue carries matched EventBridge events; each is given to
 the function alone, and a failing event is retried up to `RULE_RETRIES` times like an
 asynchronous Lambda invocation. Per schedule: call the function every `every_seconds` times
-the runtime's time scale.
+the runtime's time scale while the schedule's rule is ENABLED. A queue is polled only while
+its event source mapping is Enabled (the activity switch turns some off at rest).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ RULE_RETRIES = 3  # Lambda retries a failed asynchronous invocation twice (three
 # FIFO queues are short-polled this often: moto's long poll spins (holding the GIL of the whole
 # local runtime) while the only visible messages belong to a message group in flight.
 FIFO_POLL_SECONDS = 0.1
+MAPPING_CHECK_SECONDS = 0.1  # how often a poller of a disabled mapping looks again
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class Dispatcher:
                 self._schedule,
                 schedule.function,
                 schedule.every_seconds * self.time_scale,
+                self.deployment.schedule_rule_names.get(schedule.name, ""),
             )
 
     def stop(self) -> None:
@@ -225,7 +228,11 @@ class Dispatcher:
     def _poll_queue(self, name: str, url: str, function: str, batch_size: int) -> None:
         arn = f"arn:aws:sqs:{self.deployment.region}:123456789012:{url.rsplit('/', 1)[-1]}"
         fifo = self.wiring.queue(name).fifo
+        mappings = self.deployment.mappings
         while not self._stop.is_set():
+            if not mappings.polling(name):  # the mapping is disabled: Lambda polls nothing
+                self._stop.wait(MAPPING_CHECK_SECONDS)
+                continue
             messages = self._receive(url, batch_size, 0 if fifo else None)
             if not messages:
                 if fifo:
@@ -268,8 +275,13 @@ class Dispatcher:
                         continue
                 self._delete(url, [message])
 
-    def _schedule(self, function: str, every_seconds: float) -> None:
+    def _schedule(self, function: str, every_seconds: float, rule: str) -> None:
+        events = self.deployment.client("events") if rule else None
         while not self._stop.wait(every_seconds):
+            # moto never fires a scheduled rule, nor does it stop a disabled one from matching:
+            # the schedule ticks only while its rule says ENABLED, as EventBridge would.
+            if events is not None and events.describe_rule(Name=rule)["State"] != "ENABLED":
+                continue
             try:
                 self.invoke(
                     function,

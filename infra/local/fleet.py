@@ -3,14 +3,18 @@
 The fleet plays EC2's part after a launch: the instance is pending, then (after the simulated
 fulfilment delay) running — with the `EC2 Spot Instance Request Fulfillment` and
 `EC2 Instance State-change Notification` events put on the emulator's EventBridge bus —
-then boots (the agent process starts). It delivers interruptions the EC2 way: the IMDS
-`spot/instance-action` answers and the two-minute warning event is put on the bus, then the
-process is killed and the instance terminated. An agent that exits by itself is treated as an
-instance that shut itself down (the launch template says shutdown terminates).
+then boots: the user data the launch template carries runs in a directory laid out like the
+AMI (`infra/local/sandbox.py`), and it is the user data that installs and starts the agent
+(through a stand-in systemd), exactly as on EC2. It delivers interruptions the EC2 way: the
+IMDS `spot/instance-action` answers and the two-minute warning event is put on the bus, then
+the machine's processes are killed and the instance terminated. A machine that powers itself
+off (the boot script after a failure, the agent at its end) is terminated (the launch
+template says shutdown terminates).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
@@ -18,7 +22,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +33,7 @@ from typing import Any, Protocol
 from infra.local.clock import Timers, TimeScale
 from infra.local.cloud import CREDENTIALS, LocalDeployment
 from infra.local.imds import ImdsServer
+from infra.local.sandbox import AGENT_JOURNAL, InstanceRoot
 from respot.ec2events import REBALANCE, SPOT_FULFILLMENT, SPOT_INTERRUPTION, STATE_CHANGE
 
 log = logging.getLogger("respot.local.fleet")
@@ -79,7 +83,8 @@ class LocalInstance:
     noticed_at: float | None = None
     ended_at: float | None = None
     end_reason: str | None = None
-    log_path: Path | None = None
+    log_path: Path | None = None  # the agent's journal (its stdout and stderr)
+    root: InstanceRoot | None = None  # the machine's "/"
     events: list[tuple[float, str]] = field(default_factory=list)
 
     @property
@@ -136,15 +141,16 @@ class InstanceFleet:
         self.on_boot: list[Callable[[LocalInstance], None]] = []
         # instance id -> the credentials its instance profile gives it (None: the emulator's)
         self.credentials: Callable[[str], dict[str, str]] | None = None
-        # A broken boot, for tests and bench.failures: (reason, report). The instance powers
-        # off at boot instead of starting the agent, after sending the boot script's
-        # `boot_failed` report if `report` (what agent-bootstrap.sh does when a step fails),
-        # or silently (a boot that dies before it can report).
+        # A broken boot, for tests and bench.failures: (reason, report). The machine reaches
+        # no S3, so the real boot script fails to fetch the agent package; it reports
+        # `boot_failed` on the agent queue if `report`, else it cannot reach SQS either (a
+        # private subnet without endpoints). `reason` is only a label: the report carries the
+        # script's own reason.
         self.broken_boot: tuple[str, bool] | None = None
         self._lock = threading.RLock()
         self._events = deployment.client("events")
         self._ec2 = deployment.client("ec2")
-        self._sqs = deployment.client("sqs")
+        self._user_data: str | None = None
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="local-fleet", daemon=True)
         self._watcher.start()
@@ -193,9 +199,6 @@ class InstanceFleet:
         self.timers.after(self.scale.real(self.timing.boot_seconds), lambda: self._boot(inst))
 
     def _boot(self, inst: LocalInstance) -> None:
-        if self.broken_boot is not None:
-            self._fail_boot(inst, *self.broken_boot)
-            return
         if self.agent is not None:
             with self._lock:
                 if inst.state != "running":
@@ -221,64 +224,62 @@ class InstanceFleet:
             if inst.noticed_at is not None and self.imds_notices:
                 inst.imds.schedule_interruption("terminate", datetime.now(UTC))
             inst.work_dir.mkdir(parents=True, exist_ok=True)
-            inst.log_path = inst.work_dir / "agent.log"
-            env = {
-                **os.environ,
-                **self.agent_env,
-                "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
-                "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
-                **(self.credentials(inst.instance_id) if self.credentials else {}),
-                "AWS_DEFAULT_REGION": self.deployment.region,
-                "AWS_REGION": self.deployment.region,
-                # agent_env may point agents elsewhere (the cost benchmark counts them apart).
-                "AWS_ENDPOINT_URL": self.agent_env.get(
-                    "AWS_ENDPOINT_URL", self.deployment.endpoint_url
-                ),
-                "AWS_EC2_METADATA_SERVICE_ENDPOINT": inst.imds.url,
-                "RESPOT_BUCKET": self.deployment.bucket,
-                "RESPOT_AGENT_QUEUE_URL": self.deployment.queue_urls["agent-events"],
-                "RESPOT_WORK_DIR": str(inst.work_dir),
-                "RESPOT_LOG_GROUP": self.deployment.log_group or "",
-                "RESPOT_SHUTDOWN": "exit",
-            }
-            with inst.log_path.open("ab") as out:
-                inst.process = subprocess.Popen(
-                    [sys.executable, "-m", "respot.agent"],
-                    env=env,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # its own process group, killed as a whole
-                )
+            assert self.deployment.image is not None, "provision(image_dir=...) builds the AMI"
+            inst.root = InstanceRoot.create(inst.work_dir / "root", self.deployment.image)
+            inst.log_path = inst.root.path / AGENT_JOURNAL
+            # What differs between this machine and an EC2 instance: where AWS and IMDS answer,
+            # and the credentials (the instance profile's, on EC2). The deployment's values
+            # come from the launch template's user data, as on EC2.
+            env = inst.root.machine_environment(
+                {
+                    "AWS_ACCESS_KEY_ID": CREDENTIALS["aws_access_key_id"],
+                    "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
+                    # With IAM on: the instance role's, as an instance profile gives them.
+                    **(self.credentials(inst.instance_id) if self.credentials else {}),
+                    # agent_env may point agents elsewhere (the cost benchmark counts them).
+                    "AWS_ENDPOINT_URL": self.deployment.endpoint_url,
+                    "AWS_EC2_METADATA_SERVICE_ENDPOINT": inst.imds.url,
+                    **self.agent_env,
+                    **self._broken_endpoints(),
+                }
+            )
+            inst.process = inst.root.run_user_data(self.user_data(), env)
+            inst.events.append((time.monotonic(), "user data"))
+        # Booted (on_boot, chaos timing) once the agent the user data started is up (its
+        # journal says it sent AgentStarted): the boot script's real seconds vary with the
+        # machine's load, and chaos means to interrupt a training instance.
+
+    def _booted(self, inst: LocalInstance) -> None:
+        with self._lock:
+            if not inst.alive or inst.booted_at is not None:
+                return
             inst.booted_at = time.monotonic()
             inst.events.append((inst.booted_at, "booted"))
         for callback in self.on_boot:
             callback(inst)
 
-    def _fail_boot(self, inst: LocalInstance, reason: str, report: bool) -> None:
-        with self._lock:
-            if inst.state != "running":
-                return
-            inst.events.append((time.monotonic(), f"boot failed: {reason}"))
-        if report and inst.job_id is not None and inst.attempt is not None:
-            from respot.messages import AgentBootFailed, AgentMessage
+    def user_data(self) -> str:
+        """The user data of the launch template the control plane launches from."""
+        if self._user_data is None:
+            versions = self._ec2.describe_launch_template_versions(
+                LaunchTemplateId=self.deployment.launch_template_id, Versions=["$Latest"]
+            )["LaunchTemplateVersions"]
+            encoded = versions[0]["LaunchTemplateData"].get("UserData", "")
+            if not encoded:
+                raise RuntimeError("the launch template carries no user data")
+            self._user_data = base64.b64decode(encoded).decode()
+        return self._user_data
 
-            message = AgentMessage(
-                job_id=inst.job_id,
-                attempt=inst.attempt,
-                instance_id=inst.instance_id,
-                seq=0,
-                sent_at=datetime.now(UTC),
-                body=AgentBootFailed(reason=reason, log_tail=[f"respot-boot: {reason}"]),
-            )
-            try:
-                self._sqs.send_message(
-                    QueueUrl=self.deployment.queue_urls["agent-events"],
-                    MessageBody=message.model_dump_json(exclude_none=True),
-                )
-            except Exception:
-                log.exception("could not send the boot report of %s", inst.instance_id)
-        self.terminate(inst.instance_id, f"powered off by its boot script: {reason}")
+    def _broken_endpoints(self) -> dict[str, str]:
+        """`broken_boot`: the machine reaches no S3 (and, unreported, no SQS): the real boot
+        script fails to fetch the agent package, reports `boot_failed` (or cannot), powers off."""
+        if self.broken_boot is None:
+            return {}
+        nowhere = "http://127.0.0.1:9"  # the discard port: connection refused
+        broken = {"AWS_ENDPOINT_URL_S3": nowhere, "AWS_MAX_ATTEMPTS": "2"}
+        if not self.broken_boot[1]:
+            broken["AWS_ENDPOINT_URL_SQS"] = nowhere
+        return broken
 
     # ---- interruptions and the end of instances ----------------------------------------------
 
@@ -346,25 +347,34 @@ class InstanceFleet:
     def _kill(self, inst: LocalInstance) -> None:
         if self.agent is not None and inst.booted_at is not None:
             self.agent.kill(inst)
-        if inst.process is not None and inst.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
+        if inst.process is not None:
+            # The user data's process group: every process of the machine (the fake systemd,
+            # the agent, the session), also after the user data itself has exited.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(inst.process.pid, signal.SIGKILL)
-            inst.process.wait(timeout=10)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                inst.process.wait(timeout=10)
         if inst.imds is not None:
             inst.imds.stop()
 
     def _watch(self) -> None:
-        """An agent that exits on its own shut its instance down."""
+        """A machine that powered itself off is shut down (and terminated)."""
         while not self._stop.wait(0.1):
             with self._lock:
-                exited = [
+                off = [
+                    (i, why)
+                    for i in self.instances.values()
+                    if i.alive and i.root is not None and (why := i.root.powered_off)
+                ]
+                started = [
                     i
                     for i in self.instances.values()
-                    if i.alive and i.process is not None and i.process.poll() is not None
+                    if i.alive and i.booted_at is None and i.root is not None and i.root.agent_up
                 ]
-            for inst in exited:
-                code = inst.process.returncode if inst.process else None
-                self.terminate(inst.instance_id, f"shut down by its agent (exit {code})")
+            for inst in started:
+                self._booted(inst)
+            for inst, why in off:
+                self.terminate(inst.instance_id, f"powered off by the instance ({why})")
 
     def stop(self) -> None:
         """Kill every instance (no events) and stop watching."""
@@ -390,16 +400,22 @@ class InstanceFleet:
         return sorted(found, key=lambda i: i.launched_at)
 
     def _emit(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
-        """Put an EC2 event on the bus (twice, or late, when the runtime asks for that chaos)."""
+        """Put an EC2 event on the bus (twice, or late, when the runtime asks for that chaos).
+
+        The event's `time` is now, the instant EC2 emits it, also when its delivery is delayed.
+        """
+        when = datetime.now(UTC)
         copies = 2 if self.duplicate_events else 1
         for _ in range(copies):
             if self.reorder_events:
                 delay = random.uniform(0.0, 0.6)  # noqa: S311 - chaos, not cryptography
-                self.timers.after(delay, lambda: self._put(detail_type, detail, inst))
+                self.timers.after(delay, lambda: self._put(detail_type, detail, inst, when))
             else:
-                self._put(detail_type, detail, inst)
+                self._put(detail_type, detail, inst, when)
 
-    def _put(self, detail_type: str, detail: dict[str, Any], inst: LocalInstance) -> None:
+    def _put(
+        self, detail_type: str, detail: dict[str, Any], inst: LocalInstance, when: datetime
+    ) -> None:
         arn = f"arn:aws:ec2:{self.deployment.region}:123456789012:instance/{inst.instance_id}"
         with self._lock:
             self.emitted += 1
@@ -407,6 +423,7 @@ class InstanceFleet:
             answer = self._events.put_events(
                 Entries=[
                     {
+                        "Time": when,
                         "Source": "aws.ec2",
                         "DetailType": detail_type,
                         "Detail": json.dumps(detail),

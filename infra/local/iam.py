@@ -125,6 +125,20 @@ def principal_policies(template: dict[str, Any]) -> dict[str, list[dict[str, Any
     return out
 
 
+def agent_asset_location(template: dict[str, Any], region: str) -> tuple[str, str] | None:
+    """(bucket, key) the instance role may read the agent package from (`ReadAgentPackage`):
+    where the local runtime puts its agent package when IAM is enforced, as CDK would."""
+    for doc in principal_policies(template)["instance"]:
+        for st in _statements(doc):
+            if st.get("Sid") != "ReadAgentPackage":
+                continue
+            resource = Resolver({}, region)(st["Resource"])
+            arn = resource[0] if isinstance(resource, list) else resource
+            bucket, _, key = str(arn).removeprefix("arn:aws:s3:::").partition("/")
+            return bucket, key
+    return None
+
+
 def action_count(documents: list[dict[str, Any]]) -> int:
     """Distinct IAM actions the Allow statements of `documents` name."""
     actions: set[str] = set()
@@ -182,6 +196,17 @@ def local_attributes(
             Ref=group,
             Arn=f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{group}:*",
         )
+    # The activity switch names the event source mappings (infra/local/mappings.py).
+    queue_of = {
+        _logical_id(template, f"Messaging{pascal_id(q.name)}Queue"): q.name for q in WIRING.queues
+    }
+    for lid, resource in template["Resources"].items():
+        if resource["Type"] != "AWS::Lambda::EventSourceMapping":
+            continue
+        source = resource["Properties"].get("EventSourceArn", {}).get("Fn::GetAtt", [None])[0]
+        uuid = local.mappings.uuid_of(queue_of.get(source, ""))
+        if uuid is not None:
+            attrs[lid] = {"Ref": uuid}
     put("FleetLaunchTemplate", Ref=local.launch_template_id)
     put("FleetInstanceRole", Arn=instance_role_arn)
     put("SlackSecret", Ref=local.slack_secret_arn)

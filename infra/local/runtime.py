@@ -26,14 +26,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import lambdas._activity as activity_lambda
+import lambdas._commands as lambda_commands
 import lambdas._runtime as lambda_runtime
 import lambdas.notify as notify_lambda
+import lambdas.sweep as sweep_lambda
 from infra.local import cloud
 from infra.local.clock import Timers, TimeScale
 from infra.local.dispatcher import Dispatcher
 from infra.local.fis import FaultInjection
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
-from infra.local.iam import LocalIam, synthesized_template
+from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.slack import LocalSlack
@@ -41,11 +44,16 @@ from infra.wiring import WIRING
 from respot import config as cfg
 from respot.client import JobHandle, run
 from respot.config import ControlPlaneConfig, NotifyConfig
+from respot.control import activity
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
 from respot.deployment import Deployment
+from respot.identity import Verifier, sts_url
 from respot.notify import SlackNotifier
+from respot.notify.sweep_thread import SlackSweepNews
+from respot.notify.token import SlackTokenSource
 from respot.spec import TrainingEnvVar
+from respot.sweep.client import SweepHandle
 
 log = logging.getLogger("respot.local")
 
@@ -135,20 +143,26 @@ class LocalRuntime:
         endpoint = self.server.start()
         if opts.endpoint_proxy is not None:
             endpoint = opts.endpoint_proxy(endpoint)
-        self.deployment = cloud.provision(
-            endpoint,
-            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
-            instance_types=opts.instance_types,
-            availability_zones=opts.availability_zones,
-            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
-            allowed_instance_types=opts.allowed_instance_types,
-        )
+        template = synthesized_template() if opts.iam else None
         if opts.work_root is None:
             self._work_root = Path(tempfile.mkdtemp(prefix="respot-local-"))
             self._owns_work_root = not opts.keep_work_root
         else:
             self._work_root = opts.work_root
             self._work_root.mkdir(parents=True, exist_ok=True)
+        self.deployment = cloud.provision(
+            endpoint,
+            prefix=opts.prefix or f"respot-{secrets.token_hex(3)}",
+            instance_types=opts.instance_types,
+            availability_zones=opts.availability_zones,
+            visibility_timeout_seconds=max(int(self.scale.real(30)), 2),
+            # Instances boot the launch template's user data on this AMI stand-in; the scale
+            # benchmark's in-process agents boot nothing.
+            image_dir=None if opts.instance_agent is not None else self._work_root / "ami",
+            # With IAM on, the agent package goes where the instance role may read it.
+            agent_asset=agent_asset_location(template, cloud.REGION) if template else None,
+            allowed_instance_types=opts.allowed_instance_types,
+        )
         self.timers = Timers()
         self.fleet = InstanceFleet(
             self.deployment,
@@ -193,16 +207,28 @@ class LocalRuntime:
                 SecretString=json.dumps({"bot_token": self.slack.token}),
             )
         if opts.iam:
-            self.iam = LocalIam(self.deployment, synthesized_template()).create()
+            assert template is not None
+            self.iam = LocalIam(self.deployment, template).create()
             self.fleet.credentials = self.iam.instance_credentials
         lambda_runtime.install(
             self._build_control_plane, self._dead_letter, per_function=self.iam is not None
+        )
+        # Identity proofs run for real: executed against the emulator's STS, as on AWS; used
+        # proofs go to the table through the submitting function's own client.
+        lambda_commands.install_verifier(
+            Verifier(
+                sts_url=sts_url(self.deployment.region, endpoint),
+                region=self.deployment.region,
+                ledger=None,
+            )
         )
         wiring = WIRING
         if not opts.react_to_notices:
             ignored = {"spot-interruption", "instance-state"}
             wiring = replace(WIRING, rules=tuple(r for r in WIRING.rules if r.name not in ignored))
         notify_lambda.install(self._build_notifier)
+        sweep_lambda.install(self._build_sweep_news)
+        activity_lambda.install(self._build_activity_switch)
         self.dispatcher = Dispatcher(
             self.deployment,
             wiring=wiring,
@@ -236,7 +262,10 @@ class LocalRuntime:
         if self.timers is not None:
             self.timers.stop()
         lambda_runtime.install(None)
+        lambda_commands.uninstall_verifier()
         notify_lambda.install(None)
+        sweep_lambda.install(None)
+        activity_lambda.install(None)
         if self.iam is not None:
             self.iam.stop()
         if self.slack is not None:
@@ -306,6 +335,47 @@ class LocalRuntime:
         self._control_plane = control
         return control
 
+    def activity_env(self) -> dict[str, str]:
+        """What the stack gives `submit` and `reconcile` for the activity switch (time-scaled)."""
+        assert self.deployment is not None
+        d = self.deployment
+        idle = [q.name for q in WIRING.queues if q.idle_off]
+        rules = [d.schedule_rule_names[s.name] for s in WIRING.schedules if s.idle_off]
+        return {
+            activity.ENV_RULE: ",".join(rules),
+            activity.ENV_MAPPINGS: ",".join(str(d.mappings.uuid_of(q)) for q in idle),
+            activity.ENV_QUEUES: ",".join(d.queue_urls[q] for q in idle),
+            activity.ENV_GRACE: str(self.scale.real(activity.DEFAULT_GRACE.total_seconds())),
+        }
+
+    def _build_activity_switch(self) -> activity.ActivitySwitch | None:
+        assert self.deployment is not None
+        deployment = self.deployment
+
+        class _Session:  # Lambda's mappings live in the runtime (infra/local/mappings.py)
+            def client(self, name: str) -> Any:
+                return deployment.mappings if name == "lambda" else deployment.client(name)
+
+        return activity.ActivitySwitch.from_env(
+            ddb=deployment.client("dynamodb"),
+            table_name=deployment.table_name,
+            sqs=deployment.client("sqs"),
+            session=_Session(),
+            env=self.activity_env(),
+        )
+
+    def pollers_on(self) -> dict[str, bool]:
+        """Which switched pollers run now: each idle-off queue's mapping and schedule's rule."""
+        assert self.deployment is not None
+        d = self.deployment
+        events = d.client("events")
+        found = {f"queue:{q.name}": d.mappings.polling(q.name) for q in WIRING.queues if q.idle_off}
+        for s in WIRING.schedules:
+            if s.idle_off:
+                rule = events.describe_rule(Name=d.schedule_rule_names[s.name])
+                found[f"schedule:{s.name}"] = rule["State"] == "ENABLED"
+        return found
+
     def _build_notifier(self) -> SlackNotifier:
         assert self.deployment is not None
         session = self.function_session("notify" if self.iam is not None else None)
@@ -315,6 +385,17 @@ class LocalRuntime:
         }
         return SlackNotifier.from_config(
             NotifyConfig.from_env(self.env()), session=session, clients=clients
+        )
+
+    def _build_sweep_news(self) -> SlackSweepNews:
+        assert self.deployment is not None
+        config = NotifyConfig.from_env(self.env())
+        session = self.function_session("sweep" if self.iam is not None else None)
+        secrets = cloud.client_of(session, "secretsmanager", self.deployment.endpoint_url)
+        return SlackSweepNews(
+            tokens=SlackTokenSource(config.slack_secret_arn, secrets),
+            default_channel=config.slack_channel,
+            base_url=config.slack_api_url,
         )
 
     def control_plane(self) -> ControlPlane:
@@ -375,6 +456,13 @@ class LocalRuntime:
         """`respot.run` against this runtime."""
         session = kwargs.pop("session", None) or self.researcher_session()
         return run(spec, deployment=self.sdk_deployment(), session=session, **kwargs)
+
+    def sweep(self, spec: Any, **kwargs: Any) -> SweepHandle:
+        """`respot.sweep` against this runtime."""
+        from respot.sweep.client import sweep
+
+        session = kwargs.pop("session", None) or self.researcher_session()
+        return sweep(spec, deployment=self.sdk_deployment(), session=session, **kwargs)
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on an existing job."""

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from respot.notebook import Interrupted, session
     from respot.session import TrainingSession
     from respot.spec import DataSourceEnvVar, TrainingEnvVar
+    from respot.sweep.client import SweepHandle, sweep
+    from respot.sweep.spec import SweepSpec
 
 __version__ = "0.1.0"
 __all__ = [
@@ -29,10 +31,13 @@ __all__ = [
     "JobStatus",
     "RespotError",
     "SpecError",
+    "SweepHandle",
+    "SweepSpec",
     "TrainingEnvVar",
     "TrainingSession",
     "run",
     "session",
+    "sweep",
 ]
 
 # The public names are loaded on first use (PEP 562), so that `import respot.config` in a
@@ -49,6 +54,9 @@ _HOMES = {
     "Interrupted": "respot.notebook",
     "DataSourceEnvVar": "respot.spec",
     "TrainingEnvVar": "respot.spec",
+    "SweepHandle": "respot.sweep.client",
+    "SweepSpec": "respot.sweep.spec",
+    "sweep": "respot.sweep.client",
 }
 
 

@@ -28,6 +28,7 @@ from respot.core.job import JobRecord, TimelineEntry
 from respot.core.states import JobState
 from respot.deployment import Deployment, discover
 from respot.exceptions import JobNotFinishedError, JobNotFoundError, SpecError
+from respot.jobid import InvalidJobIdError, check_job_id
 from respot.messages import (
     CancelCommand,
     CodeArtifact,
@@ -84,7 +85,7 @@ class JobHandle:
     """A submitted job: ask how it is, wait for it, or cancel it."""
 
     def __init__(self, job_id: str, deployment: Deployment, session: Any = None) -> None:
-        self.job_id = job_id
+        self.job_id = check_job_id(job_id)
         self.deployment = deployment
         self._session = session
         self._clients: dict[str, Any] = {}
@@ -204,12 +205,25 @@ class JobHandle:
             job_id=self.job_id,
             reason=reason,
             requested_at=datetime.now(UTC),
-            requested_by=_user(),
         )
+        self.publish(command)
+
+    def publish(self, command: JobSubmission | CancelCommand) -> None:
+        """Sign an identity proof for `command` (respot.identity) and publish it."""
+        from respot.identity import prove, sts_url
+
+        session = self._session or self.deployment.session()
+        proof = prove(
+            command,
+            session,
+            region=self.deployment.region,
+            url=sts_url(self.deployment.region, self.deployment.endpoint_url),
+        )
+        signed = command.model_copy(update={"proof": proof})
         self._client("sns").publish(
             TopicArn=self.deployment.topic_arn,
-            Message=encode(command),
-            MessageAttributes={"command": {"DataType": "String", "StringValue": "cancel"}},
+            Message=encode(signed),
+            MessageAttributes={"command": {"DataType": "String", "StringValue": command.command}},
         )
 
 
@@ -240,6 +254,11 @@ def run(
     env = validate_spec(spec)
     now = datetime.now(UTC)
     problems = preflight(env, now)
+    if job_id is not None:
+        try:
+            check_job_id(job_id)
+        except InvalidJobIdError as exc:
+            problems.append(f"job_id: {exc}")
     if problems:
         raise SpecError(problems)
     job_id = job_id or new_job_id(env.name, now)
@@ -271,23 +290,34 @@ def run(
         code=code,
         provenance=provenance or capture_provenance(env),
         submitted_at=now,
-        submitted_by=_user(),
     )
-    body = encode(submission)  # refuses an oversize message before anything is spent
+    encode(submission)  # refuses an oversize message before anything is spent
     handle = JobHandle(job_id, deployment, session)
     if code_bytes is not None and code is not None:
-        handle._client("s3").put_object(
-            Bucket=deployment.bucket,
-            Key=layout.code_key(job_id, code.sha256),
-            Body=code_bytes,
-            ChecksumAlgorithm="SHA256",
-        )
-    handle._client("sns").publish(
-        TopicArn=deployment.topic_arn,
-        Message=body,
-        MessageAttributes={"command": {"DataType": "String", "StringValue": "submit"}},
-    )
+        _put_code(handle._client("s3"), deployment.bucket, job_id, code.sha256, code_bytes)
+    handle.publish(submission)
     return handle
+
+
+def _put_code(s3: Any, bucket: str, job_id: str, sha256: str, data: bytes) -> None:
+    """Upload the code zip create-only: an object already at that key is never replaced.
+
+    The key names the content's SHA-256 and the agent checks it, so an object already there
+    (our own earlier try) is left as it is.
+    """
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.put_object(
+            Bucket=bucket,
+            Key=layout.code_key(job_id, sha256),
+            Body=data,
+            ChecksumAlgorithm="SHA256",
+            IfNoneMatch="*",
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412"):
+            raise
 
 
 def preflight(spec: TrainingEnvVar, now: datetime) -> list[str]:

@@ -1,19 +1,23 @@
-"""EventBridge events from EC2 and the SNS envelope, parsed leniently into the core's events.
+"""EventBridge events from EC2 and the SNS envelope, parsed into the core's events.
 
-AWS documentation samples carry placeholders (`"time": "yyyy-mm-ddThh:mm:ssZ"`,
+Field names are strict (only the documented `detail-type`, `instance-id`, ...), values are
+lenient: AWS documentation samples carry placeholders (`"time": "yyyy-mm-ddThh:mm:ssZ"`,
 `"instance-action": "action"`) and sometimes no `version`; none of that may crash a handler.
-The instance id is read from `detail.instance-id`, never from `resources`.
+The instance id is read from `detail.instance-id`, never from `resources`. The event's
+`time` travels on as `at`, so the core can tell an event older than the attempt it names.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from respot.core.events import InstanceDown, InstanceUp, InterruptionNotice
 from respot.exceptions import RespotError
+from respot.inputs import check_json_text
 
 SPOT_FULFILLMENT = "EC2 Spot Instance Request Fulfillment"
 SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"
@@ -27,7 +31,9 @@ class EventShapeError(RespotError, ValueError):
 
 
 class _Detail(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # Only the documented (hyphenated) names: `instance_id` in place of `instance-id` is a
+    # malformed event, not a spelling to accept (no populate_by_name on AWS event models).
+    model_config = ConfigDict(extra="ignore")
 
     instance_id: str = Field(alias="instance-id", min_length=1, max_length=64)
 
@@ -53,7 +59,7 @@ class StateChangeDetail(_Detail):
 class Ec2Event(BaseModel):
     """The EventBridge envelope, as far as respot reads it."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore")
 
     id: str | None = None
     detail_type: str = Field(alias="detail-type")
@@ -79,37 +85,69 @@ def parse_ec2_event(raw: Any) -> InstanceUp | InterruptionNotice | InstanceDown 
         event = Ec2Event.model_validate(raw)
         if event.source != "aws.ec2":
             raise EventShapeError(f"source {event.source!r} is not aws.ec2")
+        at = event_time(event.time)
         match event.detail_type:
             case "EC2 Spot Instance Request Fulfillment":
                 f = FulfillmentDetail.model_validate(event.detail)
                 return InstanceUp(
-                    f.instance_id, None, "fulfillment", spot_request_id=f.spot_instance_request_id
+                    f.instance_id,
+                    None,
+                    "fulfillment",
+                    spot_request_id=f.spot_instance_request_id,
+                    at=at,
                 )
             case "EC2 Spot Instance Interruption Warning":
                 i = InterruptionDetail.model_validate(event.detail)
-                return InterruptionNotice(i.instance_id, None, "interruption", i.instance_action)
+                return InterruptionNotice(
+                    i.instance_id, None, "interruption", i.instance_action, at=at
+                )
             case "EC2 Instance Rebalance Recommendation":
                 r = _Detail.model_validate(event.detail)
-                return InterruptionNotice(r.instance_id, None, "rebalance")
+                return InterruptionNotice(r.instance_id, None, "rebalance", at=at)
             case "EC2 Instance State-change Notification":
                 s = StateChangeDetail.model_validate(event.detail)
                 if s.state == "running":
-                    return InstanceUp(s.instance_id, None, "running")
+                    return InstanceUp(s.instance_id, None, "running", at=at)
                 if s.state in DOWN_STATES:
-                    return InstanceDown(s.instance_id, None, s.state)
+                    return InstanceDown(s.instance_id, None, s.state, at=at)
                 return None  # pending: nothing to do yet
     except ValidationError as exc:
         raise EventShapeError(f"malformed EC2 event: {exc.errors()[0]['msg']}") from exc
     raise EventShapeError(f"detail-type {event.detail_type!r} is not one respot handles")
 
 
+def event_time(value: str | None) -> datetime | None:
+    """The event's `time` as an aware UTC datetime; None if absent or a placeholder."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None  # documentation samples say "yyyy-mm-ddThh:mm:ssZ"
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
 def unwrap_sns(body: str) -> str:
     """The message inside an SNS notification envelope (SQS body), or `body` if not wrapped."""
+    return sns_envelope(body)[0]
+
+
+def sns_envelope(body: str) -> tuple[str, str | None]:
+    """(message, SNS MessageId) of an SNS notification envelope; (body, None) if not wrapped.
+
+    The body is checked for size and depth first (`InputLimitError`), so a hostile body is
+    refused with its reason instead of crashing the parser.
+    """
+    check_json_text(body, what="SQS message body")
     try:
         data = json.loads(body)
     except ValueError:
-        return body
+        return body, None
     if isinstance(data, dict) and data.get("Type") == "Notification" and "Message" in data:
         message = data["Message"]
-        return message if isinstance(message, str) else json.dumps(message)
-    return body
+        text = message if isinstance(message, str) else json.dumps(message)
+        message_id = data.get("MessageId")
+        return text, message_id if isinstance(message_id, str) else None
+    return body, None

@@ -40,6 +40,14 @@ class CheckpointError(RespotError):
     """A checkpoint is missing, partial or does not match its manifest."""
 
 
+class DuplicateJobError(RespotError):
+    """A submission reused the id of a recorded job with other content or another owner."""
+
+
+class NotOwnerError(RespotError):
+    """A researcher asked to change a job that is not theirs (and is not an admin)."""
+
+
 class JobNotFinishedError(RespotError):
     """The job has not ended, so it has no outputs yet."""
 

@@ -32,7 +32,7 @@ from respot.spec import TrainingEnvVar, validate_spec
 FieldPath = tuple[str | int, ...]
 
 # "data[0].s3_uri: ..." -> the field path before the first ": ".
-_PROBLEM = re.compile(r"^(?P<path>[A-Za-z_][\w-]*(?:\[\d+\]|\.[\w-]+)*): (?P<text>.*)$", re.DOTALL)
+_PROBLEM = re.compile(r"(?P<path>[A-Za-z_][\w-]*(?:\[\d+\]|\.[\w-]+)*): (?P<text>.*)", re.DOTALL)
 _PATH_PART = re.compile(r"\[(\d+)\]|\.?([^.\[\]]+)")
 _QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
 
@@ -203,7 +203,7 @@ def locate(
     """Prefix each `field: text` problem with where the field was written."""
     located = []
     for problem in problems:
-        m = _PROBLEM.match(problem)
+        m = _PROBLEM.fullmatch(problem)
         if m is None or m.group("path") == "spec":
             text = m.group("text") if m else problem
             located.append(f"{name}: {text}")
@@ -232,6 +232,28 @@ def locate(
     return located
 
 
+MAX_JOB_FILE_BYTES = 1024 * 1024
+MAX_YAML_DEPTH = 32
+
+
+def _check_depth(root: yaml.Node | None, name: str) -> None:
+    """Refuse a document nested deeper than MAX_YAML_DEPTH (a loop, not recursion)."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)] if root is not None else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            raise JobFileError(
+                [
+                    f"{name}:{_mark_line(node)}: nested more than {MAX_YAML_DEPTH} levels deep; "
+                    "flatten it (hyperparameters nest at most 20)"
+                ]
+            )
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend((value, depth + 1) for _, value in node.value)
+
+
 def load_job_file(
     path: str | Path,
     overrides: list[str] | None = None,
@@ -251,9 +273,18 @@ def load_job_file(
         raise JobFileError([f"{name}: cannot be read ({exc})"]) from None
     parsed_overrides = [parse_override(o) for o in overrides or []]
 
+    if len(text) > MAX_JOB_FILE_BYTES:
+        raise JobFileError(
+            [f"{name}: {len(text):,} characters; a job file is at most {MAX_JOB_FILE_BYTES:,}"]
+        )
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_depth(root, name)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise JobFileError(
+            [f"{name}: nested too deeply to read; a job file nests at most {MAX_YAML_DEPTH} levels"]
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name

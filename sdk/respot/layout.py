@@ -5,21 +5,31 @@ jobs/<job>/code/<sha256>.zip             the researcher's code, uploaded by run(
 jobs/<job>/checkpoints/blobs/<sha256>    checkpoint file contents, stored once by content
 jobs/<job>/checkpoints/manifests/<step>-<attempt>.json   a checkpoint; written last
 jobs/<job>/handoff/<attempt>.json        attempt will write no more checkpoints
+jobs/<job>/handoff/<attempt>.successor.json   its replacement is warm (warm start)
 jobs/<job>/control/<attempt>.json        the control plane asks that attempt to stop
 jobs/<job>/outputs/...                   what the session left in output_dir at the end
 jobs/<job>/outputs.json                  their manifest (path, size, SHA-256); written last
 jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
 jobs/<job>/tensorboard/...               scalars from report()
+wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job environments)
 """
 
 from __future__ import annotations
 
+from respot.jobid import check_job_id
+
 JOBS_PREFIX = "jobs/"
+WHEELHOUSE_PREFIX = "wheelhouse/"
+
+
+def wheelhouse_key(requirements_hash: str) -> str:
+    """The wheels that satisfy one set of requirements on one platform (shared by reruns)."""
+    return f"{WHEELHOUSE_PREFIX}{requirements_hash}/wheels.zip"
 
 
 def job_prefix(job_id: str) -> str:
-    """Everything of one job lives under this prefix."""
-    return f"{JOBS_PREFIX}{job_id}/"
+    """Everything of one job lives under this prefix (`InvalidJobIdError` for a bad id)."""
+    return f"{JOBS_PREFIX}{check_job_id(job_id)}/"
 
 
 def submission_key(job_id: str) -> str:
@@ -67,6 +77,11 @@ def parse_manifest_key(key: str) -> tuple[int, int] | None:
 def handoff_key(job_id: str, attempt: int) -> str:
     """Marker: this attempt will write no more checkpoints (saved on notice, or gone)."""
     return f"{job_prefix(job_id)}handoff/{attempt:04d}.json"
+
+
+def successor_ready_key(job_id: str, attempt: int) -> str:
+    """Marker: the replacement of `attempt` is warm and waits for its final checkpoint."""
+    return f"{job_prefix(job_id)}handoff/{attempt:04d}.successor.json"
 
 
 def control_key(job_id: str, attempt: int) -> str:

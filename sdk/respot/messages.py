@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from respot.exceptions import MessageTooLargeError
 from respot.gpu import MAX_GPUS, GpuSample
+from respot.jobid import JobId, check_job_id
 from respot.spec import TrainingEnvVar
 
 MESSAGE_SCHEMA_VERSION: Literal[1] = 1
@@ -30,8 +31,9 @@ def utcnow() -> datetime:
 def new_job_id(name: str, now: datetime | None = None) -> str:
     """A job id that is readable, sortable by time and unique: `<name>-<yyyymmddhhmmss>-<hex6>`."""
     stamp = (now or utcnow()).strftime("%Y%m%d%H%M%S")
-    slug = "".join(c if c.isalnum() or c == "-" else "-" for c in name.lower()).strip("-")[:40]
-    return f"{slug or 'job'}-{stamp}-{secrets.token_hex(3)}"
+    ascii_ok = "abcdefghijklmnopqrstuvwxyz0123456789-"
+    slug = "".join(c if c in ascii_ok else "-" for c in name.lower()).strip("-")[:40].strip("-")
+    return check_job_id(f"{slug or 'job'}-{stamp}-{secrets.token_hex(3)}")
 
 
 class _Message(BaseModel):
@@ -61,17 +63,39 @@ class Provenance(_Message):
     rerun_of: str | None = None
 
 
+class TrialRef(_Message):
+    """On a trial job's submission: the sweep and the trial number the job runs.
+
+    Set only by the sweep Lambda, which submits trial jobs in-process; the submit Lambda
+    refuses a published submission that carries one.
+    """
+
+    sweep_id: JobId
+    trial: int = Field(ge=0)
+
+
+class IdentityProof(_Message):
+    """A signed, unsent `sts:GetCallerIdentity` request (see respot.identity)."""
+
+    method: Literal["POST"] = "POST"
+    url: str = Field(max_length=512)
+    body: str = Field(max_length=256)
+    headers: dict[str, str] = Field(max_length=16)
+
+
 class JobSubmission(_Message):
     """A researcher's `run()`: the validated spec plus what respot adds on the laptop."""
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
     command: Literal["submit"] = "submit"
-    job_id: str
+    job_id: JobId
     spec: TrainingEnvVar
     code: CodeArtifact | None = None
     provenance: Provenance | None = None
     submitted_at: datetime
-    submitted_by: str | None = None
+    submitted_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
+    sweep: TrialRef | None = None
 
 
 class CancelCommand(_Message):
@@ -79,10 +103,11 @@ class CancelCommand(_Message):
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
     command: Literal["cancel"] = "cancel"
-    job_id: str
+    job_id: JobId
     reason: str = "cancelled by user"
     requested_at: datetime
-    requested_by: str | None = None
+    requested_by: str | None = None  # the control plane sets it to the caller STS verified
+    proof: IdentityProof | None = None
 
 
 Command = Annotated[JobSubmission | CancelCommand, Field(discriminator="command")]
@@ -100,6 +125,10 @@ class AgentStarted(_Message):
     restored_manifest: str | None = None
     restore_seconds: float = 0.0
     setup_seconds: float = 0.0
+    # Warm start (docs/agent.md): True if the session process was started and its entry point
+    # imported before the restore; None if not tried (opted out). Why it fell back to cold.
+    warm: bool | None = None
+    warm_failure: str | None = None
 
 
 class AgentProgress(_Message):
@@ -109,6 +138,8 @@ class AgentProgress(_Message):
     step: int | None = None
     total_steps: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    # When the session's first report() of this attempt was made (its first training step).
+    first_step_at: datetime | None = None
     # Per GPU, means since the previous heartbeat (respot.agent.telemetry); None: no GPU.
     gpus: list[GpuSample] | None = Field(default=None, max_length=MAX_GPUS)
 
@@ -132,6 +163,7 @@ class AgentPreempted(_Message):
     step: int | None = None
     checkpoint_step: int | None = None
     notice: Literal["spot-interruption", "rebalance", "stop"]
+    last_step_at: datetime | None = None  # when the session's last report() was made
 
 
 class AgentCompleted(_Message):
@@ -141,6 +173,9 @@ class AgentCompleted(_Message):
     step: int | None = None
     outputs_prefix: str
     train_seconds: float
+    # The newest value of each metric the session reported (its final result, e.g. for a
+    # sweep): the last heartbeat may be older than the session's last report.
+    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 class AgentFailed(_Message):
@@ -189,7 +224,7 @@ class AgentMessage(_Message):
     """
 
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
-    job_id: str
+    job_id: JobId
     attempt: int
     instance_id: str
     seq: int
@@ -208,6 +243,35 @@ def encode(message: BaseModel) -> str:
             "Move large hyperparameters or environment values into a file in S3 and pass its URI"
         )
     return text
+
+
+REDACTED = "<redacted>"
+
+
+def stored_submission(submission: JobSubmission) -> str:
+    """The JSON the control plane stores as `submission.json` for the agent (no proof)."""
+    return submission.model_dump_json(exclude={"proof"}, exclude_none=True)
+
+
+def submission_digest(submission: JobSubmission) -> str:
+    """SHA-256 of the submission as stored: equal digests mean the very same submission."""
+    return hashlib.sha256(stored_submission(submission).encode()).hexdigest()
+
+
+def redacted(submission: JobSubmission) -> JobSubmission:
+    """The submission as every researcher may read it: environment values replaced.
+
+    The job record (DynamoDB, readable by every researcher for `respot ls`/`status`) keeps
+    only the names of the environment variables; their values travel to the instance in
+    `submission.json`, which researchers cannot read (`RespotResearcherPolicy`).
+    """
+    submission = submission.model_copy(update={"proof": None})
+    if not submission.spec.environment:
+        return submission
+    spec = submission.spec.model_copy(
+        update={"environment": dict.fromkeys(submission.spec.environment, REDACTED)}
+    )
+    return submission.model_copy(update={"spec": spec})
 
 
 def digest(data: bytes) -> str:

@@ -122,7 +122,7 @@ class ProgressDisplay:
                 TimeElapsedColumn,
             )
 
-            console = self._console or Console(file=self._stream, highlight=False)
+            console = self._console or Console(file=self._stream, highlight=False, emoji=False)
             self._console = console
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),

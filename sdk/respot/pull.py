@@ -249,11 +249,12 @@ def _download_verified(
     try:
         with create_transfer_manager(s3, default_transfer_config()) as manager:
             futures = []
-            for target, rel, _size, _sha in targets:
+            for target, rel, size, _sha in targets:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.with_name(f".{target.name}.part-{secrets.token_hex(4)}")
                 temps.append(tmp)
-                subscribers = [_Advance(progress, rel)] if progress is not None else None
+                # The size is known (manifest or listing): no HeadObject per file.
+                subscribers = [_Advance(progress, rel, size)]
                 futures.append(
                     (rel, manager.download(bucket, prefix + rel, str(tmp), subscribers=subscribers))
                 )
@@ -289,15 +290,17 @@ def _download_verified(
 
 
 class _Advance:
-    """An s3transfer subscriber that forwards byte counts to a `TransferProgress`."""
+    """An s3transfer subscriber: gives the known size (saving a HeadObject, as the AWS CLI
+    does) and forwards byte counts to a `TransferProgress`."""
 
-    def __init__(self, progress: TransferProgress | None, name: str) -> None:
+    def __init__(self, progress: TransferProgress | None, name: str, size: int) -> None:
         self._progress = progress
         self._name = name
+        self._size = size
 
     # s3transfer calls subscribers by these method names (BaseSubscriber's protocol).
     def on_queued(self, future: Any, **kwargs: Any) -> None:
-        return None
+        future.meta.provide_transfer_size(self._size)
 
     def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
         if self._progress is not None:

@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from respot import layout
-from respot.client import JobHandle, _user, preflight
+from respot.client import JobHandle, preflight
 from respot.deployment import Deployment
 from respot.exceptions import JobNotFoundError, SpecError
 from respot.messages import (
+    REDACTED,
     CodeArtifact,
     JobSubmission,
     Provenance,
-    encode,
     new_job_id,
 )
 from respot.spec import validate_spec
@@ -76,6 +76,12 @@ def rerun(
         ) from None
     # The code comes from S3, not from source_dir: only the clock-dependent checks apply.
     problems = preflight(spec.model_copy(update={"source_dir": None}), now)
+    problems += [
+        f"environment.{name}: its value is not stored where researchers can read it; "
+        f"pass it again with --set environment.{name}=VALUE"
+        for name, value in spec.environment.items()
+        if value == REDACTED
+    ]
     if problems:
         raise SpecError(problems)
 
@@ -103,11 +109,6 @@ def rerun(
         code=code,
         provenance=provenance,
         submitted_at=now,
-        submitted_by=_user(),
     )
-    handle._client("sns").publish(
-        TopicArn=deployment.topic_arn,
-        Message=encode(submission),
-        MessageAttributes={"command": {"DataType": "String", "StringValue": "submit"}},
-    )
+    handle.publish(submission)
     return handle

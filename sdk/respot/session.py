@@ -53,8 +53,17 @@ class TrainingSession(abc.ABC):
       the next attempt resumes from the newest checkpoint (and, if the work was in fact done,
       simply finishes again from there).
 
-    Do not override `__init__`; do set-up at the start of `train()`. `on_interruption` is
-    called once, from a background thread, when the notice arrives: keep it short.
+    Do not override `__init__`; do set-up at the start of `train()`, or in `prepare()`.
+    `on_interruption` is called once, from a background thread, when the notice arrives: keep
+    it short.
+
+    Warm start (the default; `TrainingEnvVar(warm_start=False)` opts out): on a replacement
+    instance the agent starts the session process, imports the entry point and calls
+    `prepare()` while it waits for the previous instance's last checkpoint; only then is the
+    checkpoint restored into `checkpoint_dir`, `resume_step` set and `train()` called. So
+    `prepare()` may build what does not depend on the checkpoint (the model, the data
+    loaders); it must not read `checkpoint_dir` or `resume_step`. The notice reaches a
+    session later than EC2 gives it, while its replacement warms up (docs/agent.md).
 
     Example::
 
@@ -114,6 +123,13 @@ class TrainingSession(abc.ABC):
     @abc.abstractmethod
     def train(self) -> None:
         """Run (or resume) training; see the class docstring for the contract."""
+
+    def prepare(self) -> None:  # noqa: B027 - an optional hook
+        """Called once before `train()`, before the checkpoint is restored (warm start).
+
+        Build here what does not depend on the checkpoint (the model, the data); do not read
+        `checkpoint_dir` or `resume_step` here. The default does nothing.
+        """
 
     def on_interruption(self, notice: str) -> None:  # noqa: B027 - an optional hook
         """Called once, from a background thread, when an interruption notice arrives.
@@ -181,3 +197,9 @@ class TrainingSession(abc.ABC):
         """Make `checkpoint_requested` True (a rebalance recommendation arrived)."""
         with self._lock:
             self._checkpoint_requested = True
+
+    def resume_from(self, step: int | None) -> None:
+        """Set the step the restored checkpoint holds (warm start: known after `prepare()`)."""
+        self.resume_step = step
+        self.last_step = step if self.last_step is None else max(self.last_step, step or 0)
+        self.last_checkpoint_step = step

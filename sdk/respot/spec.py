@@ -30,7 +30,7 @@ SCHEMA_VERSION: Literal[1] = 1
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)", re.IGNORECASE)
 _ISO_DURATION = re.compile(
     r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
-    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$",
+    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
     re.IGNORECASE,
 )
 _UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -49,7 +49,7 @@ def parse_duration(value: Any) -> timedelta:
         text = value.strip()
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
             seconds = float(text)
-        elif m := _ISO_DURATION.match(text):
+        elif m := _ISO_DURATION.fullmatch(text):
             seconds = sum(float(m.group(u) or 0) * _UNIT_SECONDS[u] for u in "dhms")
             if not any(m.group(u) for u in "dhms"):
                 raise ValueError(f"{value!r} is an empty ISO-8601 duration; write e.g. 'PT4H'")
@@ -104,20 +104,23 @@ def parse_deadline(value: Any) -> datetime:
 
 Deadline = Annotated[datetime, BeforeValidator(parse_deadline)]
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_ENTRY_POINT = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 # A notebook, relative to source_dir: plain names, '/' between them, no '..', no leading '/'.
-_NOTEBOOK = re.compile(r"^(?:[\w][\w .-]*/)*[\w][\w .-]*\.ipynb$")
-_INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HPARAM_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")
-_TAG_CHARS = re.compile(r"^[\w .:/=+\-@]*$", re.UNICODE)
+_NOTEBOOK = re.compile(r"(?:[\w][\w .-]*/)*[\w][\w .-]*\.ipynb")
+_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HPARAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+_TAG_CHARS = re.compile(r"[\w .:/=+\-@]*", re.UNICODE)
 _IMAGE = re.compile(
     r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     r"(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
-_S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<key>.*))?$")
-_SLACK_CHANNEL = re.compile(r"^(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})$")
+_S3_URI = re.compile(r"s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(?P<key>.*))?")
+_SECRET_ARN = re.compile(
+    r"arn:aws[a-z-]*:secretsmanager:[a-z]{2}(-[a-z]+)+-\d:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}"
+)
+_SLACK_CHANNEL = re.compile(r"(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})")
 RESERVED_ENV_PREFIXES = ("RESPOT_", "AWS_")
 RESERVED_TAG_PREFIXES = ("aws:", "respot:")
 MAX_TAGS = 40  # EC2 allows 50 per resource; respot adds its own few.
@@ -136,7 +139,7 @@ class DataSourceEnvVar(BaseModel):
     @field_validator("s3_uri")
     @classmethod
     def _check_uri(cls, value: str) -> str:
-        if not _S3_URI.match(value):
+        if not _S3_URI.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not an S3 URI; write s3://bucket/key or s3://bucket/prefix/"
             )
@@ -155,14 +158,14 @@ class DataSourceEnvVar(BaseModel):
     @property
     def bucket(self) -> str:
         """The bucket part of the URI."""
-        m = _S3_URI.match(self.s3_uri)
+        m = _S3_URI.fullmatch(self.s3_uri)
         assert m is not None
         return m.group("bucket")
 
     @property
     def key(self) -> str:
         """The key or prefix part of the URI (may be empty: the whole bucket)."""
-        m = _S3_URI.match(self.s3_uri)
+        m = _S3_URI.fullmatch(self.s3_uri)
         assert m is not None
         return m.group("key") or ""
 
@@ -187,8 +190,20 @@ class TrainingEnvVar(BaseModel):
     source_dir: str | None = Field(
         default=None, description="local directory with the training code; shipped with the job"
     )
+    requirements: list[str] | str | None = Field(
+        default=None,
+        description="extra packages: a list of requirements, or a requirements file in source_dir",
+    )
+    processes_per_node: int | Literal["auto"] | None = Field(
+        default=None,
+        description="run the session under torchrun with this many processes ('auto': one per GPU)",
+    )
     hyperparameters: dict[str, Any] = Field(default_factory=dict)
     environment: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description="{ENV_NAME: Secrets Manager ARN}: read on the instance, never stored",
+    )
     instance_types: list[str] | None = Field(
         default=None, description="EC2 instance types in order of preference, e.g. ['g5.xlarge']"
     )
@@ -209,6 +224,12 @@ class TrainingEnvVar(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     slack_channel: str | None = None
     checkpoint_keep: int = Field(default=3, ge=1, le=100)
+    warm_start: bool = Field(
+        default=True,
+        description="a replacement imports the code and calls prepare() before it restores, "
+        "while the interrupted instance trains on; false: tell the session at the notice and "
+        "start the replacement's session only after the restore",
+    )
     budget_usd: float | None = Field(default=None, gt=0)
 
     def __init__(self, **data: Any) -> None:
@@ -221,7 +242,7 @@ class TrainingEnvVar(BaseModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if not _NAME.match(value):
+        if not _NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a job name; use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit, e.g. 'digits-mlp'"
@@ -231,10 +252,10 @@ class TrainingEnvVar(BaseModel):
     @field_validator("entry_point")
     @classmethod
     def _check_entry_point(cls, value: str | None) -> str | None:
-        if value is None or _ENTRY_POINT.match(value):
+        if value is None or _ENTRY_POINT.fullmatch(value):
             return value
         if value.endswith(".ipynb"):
-            if not _NOTEBOOK.match(value) or ".." in value.split("/"):
+            if not _NOTEBOOK.fullmatch(value) or ".." in value.split("/"):
                 raise ValueError(
                     f"{value!r} is not a notebook path inside source_dir; write it relative "
                     "to source_dir with '/' between names and no '..', e.g. 'notebooks/train.ipynb'"
@@ -248,18 +269,43 @@ class TrainingEnvVar(BaseModel):
     @field_validator("image")
     @classmethod
     def _check_image(cls, value: str | None) -> str | None:
-        if value is not None and not _IMAGE.match(value):
+        if value is not None and not _IMAGE.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a container image reference; write e.g. "
                 "'123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.4' or 'repo/name@sha256:...'"
             )
         return value
 
+    @field_validator("requirements")
+    @classmethod
+    def _check_requirements(cls, value: list[str] | str | None) -> list[str] | str | None:
+        from respot.requirements import MAX_REQUIREMENTS, check_requirement
+
+        if isinstance(value, list):
+            if len(value) > MAX_REQUIREMENTS:
+                raise ValueError(f"at most {MAX_REQUIREMENTS} requirements")
+            return [check_requirement(item) for item in value]
+        if isinstance(value, str):
+            parts = value.replace("\\", "/").split("/")
+            if value.startswith("/") or ".." in parts or not value.strip() or "\x00" in value:
+                raise ValueError(
+                    f"{value!r}: give the requirements file's path inside source_dir, "
+                    "e.g. 'requirements.txt', or a list of requirements"
+                )
+        return value
+
+    @field_validator("processes_per_node")
+    @classmethod
+    def _check_processes(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and not 1 <= value <= 64:
+            raise ValueError("give 1..64 processes, or 'auto' (one per GPU of the instance)")
+        return value
+
     @field_validator("hyperparameters")
     @classmethod
     def _check_hyperparameters(cls, value: dict[str, Any]) -> dict[str, Any]:
         for key, item in value.items():
-            if not _HPARAM_KEY.match(key):
+            if not _HPARAM_KEY.fullmatch(key):
                 raise ValueError(
                     f"key {key!r} must start with a letter or '_' and use letters, digits, "
                     "'_', '.', '-' (at most 128)"
@@ -271,7 +317,7 @@ class TrainingEnvVar(BaseModel):
     @classmethod
     def _check_environment(cls, value: dict[str, str]) -> dict[str, str]:
         for key, item in value.items():
-            if not _ENV_KEY.match(key):
+            if not _ENV_KEY.fullmatch(key):
                 raise ValueError(
                     f"{key!r} is not an environment variable name; use letters, digits and '_', "
                     "not starting with a digit"
@@ -287,6 +333,25 @@ class TrainingEnvVar(BaseModel):
                 )
         return value
 
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 20:
+            raise ValueError("at most 20 secrets; keep related values in one JSON secret")
+        for key, arn in value.items():
+            if not _ENV_KEY.fullmatch(key) or key.upper().startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name you may set; use letters, "
+                    "digits and '_' (not RESPOT_* or AWS_*)"
+                )
+            if not _SECRET_ARN.fullmatch(arn):
+                raise ValueError(
+                    f"the value of {key!r} must be a Secrets Manager ARN, e.g. "
+                    "'arn:aws:secretsmanager:us-east-1:123456789012:secret:respot/jobs/wandb-AbCdEf'"
+                    " (the secret itself never goes in the spec)"
+                )
+        return value
+
     @field_validator("instance_types")
     @classmethod
     def _check_instance_types(cls, value: list[str] | None) -> list[str] | None:
@@ -297,7 +362,7 @@ class TrainingEnvVar(BaseModel):
         if len(value) > 10:
             raise ValueError("give at most 10 instance types")
         for item in value:
-            if not _INSTANCE_TYPE.match(item):
+            if not _INSTANCE_TYPE.fullmatch(item):
                 raise ValueError(
                     f"{item!r} is not an EC2 instance type; write family.size, e.g. 'g5.xlarge'"
                 )
@@ -328,13 +393,13 @@ class TrainingEnvVar(BaseModel):
         if len(value) > MAX_TAGS:
             raise ValueError(f"at most {MAX_TAGS} tags")
         for key, item in value.items():
-            if not 1 <= len(key) <= 128 or not _TAG_CHARS.match(key):
+            if not 1 <= len(key) <= 128 or not _TAG_CHARS.fullmatch(key):
                 raise ValueError(
                     f"tag key {key!r} must be 1-128 letters, digits, spaces or _ . : / = + - @"
                 )
             if key.lower().startswith(RESERVED_TAG_PREFIXES):
                 raise ValueError(f"tag key {key!r} uses a reserved prefix ('aws:', 'respot:')")
-            if len(item) > 256 or not _TAG_CHARS.match(item):
+            if len(item) > 256 or not _TAG_CHARS.fullmatch(item):
                 raise ValueError(
                     f"tag {key!r}: the value must be at most 256 letters, digits, spaces "
                     "or _ . : / = + - @"
@@ -344,7 +409,7 @@ class TrainingEnvVar(BaseModel):
     @field_validator("slack_channel")
     @classmethod
     def _check_channel(cls, value: str | None) -> str | None:
-        if value is not None and not _SLACK_CHANNEL.match(value):
+        if value is not None and not _SLACK_CHANNEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a Slack channel; "
                 "write '#name' (lowercase) or an id like 'C0123ABCD'"
@@ -353,9 +418,26 @@ class TrainingEnvVar(BaseModel):
 
     @model_validator(mode="after")
     def _check_whole(self) -> TrainingEnvVar:
+        if both := sorted(set(self.environment) & set(self.secrets)):
+            raise ValueError(f"{', '.join(both)}: set each in environment or in secrets, not both")
         if self.entry_point is None and self.image is None:
             raise ValueError(
                 "say what to run: set entry_point ('package.module:SessionClass') and/or image"
+            )
+        if isinstance(self.requirements, str) and self.source_dir is None:
+            raise ValueError(
+                "requirements names a file but there is no source_dir to find it in; set "
+                "source_dir or list the requirements"
+            )
+        if self.image is not None and self.requirements is not None:
+            raise ValueError(
+                "an image brings its own packages: install the requirements in the image, "
+                "or drop image and keep requirements"
+            )
+        if self.image is not None and self.entry_point is None:
+            raise ValueError(
+                "with image, also set entry_point: the session runner starts that "
+                "TrainingSession inside the container"
             )
         if (
             self.estimated_runtime is not None

@@ -38,8 +38,10 @@ def submit_job(
     *,
     hyperparameters: dict[str, Any],
     environment: dict[str, str] | None = None,
+    secrets: dict[str, str] | None = None,
     checkpoint_keep: int = 2,
     entry_point: str = ENTRY_POINT,
+    **spec_fields: Any,
 ) -> JobSubmission:
     """Put the code zip and the submission of a CountingSession job in S3."""
     job_id = f"count-{uuid.uuid4().hex[:8]}"
@@ -54,7 +56,9 @@ def submit_job(
             entry_point=entry_point,
             hyperparameters=hyperparameters,
             environment=environment or {},
+            secrets=secrets or {},
             checkpoint_keep=checkpoint_keep,
+            **spec_fields,
         ),
         code=CodeArtifact(s3_uri=f"s3://{bucket}/{key}", sha256=digest, size_bytes=len(code)),
         submitted_at=utcnow(),

@@ -229,7 +229,7 @@ def test_quota_codes() -> None:
     assert std is not None and std.code == "L-34B43A08"
     inf = quota_for("inf2.xlarge", Market.SPOT)
     assert inf is not None and inf.quota_class == "Inf"
-    unknown = QuotaReading(quota_for("trn1.2xlarge", Market.SPOT), None, 8)  # type: ignore[arg-type]
+    unknown = QuotaReading(quota_for("dl1.24xlarge", Market.ON_DEMAND), None, 96)  # type: ignore[arg-type]
     assert "list-service-quotas" in unknown.increase_command()
 
 

@@ -225,7 +225,8 @@ def test_instance_families_map_to_their_quotas() -> None:
     assert quotas_for("p4d.24xlarge").spot_code == "L-7212CCBC"  # type: ignore[union-attr]
     assert quotas_for("m5.large").on_demand_code == "L-1216C47A"  # type: ignore[union-attr]
     assert quotas_for("inf2.xlarge").spot_code == "L-B5D1601B"  # type: ignore[union-attr]
-    assert quotas_for("u-6tb1.metal") is None
+    assert quotas_for("trn1.2xlarge").on_demand_code == "L-2C3B7624"  # type: ignore[union-attr]
+    assert quotas_for("mac1.metal") is None
 
 
 # ---- the AMI -------------------------------------------------------------------------------
@@ -356,3 +357,15 @@ def test_access_denied_is_a_warning_not_a_crash(aws: Any) -> None:
     findings = {f.check: f for f in run_checks(target, client)}
     role = findings["spot service-linked role"]
     assert role.status is Status.WARN and "AccessDenied" in role.summary
+
+
+def test_a_quota_without_a_known_code_is_skipped_with_how_to_find_it() -> None:
+    class Ec2:  # moto does not know dl1.24xlarge
+        def describe_instance_types(self, **_: Any) -> dict[str, Any]:
+            return {"InstanceTypes": [{"VCpuInfo": {"DefaultVCpus": 96}}]}
+
+    client, stub = stubbed_quotas({"L-85EED4F7": 96.0})  # DL spot; DL on-demand has no code
+    spot, on_demand = checks.check_quotas(client, Ec2(), ("dl1.24xlarge",), region=REGION)
+    stub.assert_no_pending_responses()
+    assert spot.status is Status.OK
+    assert on_demand.status is Status.SKIPPED and "list-service-quotas" in on_demand.summary

@@ -1,4 +1,5 @@
-"""The instance bootstrap script, run for real in a sandbox with stand-ins for aws/systemctl."""
+"""The instance user data (env file + bootstrap script), run for real under a root prefix
+(RESPOT_ROOT) with stand-ins for aws/systemctl."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.constructs.fleet import BOOTSTRAP_SCRIPT
+from infra.userdata import render_user_data
 
 # Third-party packages `import respot.agent` loads (the bootstrap checks that import).
 AGENT_IMPORTS = (
@@ -27,19 +28,15 @@ ENV = {
     "RESPOT_SHUTDOWN": "poweroff",
     "RESPOT_AGENT_ASSET_BUCKET": "cdk-assets",
     "RESPOT_AGENT_ASSET_KEY": "abc123.zip",
+    "RESPOT_FRAMEWORK_PYTHON": "/opt/pytorch/bin/python",
 }
 
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> dict[str, Path]:
-    """The script with its absolute paths moved under tmp_path, and logging stand-ins."""
+    """A root for the user data's absolute paths, and logging stand-ins."""
     root = tmp_path / "root"
-    script = BOOTSTRAP_SCRIPT.read_text()
-    for path in ("/etc/respot", "/opt/respot", "/etc/systemd/system"):
-        script = script.replace(path, f"{root}{path}")
-    (root / "etc/respot").mkdir(parents=True)
-    (root / "etc/systemd/system").mkdir(parents=True)
-    (tmp_path / "bootstrap.sh").write_text(script)
+    root.mkdir()
 
     # The agent package as the asset carries it, for this interpreter's version: respot and
     # what `import respot.agent` needs, taken from this test environment.
@@ -55,12 +52,10 @@ def sandbox(tmp_path: Path) -> dict[str, Path]:
                 if f.is_file() and "__pycache__" not in f.parts:
                     zf.write(f, f"{site}/{f.relative_to(base)}")
 
-    # The "AMI": this interpreter is the only python3.11/3.12 the script can find.
-    python_dir = tmp_path / "python"
-    python_dir.mkdir()
-    (python_dir / f"python{sys.version_info.major}.{sys.version_info.minor}").symlink_to(
-        getattr(sys, "_base_executable", sys.executable)
-    )
+    # The "AMI": its framework Python is this (bare) interpreter.
+    python_dir = root / "opt/pytorch/bin"
+    python_dir.mkdir(parents=True)
+    (python_dir / "python").symlink_to(getattr(sys, "_base_executable", sys.executable))
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -75,13 +70,11 @@ def sandbox(tmp_path: Path) -> dict[str, Path]:
 
 
 def run(sandbox: dict[str, Path], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    (sandbox["root"] / "etc/respot/respot.env").write_text(
-        "".join(f"{k}={v}\n" for k, v in env.items())
-    )
-    path = f"{sandbox['bin']}:{sandbox['python']}:/usr/bin:/bin"
+    (sandbox["tmp"] / "user-data").write_text(render_user_data(env))
+    path = f"{sandbox['bin']}:/usr/bin:/bin"
     return subprocess.run(
-        ["bash", str(sandbox["tmp"] / "bootstrap.sh")],
-        env={"PATH": path, "HOME": str(sandbox["tmp"])},
+        ["bash", str(sandbox["tmp"] / "user-data")],
+        env={"PATH": path, "HOME": str(sandbox["tmp"]), "RESPOT_ROOT": str(sandbox["root"])},
         capture_output=True,
         text=True,
         timeout=60,
@@ -106,6 +99,16 @@ def test_installs_the_package_and_starts_the_agent_unit(sandbox):
         check=True,
     )
     assert "/opt/respot/agent/site-3.1" in probe.stdout  # found through the venv's .pth
+    # The agent's venv is isolated: the framework's (here: the base interpreter's) packages
+    # are not on its path, only the standard library and the agent package.
+    paths = subprocess.run(
+        [str(venv_python), "-c", "import sys; print('\\n'.join(sys.path))"],
+        env={"PYTHONPATH": "", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not [p for p in paths if p.endswith("site-packages") and "opt/respot/venv" not in p]
     unit = (sandbox["root"] / "etc/systemd/system/respot-agent.service").read_text()
     assert "ExecStart=" in unit and "/opt/respot/venv/bin/python -m respot.agent" in unit
     assert "EnvironmentFile=" in unit and "/etc/respot/respot.env" in unit
@@ -116,7 +119,9 @@ def test_a_broken_deployment_powers_the_instance_off(sandbox):
     env = {k: v for k, v in ENV.items() if k != "RESPOT_AGENT_ASSET_KEY"}
     result = run(sandbox, env)
     assert result.returncode != 0
-    assert "RESPOT_AGENT_ASSET_KEY missing" in result.stderr
+    assert "RESPOT_AGENT_ASSET_KEY missing" in result.stdout  # the log goes to stdout too
+    log = (sandbox["root"] / "var/log/respot-bootstrap.log").read_text()
+    assert "RESPOT_AGENT_ASSET_KEY missing" in log
     assert "systemctl --no-block poweroff" in sandbox["calls"].read_text()
     assert not (sandbox["root"] / "etc/systemd/system/respot-agent.service").exists()
 

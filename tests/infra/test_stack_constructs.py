@@ -224,15 +224,16 @@ def test_a_queue_added_to_the_wiring_gets_its_dead_letters_and_alarm(new_stack):
 
 
 def test_a_fifo_queue_gets_a_fifo_dead_letter_queue(new_stack):
-    # GIVEN a wiring whose only FIFO queue is the notifications queue
+    # GIVEN a wiring whose FIFO queues are the notifications and the sweep-events queues
     stack = new_stack()
     messaging = Messaging(stack, "Messaging", wiring=WIRING)
     template = assertions.Template.from_stack(stack)
     fifo = [q.name for q in WIRING.queues if q.fifo]
-    assert fifo == ["notifications"] and "notifications" in messaging.queues
-    # THEN it and its dead-letter queue are FIFO, without content-based deduplication
+    assert fifo == ["notifications", "sweep-events"]
+    assert all(name in messaging.queues for name in fifo)
+    # THEN they and their dead-letter queues are FIFO, without content-based deduplication
     queues = template.find_resources("AWS::SQS::Queue", {"Properties": {"FifoQueue": True}})
-    assert len(queues) == 2
+    assert len(queues) == 4
     for queue in queues.values():
         assert queue["Properties"]["ContentBasedDeduplication"] is False
 

@@ -279,6 +279,11 @@ def test_control_plane_data_access_is_its_table_and_jobs_prefix(respot, resource
                 assert table in json.dumps(resource), name
             assert resources_text.count("/index/") <= len(WIRING.table_indexes)
         if any(a in ("s3:GetObject", "s3:PutObject") for a in actions) and bucket in resources_text:
+            if statement.get("Sid") == "JobWheelhouse":
+                # The instances' cache of job environments (docs/environments.md), only there.
+                assert name.startswith("FleetInstancePolicy"), name
+                assert resources_text.endswith('"/wheelhouse/*"]]}'), resources_text
+                continue
             assert "/jobs/" in resources_text, (name, resources_text)
         if "s3:ListBucket" in actions and bucket in resources_text:
             # Only the bucket, and no prefix condition: HeadObject of a missing key must
@@ -297,12 +302,16 @@ def test_sends_go_only_to_named_queues(resources):
 def test_describe_is_the_only_star_resource(resources):
     for name, statement in statements(resources):
         if statement["Effect"] == "Allow" and "*" in as_list(statement.get("Resource", [])):
-            # (the selftest's FIS role holds DescribeInstances alone)
+            # (the selftest's FIS role holds DescribeInstances alone; the instances' ECR login
+            # for image jobs has no resource type, AWS requires '*')
             assert set(as_list(statement["Action"])) <= {
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
+                "ecr:GetAuthorizationToken",
                 "ec2:DescribeInstanceTypes",  # the vCPUs named when a quota refuses a launch
             }, name
+            if "ecr:GetAuthorizationToken" in as_list(statement["Action"]):
+                assert name.startswith("FleetInstancePolicy"), name
 
 
 # ---- storage, discovery, secrets -----------------------------------------------------------
@@ -446,22 +455,25 @@ def test_notifications_flow_through_a_fifo_queue_to_the_notify_function(respot, 
     assert variables[config.ENV_DLQ_URL] == {"Ref": dlq_id}
 
 
-def test_only_the_notify_function_reads_the_slack_token_and_only_that_secret(resources):
+def test_only_the_slack_posting_functions_read_the_token_and_only_that_secret(resources):
+    # notify posts job threads; sweep posts sweep threads. No other function reads it.
     (secret_id,) = of_type(resources, "AWS::SecretsManager::Secret")
     readers = [
         (name, s)
         for name, s in statements(resources)
         if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
     ]
-    assert len(readers) == 1
-    name, statement = readers[0]
-    assert statement["Resource"] == {"Ref": secret_id}
-    assert as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
-    notify_role = functions_by_handler(resources)["lambdas.notify.handler"][1]["Properties"][
-        "Role"
-    ]["Fn::GetAtt"][0]
-    assert statement in role_statements(resources, notify_role)
-    assert name  # the policy holding it
+    assert len(readers) == 2
+    by_handler = functions_by_handler(resources)
+    for handler in ("lambdas.notify.handler", "lambdas.sweep.handler"):
+        role = by_handler[handler][1]["Properties"]["Role"]["Fn::GetAtt"][0]
+        (statement,) = [
+            s
+            for s in role_statements(resources, role)
+            if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
+        ]
+        assert statement["Resource"] == {"Ref": secret_id}
+        assert as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
 
 
 def test_a_grant_without_iam_fails_the_synth():

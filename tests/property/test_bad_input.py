@@ -62,7 +62,7 @@ class RecordingControlPlane:
         self.calls.append(("submit", sub))
         return self._applied(sub.job_id)
 
-    def cancel(self, cmd: Any) -> Applied:
+    def cancel(self, cmd: Any, *, admins: tuple[str, ...] = ()) -> Applied:
         self.calls.append(("cancel", cmd))
         return self._applied(cmd.job_id)
 

@@ -20,6 +20,10 @@ ENV_SHUTDOWN = "RESPOT_SHUTDOWN"
 ENV_LOG_GROUP = "RESPOT_LOG_GROUP"  # CloudWatch Logs group for the session's output; unset: none
 ENV_GPU_SAMPLE = "RESPOT_GPU_SAMPLE_SECONDS"  # how often NVML is read (respot.agent.telemetry)
 ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
+# The framework's Python (the AMI contract, docs/ami.md); unset: the agent's own interpreter.
+ENV_FRAMEWORK_PYTHON = "RESPOT_FRAMEWORK_PYTHON"
+# A directory standing for "/" (the local runtime's sandbox); unset on EC2.
+ENV_ROOT = "RESPOT_ROOT"
 
 DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
 DEFAULT_WORK_DIR = "/var/lib/respot"
@@ -44,6 +48,8 @@ class AgentConfig:
     handoff_wait_seconds: float = 150.0
     shutdown: Shutdown = "exit"
     log_group: str | None = None
+    framework_python: Path | None = None  # None: the agent's own interpreter (tests)
+    root: Path = Path("/")
     gpu_sample_seconds: float = 10.0
 
     @classmethod
@@ -75,13 +81,23 @@ class AgentConfig:
         imds = env.get(ENV_IMDS_ENDPOINT, "").strip() or DEFAULT_IMDS_ENDPOINT
         if not imds.startswith(("http://", "https://")):
             raise AgentConfigError(f"{ENV_IMDS_ENDPOINT}={imds!r} is not an http(s) URL")
+        root = Path(env.get(ENV_ROOT, "").strip() or "/")
+
+        def rooted(path: str) -> Path:
+            return root / path.lstrip("/")
+
+        framework = env.get(ENV_FRAMEWORK_PYTHON, "").strip()
+        if framework and not framework.startswith("/"):
+            raise AgentConfigError(f"{ENV_FRAMEWORK_PYTHON}={framework!r} is not an absolute path")
         return cls(
+            root=root,
+            framework_python=rooted(framework) if framework else None,
             bucket=need(ENV_BUCKET),
             agent_queue_url=need(ENV_AGENT_QUEUE_URL),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
             imds_endpoint=imds.rstrip("/"),
-            work_dir=Path(env.get(ENV_WORK_DIR) or DEFAULT_WORK_DIR),
+            work_dir=Path(env.get(ENV_WORK_DIR) or rooted(DEFAULT_WORK_DIR)),
             heartbeat_seconds=seconds(ENV_HEARTBEAT, 60.0),
             imds_poll_seconds=seconds(ENV_IMDS_POLL, 2.0),
             handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),

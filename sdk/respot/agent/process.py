@@ -1,9 +1,13 @@
 """The session's child process, seen from the agent: start it, talk to it, log it, stop it.
 
-The child is `[sys.executable, "-m", "respot.agent.session_main", ...]` (an argv list, never
-a shell), with its own environment. It writes protocol lines on one pipe and reads notices
-from another (`respot.agent.protocol`); its stdout and stderr go, line by line, to a log
-file, and the last lines are kept for `AgentFailed.log_tail`.
+The child is `[<job python>, "-c", SESSION_BOOT, <respot's site>, "--launch", ...]` (an argv
+list, never a shell), with its own environment; SESSION_BOOT appends respot's own site
+directory to the job's `sys.path` (after the job's packages, which it never shadows) and runs
+`respot.agent.session_main`. A launcher may come first (torchrun, `docker run ...`: see
+`respot.agent.launch`); then the pipes are named pipes in the attempt's directory and the
+notice also goes to a file every rank watches. The child writes protocol lines on one pipe
+and reads notices from another (`respot.agent.protocol`); its stdout and stderr go, line by
+line, to a log file, and the last lines are kept for `AgentFailed.log_tail`.
 """
 
 from __future__ import annotations
@@ -32,13 +36,21 @@ from respot.agent.protocol import (
     FailedLine,
     InterruptLine,
     Notice,
+    ReadyLine,
     ReportLine,
+    ResumeLine,
     SessionLaunch,
     line,
 )
+from respot.jobid import check_job_id
 
 logger = logging.getLogger(__name__)
 
+# Run by the job's Python: respot (and the agent's packages) come after the job's own.
+SESSION_BOOT = (
+    "import runpy, site, sys; site.addsitedir(sys.argv.pop(1)); "
+    "runpy.run_module('respot.agent.session_main', run_name='__main__', alter_sys=True)"
+)
 LOG_TAIL_LINES = 50
 MAX_LOG_LINE_CHARS = 1000
 _READER_JOIN_SECONDS = 5.0
@@ -51,7 +63,7 @@ class SessionExited:
     exit_code: int
 
 
-SessionEvent = ReportLine | CheckpointLine | DoneLine | FailedLine | SessionExited
+SessionEvent = ReportLine | CheckpointLine | DoneLine | FailedLine | ReadyLine | SessionExited
 
 
 class SessionProcess:
@@ -66,8 +78,13 @@ class SessionProcess:
         log_path: Path,
         on_event: Callable[[SessionEvent], None],
         on_output: Callable[[bytes], None] | None = None,
+        launcher: list[str] | None = None,
+        named_pipes: bool = False,
     ) -> None:
         self.launch = launch
+        # Everything before SESSION_BOOT: the job's Python, after torchrun or `docker run`.
+        self.launcher = launcher or [sys.executable]
+        self.named_pipes = named_pipes
         self.launch_path = launch_path
         self.env = dict(env)
         self.log_path = log_path
@@ -79,6 +96,7 @@ class SessionProcess:
         self._control_lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._threads: list[threading.Thread] = []
+        self._events_fifo: Path | None = None
 
     @property
     def pid(self) -> int | None:
@@ -90,34 +108,15 @@ class SessionProcess:
         self.launch_path.parent.mkdir(parents=True, exist_ok=True)
         self.launch_path.write_text(self.launch.model_dump_json(indent=1))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        events_r, events_w = os.pipe()
-        control_r, control_w = os.pipe()
         argv = [
-            sys.executable,
-            "-m",
-            "respot.agent.session_main",
+            *self.launcher,
+            "-c",
+            SESSION_BOOT,
+            respot_site(),
             "--launch",
             str(self.launch_path),
-            "--events-fd",
-            str(events_w),
-            "--control-fd",
-            str(control_r),
         ]
-        try:
-            self._proc = subprocess.Popen(  # noqa: S603 - a fixed argv, no shell
-                argv,
-                cwd=self.launch.code_dir,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=(events_w, control_r),
-                close_fds=True,
-            )
-        finally:
-            os.close(events_w)
-            os.close(control_r)
-        self._control = open(control_w, "w", encoding="utf-8")  # noqa: SIM115 - closed in _wait
+        events_r = self._start_named(argv) if self.named_pipes else self._start_fds(argv)
         readers = [
             threading.Thread(target=self._read_events, args=(events_r,), daemon=True),
             threading.Thread(target=self._read_output, daemon=True),
@@ -128,15 +127,64 @@ class SessionProcess:
         waiter.start()
         self._threads = [*readers, waiter]
 
+    def _popen(self, argv: list[str], pass_fds: tuple[int, ...] = ()) -> None:
+        self._proc = subprocess.Popen(  # noqa: S603 - a fixed argv, no shell
+            argv,
+            cwd=self.launch.code_dir,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=pass_fds,
+            close_fds=True,
+        )
+
+    def _start_fds(self, argv: list[str]) -> int | str:
+        events_r, events_w = os.pipe()
+        control_r, control_w = os.pipe()
+        try:
+            self._popen(
+                [*argv, "--events-fd", str(events_w), "--control-fd", str(control_r)],
+                pass_fds=(events_w, control_r),
+            )
+        finally:
+            os.close(events_w)
+            os.close(control_r)
+        self._control = open(control_w, "w", encoding="utf-8")  # noqa: SIM115 - closed in _wait
+        return events_r
+
+    def _start_named(self, argv: list[str]) -> int | str:
+        ipc = self.launch_path.parent
+        events, control = ipc / "events.fifo", ipc / "control.fifo"
+        for fifo in (events, control):
+            fifo.unlink(missing_ok=True)
+            os.mkfifo(fifo, 0o600)
+        if self.launch.notice_file:
+            Path(self.launch.notice_file).unlink(missing_ok=True)
+        # O_RDWR never blocks on Linux, and keeps the pipe open until we close it.
+        self._control = open(os.open(control, os.O_RDWR), "w", encoding="utf-8")  # noqa: SIM115
+        self._events_fifo = events
+        self._popen([*argv, "--events-fifo", str(events), "--control-fifo", str(control)])
+        return str(events)
+
     # ---- talking to the child ----------------------------------------------------------------
 
     def interrupt(self, notice: Notice) -> None:
         """Tell the session an interruption notice arrived (it should checkpoint and return)."""
+        if self.launch.notice_file:
+            path = Path(self.launch.notice_file)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_text(notice)
+            partial.replace(path)
         self._tell(line(InterruptLine(notice=notice)))
 
     def request_checkpoint(self) -> None:
         """Tell the session to checkpoint soon (a rebalance recommendation)."""
         self._tell(line(CheckpointRequestLine()))
+
+    def resume(self, resume_step: int | None) -> None:
+        """Warm start: the checkpoint is in place; the waiting session may train now."""
+        self._tell(line(ResumeLine(resume_step=resume_step)))
 
     def _tell(self, text: str) -> None:
         with self._control_lock:
@@ -175,7 +223,8 @@ class SessionProcess:
 
     # ---- threads -----------------------------------------------------------------------------
 
-    def _read_events(self, fd: int) -> None:
+    def _read_events(self, fd: int | str) -> None:
+        # A named pipe's open waits for rank 0 to open its end (or for _wait to release it).
         with open(fd, encoding="utf-8", errors="replace") as events:
             for raw in events:
                 try:
@@ -206,6 +255,10 @@ class SessionProcess:
     def _wait(self, readers: list[threading.Thread]) -> None:
         assert self._proc is not None
         code = self._proc.wait()
+        if self._events_fifo is not None:
+            # Rank 0 may never have opened its end: open it ourselves so the reader ends.
+            with contextlib.suppress(OSError):
+                os.close(os.open(self._events_fifo, os.O_WRONLY | os.O_NONBLOCK))
         # A process the session forked may hold the pipes open: do not wait for it forever.
         for t in readers:
             t.join(timeout=_READER_JOIN_SECONDS)
@@ -215,6 +268,13 @@ class SessionProcess:
                     self._control.close()
                 self._control = None
         self._on_event(SessionExited(code))
+
+
+def respot_site() -> str:
+    """The directory respot is imported from (the agent package's site directory)."""
+    import respot
+
+    return str(Path(respot.__file__).resolve().parent.parent)
 
 
 def describe_exit(code: int) -> str:
@@ -262,6 +322,17 @@ class AttemptDirs:
     """The directories of one attempt under a work directory."""
 
     root: Path
+
+    @classmethod
+    def of(cls, work_dir: Path, job_id: str, attempt: int) -> AttemptDirs:
+        """`<work_dir>/<job_id>/<attempt>`; the id is checked first, so it stays inside."""
+        check_job_id(job_id)
+        if not 0 < attempt < 10_000:
+            raise ValueError(f"attempt {attempt} is not in 1..9999")
+        root = work_dir / job_id / f"{attempt:04d}"
+        if work_dir.resolve() not in root.resolve().parents:
+            raise ValueError(f"{root} is not inside the work directory {work_dir}")
+        return cls(root)
 
     @property
     def code(self) -> Path:

@@ -9,8 +9,10 @@ carry only what the researcher's code prints (the parent logs them to a file).
                        "reason": "periodic" | "notice"}
                       {"type": "done", "step": 12, "interrupted": false, "notice": null}
                       {"type": "failed", "error": "ValueError: boom", "step": 12}
+                      {"type": "ready", "seconds": 3.2}  (warm start: imported, prepared)
     parent -> child   {"type": "interrupt", "notice": "spot-interruption" | "stop"}
                       {"type": "checkpoint"}            (a rebalance recommendation)
+                      {"type": "resume", "resume_step": 1200 | null}  (warm start: go)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class ReportLine(_Line):
     step: int
     total_steps: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
+    at: float | None = None  # time.time() when report() was called (a held-back one keeps it)
 
 
 class CheckpointLine(_Line):
@@ -65,11 +68,18 @@ class FailedLine(_Line):
     step: int | None = None
 
 
+class ReadyLine(_Line):
+    """Warm start: the entry point is imported and `prepare()` returned; waiting to resume."""
+
+    type: Literal["ready"] = "ready"
+    seconds: float = 0.0  # from the process start
+
+
 ChildLine = Annotated[
-    ReportLine | CheckpointLine | DoneLine | FailedLine, Field(discriminator="type")
+    ReportLine | CheckpointLine | DoneLine | FailedLine | ReadyLine, Field(discriminator="type")
 ]
-CHILD_LINE: TypeAdapter[ReportLine | CheckpointLine | DoneLine | FailedLine] = TypeAdapter(
-    ChildLine
+CHILD_LINE: TypeAdapter[ReportLine | CheckpointLine | DoneLine | FailedLine | ReadyLine] = (
+    TypeAdapter(ChildLine)
 )
 
 
@@ -86,8 +96,19 @@ class CheckpointRequestLine(_Line):
     type: Literal["checkpoint"] = "checkpoint"
 
 
-ParentLine = Annotated[InterruptLine | CheckpointRequestLine, Field(discriminator="type")]
-PARENT_LINE: TypeAdapter[InterruptLine | CheckpointRequestLine] = TypeAdapter(ParentLine)
+class ResumeLine(_Line):
+    """Warm start: the checkpoint is restored (or there is none): call train()."""
+
+    type: Literal["resume"] = "resume"
+    resume_step: int | None = None
+
+
+ParentLine = Annotated[
+    InterruptLine | CheckpointRequestLine | ResumeLine, Field(discriminator="type")
+]
+PARENT_LINE: TypeAdapter[InterruptLine | CheckpointRequestLine | ResumeLine] = TypeAdapter(
+    ParentLine
+)
 
 
 class SessionLaunch(BaseModel):
@@ -107,6 +128,11 @@ class SessionLaunch(BaseModel):
     attempt: int
     resume_step: int | None = None
     report_interval_seconds: float = REPORT_INTERVAL_SECONDS
+    # Warm start: import and prepare at once, then wait for a ResumeLine (resume_step then).
+    warm: bool = False
+    # Multi-process and container sessions: every rank watches this file for the notice (the
+    # control pipe reaches rank 0 only). Absent: the control pipe alone.
+    notice_file: str | None = None
 
 
 def line(message: BaseModel) -> str:

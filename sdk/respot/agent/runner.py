@@ -3,11 +3,14 @@
 1. identity from IMDSv2: instance id, zone, type, tags respot:job-id / attempt /
    await-handoff; start polling spot/instance-action and the rebalance recommendation
 2. the submission from S3; the code (SHA-256 checked, unpacked safely); the data
-3. if await-handoff = N: wait for attempt N's handoff marker (its notice checkpoint)
+3. warm start (respot.agent.warmstart): start the session process, which imports and
+   prepares; if await-handoff = N: once it is ready, say so, and wait for attempt N's
+   handoff marker (its notice checkpoint)
 4. restore the newest complete checkpoint; send AgentStarted
-5. run the session in a child process; heartbeats (AgentProgress); upload each
-   checkpoint it saves (AgentCheckpoint) and prune
-6. on an interruption notice tell the session at once; on a rebalance ask it to checkpoint
+5. run the session in a child process (or let the warm one resume); heartbeats
+   (AgentProgress); upload each checkpoint it saves (AgentCheckpoint) and prune
+6. on an interruption notice tell the session (with warm start: once the replacement is warm
+   or the reserve for the final upload is reached); on a rebalance ask it to checkpoint
 7. the end: completed (outputs uploaded, AgentCompleted), preempted (uploads finished,
    handoff marker, AgentPreempted) or failed (AgentFailed with the log tail)
 """
@@ -17,7 +20,9 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -30,7 +35,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import ClientError
 
 from respot import layout
-from respot.agent.config import AgentConfig
+from respot.agent import environment as job_env
+from respot.agent import launch as launchers
+from respot.agent.config import ENV_FRAMEWORK_PYTHON, AgentConfig
 from respot.agent.exceptions import AgentError, SetupError
 from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
@@ -41,6 +48,7 @@ from respot.agent.process import (
     SessionExited,
     SessionProcess,
     describe_exit,
+    respot_site,
     session_environment,
 )
 from respot.agent.protocol import (
@@ -52,8 +60,15 @@ from respot.agent.protocol import (
     SessionLaunch,
 )
 from respot.agent.scalars import ScalarLog
+from respot.agent.secrets import resolve_secrets
 from respot.agent.telemetry import GpuTelemetry
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
+from respot.agent.warmstart import (
+    WARM_HANDOFF_POLL_SECONDS,
+    NoticeHold,
+    WarmSession,
+    announce_ready,
+)
 from respot.agent.workspace import (
     fetch_code,
     fetch_data,
@@ -63,6 +78,7 @@ from respot.agent.workspace import (
 )
 from respot.checkpoints import CheckpointStore, UploadResult
 from respot.gpu import GpuSample, tensorboard_scalars
+from respot.jobid import InvalidJobIdError, check_job_id
 from respot.messages import (
     AgentCheckpoint,
     AgentCompleted,
@@ -77,6 +93,8 @@ from respot.outputs import OutputsManifest, upload_outputs
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
+
+    from respot.spec import TrainingEnvVar
 
 logger = logging.getLogger("respot.agent")
 
@@ -128,22 +146,35 @@ class _Progress:
     total_steps: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     reports: int = 0
+    first_at: datetime | None = None  # when the session made its first / last report()
+    last_at: datetime | None = None
     gpus: Callable[[], list[GpuSample] | None] | None = None  # GpuTelemetry.take
 
     def update(self, report: ReportLine) -> bool:
         """Take a report; True if it is the first one."""
+        at = datetime.fromtimestamp(report.at, UTC) if report.at is not None else None
         with self.lock:
             self.step = report.step if self.step is None else max(self.step, report.step)
             self.total_steps = report.total_steps or self.total_steps
-            self.metrics = dict(list(report.metrics.items())[:MAX_METRICS])
+            # The newest value of each metric: a metric reported every N steps (val_loss)
+            # stays known between its reports.
+            merged = {**self.metrics, **report.metrics}
+            self.metrics = dict(list(merged.items())[:MAX_METRICS])
             self.reports += 1
+            self.first_at = self.first_at or at
+            self.last_at = at if self.last_at is None or at is None else max(self.last_at, at)
             return self.reports == 1
 
     def message(self) -> AgentProgress:
         with self.lock:
             step, total, metrics = self.step, self.total_steps, dict(self.metrics)
+            first_at = self.first_at
         return AgentProgress(
-            step=step, total_steps=total, metrics=metrics, gpus=self.gpus() if self.gpus else None
+            step=step,
+            total_steps=total,
+            metrics=metrics,
+            gpus=self.gpus() if self.gpus else None,
+            first_step_at=first_at,
         )
 
 
@@ -196,21 +227,28 @@ class NoticePoller:
             self._stop.wait(self._every)
 
     def poll_once(self) -> None:
-        try:
-            if not self._seen_action:
+        # The two IMDS paths are polled independently: one failing (a 500, a timeout, an
+        # unreadable document) must not hide a notice on the other.
+        if not self._seen_action:
+            try:
                 action = self._imds.instance_action()
-                if action is not None:
-                    self._seen_action = True
-                    notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
-                    logger.warning("IMDS: spot %s at %s", action.action, action.time)
-                    self._emit(_InterruptionNotice(notice, action.time))
+            except Exception as exc:
+                logger.warning("polling IMDS spot/instance-action failed: %s", exc)
+                action = None
+            if action is not None:
+                self._seen_action = True
+                notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
+                logger.warning("IMDS: spot %s at %s", action.action, action.time)
+                self._emit(_InterruptionNotice(notice, action.time))
+        try:
             rebalance = self._imds.rebalance_notice()
-            if rebalance is not None and rebalance != self._seen_rebalance:
-                self._seen_rebalance = rebalance
-                logger.warning("IMDS: rebalance recommendation at %s", rebalance)
-                self._emit(_RebalanceNotice(rebalance))
         except Exception as exc:
-            logger.warning("polling IMDS failed: %s", exc)
+            logger.warning("polling IMDS events/recommendations/rebalance failed: %s", exc)
+            rebalance = None
+        if rebalance is not None and rebalance != self._seen_rebalance:
+            self._seen_rebalance = rebalance
+            logger.warning("IMDS: rebalance recommendation at %s", rebalance)
+            self._emit(_RebalanceNotice(rebalance))
         if self._control is None or self._seen_action or time.monotonic() < self._control_next:
             return
         self._control_next = time.monotonic() + self._control_every
@@ -273,6 +311,7 @@ class Agent:
         self._s3 = s3
         self._sqs = sqs
         self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
+        self.secrets_client: Any = None  # Secrets Manager, for `secrets` (made when needed)
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: _InterruptionNotice | None = None
@@ -327,6 +366,10 @@ class Agent:
                 "(launch it from respot's launch template with instance metadata tags on)"
             )
         job_id, attempt = identity.job_id, identity.attempt
+        try:
+            check_job_id(job_id)  # before it becomes a key, a path or a message
+        except InvalidJobIdError as exc:
+            raise AgentError(f"this instance's respot:job-id tag is invalid: {exc}") from None
         self._make_clients(identity.region)
         logger.info(
             "job %s attempt %d on %s (%s, %s)",
@@ -350,7 +393,7 @@ class Agent:
             control=lambda: self._stop_requested(job_id, attempt),
             control_every_seconds=self.config.heartbeat_seconds,
         ).start()
-        dirs = AttemptDirs(self.config.work_dir / job_id / f"{attempt:04d}")
+        dirs = AttemptDirs.of(self.config.work_dir, job_id, attempt)
         run = _AttemptRun(
             self,
             identity,
@@ -406,6 +449,18 @@ class Agent:
 class _AttemptRun:
     """The state of one attempt while it runs."""
 
+    def _secrets(self, spec: TrainingEnvVar) -> dict[str, str]:
+        """The values of the spec's `secrets`, read now (respot.agent.secrets)."""
+        if not spec.secrets:
+            return {}
+        if self.agent.secrets_client is None:
+            import boto3
+
+            self.agent.secrets_client = boto3.session.Session(
+                region_name=self.config.region or self.identity.region
+            ).client("secretsmanager", endpoint_url=self.config.endpoint_url)
+        return resolve_secrets(self.agent.secrets_client, spec.secrets)
+
     def __init__(
         self,
         agent: Agent,
@@ -431,17 +486,36 @@ class _AttemptRun:
         self.restored_step: int | None = None
         self.scalars = ScalarLog(dirs.root / "tensorboard", attempt=attempt)
         self.shipper: LogShipper | None = None
+        self.warm: WarmSession | None = None  # the warm session process, until it resumes
+        self.warm_failure: str | None = None
+        self.slowest_upload: float | None = None  # of this attempt (the notice hold's estimate)
+        self.job_python = job_env.JobPython(str(self.config.framework_python or sys.executable))
+        self.phases: dict[str, float] = {}  # seconds of each step of the start (bench.boot)
 
     def execute(self) -> AgentResult:
         # 1-4: prepare the job.
         try:
             submission, restore_seconds, manifest_key = self._prepare()
+        except (job_env.EnvironmentBuildError, launchers.LaunchError) as exc:
+            # The job's own input (its requirements, its image): another instance would fail
+            # the same way, so the job fails once, with pip's (or the engine's) message.
+            reason = f"job environment: {exc}"
+            logger.error("%s", reason)
+            tail = exc.log_tail if isinstance(exc, job_env.EnvironmentBuildError) else []
+            self.messenger.send(
+                AgentFailed(
+                    reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:], stage="environment"
+                )
+            )
+            return AgentResult("failed", self.job_id, self.attempt, reason=reason)
         except Exception as exc:
             logger.exception("setup failed")
             reason = f"setup failed: {exc}"
             tail = list(self.agent._log_tail.lines)
             tail += traceback.format_exc().splitlines()[-(LOG_TAIL_LINES // 2) :]
             self.messenger.send(AgentFailed(reason=reason[:2000], log_tail=tail[-LOG_TAIL_LINES:]))
+            if self.warm is not None:
+                self.warm.stop()
             return AgentResult("failed", self.job_id, self.attempt, reason=reason)
         setup_seconds = time.monotonic() - self.started
         self.messenger.send(
@@ -450,6 +524,8 @@ class _AttemptRun:
                 restored_manifest=manifest_key,
                 restore_seconds=round(restore_seconds, 3),
                 setup_seconds=round(setup_seconds, 3),
+                warm=None if not submission.spec.warm_start else self.warm is not None,
+                warm_failure=self.warm_failure,
             )
         )
         logger.info(
@@ -469,6 +545,8 @@ class _AttemptRun:
         try:
             if self.agent._notice_pending():
                 # Noticed before training began: nothing new to save; hand off at once.
+                if self.warm is not None:
+                    self.warm.stop()
                 return self._preempted(uploader, None)
             return self._train(submission, uploader)
         finally:
@@ -482,15 +560,44 @@ class _AttemptRun:
         spec = submission.spec
         if spec.entry_point is None:
             raise SetupError(
-                "the job names no entry_point; this agent runs 'package.module:Session' "
-                "entry points (container images are not supported yet)"
+                "the job names no entry_point; set it to the 'package.module:Session' the "
+                "session runner starts (also inside an image)"
             )
+        t0 = time.monotonic()
         if submission.code is not None:
             fetch_code(self.s3, submission.code, self.dirs.code, self.dirs.root)
         fetched = fetch_data(self.s3, list(spec.data), self.dirs.data) if spec.data else 0
         logger.info("code and %d bytes of data in place", fetched)
+        self.phases["code_and_data"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        if spec.image is not None:
+            ecr = None
+            if self.config.endpoint_url is None:
+                import boto3
+
+                ecr = boto3.client("ecr", region_name=self.config.region or self.identity.region)
+            launchers.pull(spec.image, ecr, os.environ)
+        else:
+            self.job_python = job_env.prepare(
+                spec,
+                framework_python=self.job_python.python,
+                code_dir=self.dirs.code,
+                env_dir=self.dirs.root / "env",
+                s3=self.s3,
+                bucket=self.config.bucket,
+                framework_name=os.environ.get(ENV_FRAMEWORK_PYTHON),
+            )
+        self.phases["environment"] = time.monotonic() - t0
+        if spec.warm_start and not self._launcher(spec, session_entry(spec)[1]).named_pipes:
+            self._start_warm(submission)  # (not yet for multi-process or container launchers)
         previous = self.identity.await_handoff
         if previous is not None:
+            if self.warm is not None or self.warm_failure is not None:
+                self._settle_warm()
+                try:
+                    announce_ready(self.s3, self.config.bucket, self.job_id, previous)
+                except Exception as exc:
+                    logger.warning("writing the successor marker failed: %s", exc)
             key = layout.handoff_key(self.job_id, previous)
             waited = time.monotonic()
             found = wait_for_object(
@@ -498,6 +605,7 @@ class _AttemptRun:
                 self.config.bucket,
                 key,
                 timeout_seconds=self.config.handoff_wait_seconds,
+                poll_seconds=WARM_HANDOFF_POLL_SECONDS if spec.warm_start else 1.0,
                 give_up=self.agent._notice_pending,
             )
             logger.info(
@@ -509,15 +617,46 @@ class _AttemptRun:
         t0 = time.monotonic()
         manifest = self.store.restore(self.dirs.checkpoint)
         restore_seconds = time.monotonic() - t0
+        self.phases["restore"] = restore_seconds
+        logger.info(
+            "phases: %s; wheelhouse %s",
+            json.dumps({k: round(v, 3) for k, v in self.phases.items()}),
+            self.job_python.wheelhouse or "none",
+        )
         self.restored_step = manifest.step if manifest else None
+        if manifest is not None and self.slowest_upload is None:
+            self.slowest_upload = restore_seconds  # until this attempt uploads one
+        self._settle_warm()
         return submission, restore_seconds, manifest.key if manifest else None
 
-    # ---- 5-7 ---------------------------------------------------------------------------------
+    # ---- 3: warm start (respot.agent.warmstart) -----------------------------------------------
 
-    def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
+    def _start_warm(self, submission: JobSubmission) -> None:
+        """Start the session process now: it imports and prepares while the agent waits."""
+        try:
+            self.warm = WarmSession(
+                lambda on_event: self._process(submission, on_event, warm=True),
+                forward=self.agent._events.put,
+            ).start()
+        except Exception as exc:
+            logger.exception("starting the warm session failed")
+            self.warm, self.warm_failure = None, f"{type(exc).__name__}: {exc}"[:500]
+
+    def _settle_warm(self) -> None:
+        """Wait for the warm session to be ready; on a failed warm-up, fall back to cold."""
+        if self.warm is None or self.warm.ready_seconds is not None:
+            return
+        ready = self.warm.wait_ready(give_up=self.agent._notice_pending)
+        if not ready and self.warm.failure is not None:  # else a notice: execute() stops it
+            self.warm_failure = self.warm.failure
+            self.warm = None
+
+    def _launch(self, submission: JobSubmission, *, warm: bool) -> SessionLaunch:
         spec = submission.spec
         entry_point, environment = session_entry(spec)  # a notebook: Papermill runs it
-        launch = SessionLaunch(
+        launcher = self._launcher(spec, environment)
+        ipc = self.dirs.root / "ipc"
+        return SessionLaunch(
             entry_point=entry_point,
             code_dir=str(self.dirs.code),
             checkpoint_dir=str(self.dirs.checkpoint),
@@ -528,23 +667,41 @@ class _AttemptRun:
             seed=spec.seed,
             job_id=self.job_id,
             attempt=self.attempt,
-            resume_step=self.restored_step,
+            resume_step=None if warm else self.restored_step,
+            warm=warm,
+            notice_file=str(ipc / "notice") if launcher.named_pipes else None,
         )
-        events = self.agent._events
-        if self.config.log_group and self.agent.logs is not None:
+
+    def _process(
+        self, submission: JobSubmission, on_event: Callable[[Any], None], *, warm: bool
+    ) -> SessionProcess:
+        spec = submission.spec
+        launch = self._launch(submission, warm=warm)
+        environment = session_entry(spec)[1]
+        launcher = self._launcher(spec, environment)
+        ipc = self.dirs.root / "ipc"
+        if self.config.log_group and self.agent.logs is not None and self.shipper is None:
             self.shipper = LogShipper(
                 client=self.agent.logs,
                 group=self.config.log_group,
                 stream=stream_name(self.job_id, self.attempt, self.identity.instance_id),
             )
-        process = SessionProcess(
+        return SessionProcess(
             launch,
-            launch_path=self.dirs.launch,
-            env=session_environment(launch, environment),
+            launch_path=ipc / "session.json" if launcher.named_pipes else self.dirs.launch,
+            env=session_environment(launch, {**environment, **self._secrets(spec)}),
             log_path=self.dirs.log,
-            on_event=events.put,
+            on_event=on_event,
             on_output=self.shipper.write if self.shipper is not None else None,
+            launcher=launcher.argv,
+            named_pipes=launcher.named_pipes,
         )
+
+    # ---- 5-7 ---------------------------------------------------------------------------------
+
+    def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
+        spec = submission.spec
+        events = self.agent._events
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
         telemetry = GpuTelemetry(
@@ -553,7 +710,12 @@ class _AttemptRun:
         self.progress.gpus = telemetry.take
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()
-        process.start()
+        if self.warm is not None:
+            process = self.warm.resume(self.restored_step)
+        else:
+            process = self._process(submission, events.put, warm=False)
+            process.start()
+        hold = NoticeHold(self.s3, self.config.bucket, self.job_id, self.attempt)
         heartbeat.start()
         logger.info("session %s started (pid %s)", spec.entry_point, process.pid)
         done: DoneLine | None = None
@@ -581,6 +743,8 @@ class _AttemptRun:
                     returned_at = time.monotonic()
                     if isinstance(event, DoneLine):
                         done = event
+                        if event.interrupted and end_by is not None:
+                            self._hand_off_early(uploader, event, end_by)
                     else:
                         failed = event
                 elif isinstance(event, SessionExited):
@@ -588,7 +752,7 @@ class _AttemptRun:
                 elif isinstance(event, _RebalanceNotice):
                     process.request_checkpoint()
                 notice = self.agent._notice
-                if notice is not None and not told:
+                if notice is not None and not told and self._may_tell(notice, hold, spec):
                     told = True
                     process.interrupt(notice.notice)
                     kill_at, end_by = _deadlines(notice.at)
@@ -607,6 +771,7 @@ class _AttemptRun:
                     logger.error("train() returned but the process does not exit; stopping it")
                     process.terminate(grace_seconds=5.0)
         finally:
+            hold.stop()
             heartbeat.stop()
             telemetry.stop()
             if exit_code is None:  # the loop itself failed: do not leave the session running
@@ -634,11 +799,69 @@ class _AttemptRun:
             _max(failed.step if failed else None, step),
         )
 
+    def _hand_off_early(self, uploader: CheckpointUploader, done: DoneLine, end_by: float) -> None:
+        """train() returned on a notice, so no checkpoint comes after the ones queued: once
+        they are uploaded, release the replacement now, not after the process has exited
+        (tearing down a PyTorch process takes seconds); `_preempted` writes it again."""
+        notice = self.agent._notice
+        assert notice is not None
+
+        def run() -> None:
+            if uploader.wait_idle(max(1.0, end_by - time.monotonic())):
+                step = _max(done.step, self.progress.step)
+                checkpoint_step = _max(uploader.last_step, self.restored_step)
+                manifest = uploader.last_manifest_key
+                self._write_handoff(step, checkpoint_step, manifest, notice.notice)
+
+        threading.Thread(target=run, name="early-handoff", daemon=True).start()
+
+    def _may_tell(self, notice: _InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
+        """Pass the notice on now? With warm start, a spot notice waits for the replacement."""
+        if notice.notice != "spot-interruption" or not spec.warm_start:
+            return True
+        if not hold.started:
+            hold.start(notice.at, DEFAULT_NOTICE_SECONDS, self.slowest_upload)
+        return hold.due()
+
     def _gpu_sample(self, gpus: list[GpuSample]) -> None:
         step = _max(self.progress.step, self.restored_step) or 0
         self.scalars.add(step, tensorboard_scalars(gpus), time.time())
 
+    def _launcher(self, spec: Any, environment: dict[str, str]) -> launchers.Launcher:
+        """Plain, torchrun (processes_per_node) or the image's container."""
+        nproc = launchers.processes(spec.processes_per_node)
+        if spec.image is None:
+            python = self.job_python.python
+            return launchers.torchrun(python, nproc) if nproc > 1 else launchers.plain(python)
+        (self.dirs.root / "ipc").mkdir(parents=True, exist_ok=True)
+        names = ["PYTHONUNBUFFERED", *sorted(environment)]
+        names += [
+            "RESPOT_JOB_ID",
+            "RESPOT_ATTEMPT",
+            "RESPOT_SEED",
+            "RESPOT_CHECKPOINT_DIR",
+            "RESPOT_DATA_DIR",
+            "RESPOT_OUTPUT_DIR",
+            "RESPOT_HYPERPARAMETERS",
+        ]
+        if self.restored_step is not None:
+            names.append("RESPOT_RESUME_STEP")
+        box = launchers.container(
+            spec.image,
+            name=f"respot-{self.job_id}-{self.attempt}",
+            # The attempt's directory holds code, data, checkpoint, output, staging and the
+            # named pipes; respot's own site is read-only.
+            mounts=[(self.dirs.root, False), (Path(respot_site()), True)],
+            env_names=names,
+            workdir=str(self.dirs.code),
+        )
+        if nproc > 1:
+            inner = launchers.torchrun("python", nproc)
+            return launchers.Launcher(box.argv[:-1] + inner.argv, True, nproc)
+        return box
+
     def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
+        self.slowest_upload = max(self.slowest_upload or 0.0, result.seconds)
         self.messenger.send(
             AgentCheckpoint(
                 step=item.step,
@@ -665,7 +888,12 @@ class _AttemptRun:
         logger.info("uploaded %d output file(s) to %s", len(outputs.files), prefix)
         self._finish(uploader, "completed")
         self.messenger.send(
-            AgentCompleted(step=step, outputs_prefix=prefix, train_seconds=round(train_seconds, 3))
+            AgentCompleted(
+                step=step,
+                outputs_prefix=prefix,
+                train_seconds=round(train_seconds, 3),
+                metrics=self.progress.message().metrics,
+            )
         )
         return AgentResult("completed", self.job_id, self.attempt, step=step, exit_code=0)
 
@@ -682,7 +910,12 @@ class _AttemptRun:
         step = _max(step, checkpoint_step)
         self._write_handoff(step, checkpoint_step, uploader.last_manifest_key, notice.notice)
         self.messenger.send(
-            AgentPreempted(step=step, checkpoint_step=checkpoint_step, notice=notice.notice)
+            AgentPreempted(
+                step=step,
+                checkpoint_step=checkpoint_step,
+                notice=notice.notice,
+                last_step_at=self.progress.last_at,
+            )
         )
         lost = (step or 0) - (checkpoint_step or 0)
         logger.warning(

@@ -3,6 +3,11 @@
 Started by the agent (never through a shell). It puts the code directory on `sys.path`,
 imports the entry point `package.module:Class`, seeds the RNGs, builds the session and runs
 `train()`, talking to the agent over two pipes (see `respot.agent.protocol`).
+
+Under torchrun or in a container the pipes are named (`--events-fifo`, `--control-fifo`):
+rank 0 talks to the agent through them, and every rank watches the launch's `notice_file`
+for the interruption notice. Only rank 0 reports, snapshots checkpoints and says how
+`train()` ended; the other ranks' calls of `report()` and `save_checkpoint()` do nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from respot.agent.protocol import (
     DoneLine,
     FailedLine,
     InterruptLine,
+    ReadyLine,
     ReportLine,
+    ResumeLine,
     SessionLaunch,
     line,
 )
@@ -39,8 +46,14 @@ class PipeHost:
     """The child's side of the pipes: forwards reports and checkpoints, receives notices."""
 
     def __init__(
-        self, events: IO[str], snapshots: CheckpointSnapshots, report_interval_seconds: float
+        self,
+        events: IO[str],
+        snapshots: CheckpointSnapshots,
+        report_interval_seconds: float,
+        *,
+        primary: bool = True,
     ) -> None:
+        self._primary = primary  # rank 0: the only one that talks to the agent
         self._events = events
         self._snapshots = snapshots
         self._interval = report_interval_seconds
@@ -49,11 +62,15 @@ class PipeHost:
         self._pending: ReportLine | None = None
         self._parent_gone = False
         self._session: TrainingSession | None = None
+        self._resume: ResumeLine | None = None
+        self._resumed = threading.Event()  # a ResumeLine came, or the agent is gone
 
     # ---- SessionHost -------------------------------------------------------------------------
 
     def report(self, step: int, total_steps: int | None, metrics: dict[str, float]) -> None:
-        message = ReportLine(step=step, total_steps=total_steps, metrics=metrics)
+        if not self._primary:
+            return
+        message = ReportLine(step=step, total_steps=total_steps, metrics=metrics, at=time.time())
         now = time.monotonic()
         with self._lock:
             if now - self._last_sent < self._interval:
@@ -64,6 +81,8 @@ class PipeHost:
         self._send(message)
 
     def checkpoint(self, step: int, reason: str) -> None:
+        if not self._primary:
+            return
         self.flush()
         path = self._snapshots.take(step)
         self._send(
@@ -87,7 +106,7 @@ class PipeHost:
         self._send(message)
 
     def _send(self, message: BaseModel) -> None:
-        if self._parent_gone:
+        if self._parent_gone or not self._primary:
             return
         try:
             with self._lock:
@@ -111,13 +130,37 @@ class PipeHost:
                 continue
             if isinstance(message, InterruptLine):
                 self._session.request_interruption(message.notice)
+            elif isinstance(message, ResumeLine):
+                self._resume = message
+                self._resumed.set()
             else:
                 self._session.request_checkpoint()
         # EOF: the agent is gone, so nothing will upload checkpoints any more: stop.
         self._agent_gone()
 
+    def wait_resume(self) -> ResumeLine | None:
+        """Warm start: block until the agent says resume; None if the agent went away."""
+        self._resumed.wait()
+        return self._resume
+
+    def watch_notice_file(self, path: Path, session: TrainingSession) -> None:
+        """Poll `path` (from a daemon thread): once it exists, its text is the notice."""
+
+        def poll() -> None:
+            while not session.interruption_requested:
+                try:
+                    notice = path.read_text().strip()
+                except FileNotFoundError:
+                    time.sleep(0.1)
+                    continue
+                session.request_interruption(notice if notice == "spot-interruption" else "stop")
+                return
+
+        threading.Thread(target=poll, name="notice-file", daemon=True).start()
+
     def _agent_gone(self) -> None:
         self._parent_gone = True
+        self._resumed.set()
         if self._session is not None and not self._session.interruption_requested:
             print("respot: the agent is gone; stopping the session", file=sys.stderr)
             self._session.request_interruption("stop")
@@ -150,10 +193,17 @@ def seed_rngs(seed: int) -> list[str]:
     return seeded
 
 
-def run(launch: SessionLaunch, events: IO[str], control: IO[str]) -> int:
-    """Build and run the session; returns the process exit code."""
+def run(
+    launch: SessionLaunch, events: IO[str], control: IO[str] | None, *, primary: bool = True
+) -> int:
+    """Build and run the session; returns the process exit code.
+
+    Warm start (`launch.warm`): import, build and `prepare()` at once, say ready, and wait for
+    the agent's ResumeLine (the checkpoint is restored by then) before `train()`.
+    """
+    began = time.monotonic()
     snapshots = CheckpointSnapshots(Path(launch.checkpoint_dir), Path(launch.staging_dir))
-    host = PipeHost(events, snapshots, launch.report_interval_seconds)
+    host = PipeHost(events, snapshots, launch.report_interval_seconds, primary=primary)
     session: TrainingSession | None = None
     try:
         cls = load_session_class(launch.entry_point, launch.code_dir)
@@ -166,11 +216,23 @@ def run(launch: SessionLaunch, events: IO[str], control: IO[str]) -> int:
             seed=launch.seed,
             job_id=launch.job_id,
             attempt=launch.attempt,
-            resume_step=launch.resume_step,
+            resume_step=None if launch.warm else launch.resume_step,
             host=host,
         )
-        host.listen(control, session)
+        if control is not None:
+            host.listen(control, session)
+        if launch.notice_file is not None:
+            host.watch_notice_file(Path(launch.notice_file), session)
         _stop_on_sigterm(session)
+        session.prepare()
+        if launch.warm:
+            host.send(ReadyLine(seconds=round(time.monotonic() - began, 3)))
+            resume = host.wait_resume()
+            if resume is None:
+                return 0  # the agent is gone before training began: nothing to do
+            session.resume_from(resume.resume_step)
+            if resume.resume_step is not None:
+                os.environ["RESPOT_RESUME_STEP"] = str(resume.resume_step)
         session.train()
     except SystemExit as exc:
         if exc.code not in (None, 0):
@@ -218,13 +280,19 @@ def _failed(host: PipeHost, session: TrainingSession | None, exc: BaseException)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m respot.agent.session_main")
     parser.add_argument("--launch", required=True, help="the SessionLaunch JSON file")
-    parser.add_argument("--events-fd", type=int, required=True)
-    parser.add_argument("--control-fd", type=int, required=True)
+    parser.add_argument("--events-fd", type=int)
+    parser.add_argument("--control-fd", type=int)
+    parser.add_argument("--events-fifo", help="named pipe to the agent (torchrun, containers)")
+    parser.add_argument("--control-fifo", help="named pipe from the agent")
     args = parser.parse_args(argv)
     # Ctrl-C in a terminal reaches the whole process group: the agent relays it as a "stop"
     # notice, so the session checkpoints instead of dying with KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     launch = SessionLaunch.model_validate_json(Path(args.launch).read_text())
+    if args.events_fifo is not None:
+        return _run_named(launch, args.events_fifo, args.control_fifo)
+    if args.events_fd is None or args.control_fd is None:
+        parser.error("give --events-fd and --control-fd, or --events-fifo and --control-fifo")
     # Children the session starts must not hold the agent's pipes open.
     os.set_inheritable(args.events_fd, False)
     os.set_inheritable(args.control_fd, False)
@@ -232,6 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     # closing a file under a reader blocks; the process exit closes it.
     control = open(args.control_fd, encoding="utf-8")  # noqa: SIM115
     with open(args.events_fd, "w", encoding="utf-8") as events:
+        return run(launch, events, control)
+
+
+def _run_named(launch: SessionLaunch, events_path: str, control_path: str | None) -> int:
+    """Rank 0 opens the named pipes (torchrun sets RANK; a single process is rank 0)."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        with open(os.devnull, "w", encoding="utf-8") as sink:
+            return run(launch, sink, None, primary=False)
+    # The agent reads the events pipe before starting us and holds the control pipe open.
+    control = open(control_path, encoding="utf-8") if control_path else None  # noqa: SIM115
+    with open(events_path, "w", encoding="utf-8") as events:
         return run(launch, events, control)
 
 

@@ -28,14 +28,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_S3_URI = re.compile(r"^s3://(?P<bucket>[^/]+)/?(?P<key>.*)$")
+_S3_URI = re.compile(r"s3://(?P<bucket>[^/]+)/?(?P<key>.*)")
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 MAX_UNZIPPED_BYTES = 20 * 1024**3  # refuse zip bombs: a code zip never unpacks to 20 GiB
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     """(bucket, key) of `s3://bucket/key`."""
-    m = _S3_URI.match(uri)
+    m = _S3_URI.fullmatch(uri)
     if not m:
         raise SetupError(f"{uri!r} is not an s3:// URI")
     return m.group("bucket"), m.group("key")

@@ -41,8 +41,10 @@ PLAIN_WIDTH = 200
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print `error: message` on stderr and exit."""
-    err_console().print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print `error: message` on stderr and exit (the message is text, never markup)."""
+    from rich.markup import escape
+
+    err_console().print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -81,7 +83,8 @@ def console() -> Console:
     if "out" not in _CONSOLES:
         tty = sys.stdout.isatty()
         # Off a terminal (pipes, CI logs) tables keep whole ids rather than fit 80 columns.
-        _CONSOLES["out"] = Console(highlight=False, width=None if tty else PLAIN_WIDTH)
+        # emoji=False: user text such as 'a:b:c' or ':smile:' is printed as written.
+        _CONSOLES["out"] = Console(highlight=False, emoji=False, width=None if tty else PLAIN_WIDTH)
     return _CONSOLES["out"]
 
 
@@ -90,7 +93,7 @@ def err_console() -> Console:
     from rich.console import Console
 
     if "err" not in _CONSOLES:
-        _CONSOLES["err"] = Console(stderr=True, highlight=False)
+        _CONSOLES["err"] = Console(stderr=True, highlight=False, emoji=False)
     return _CONSOLES["err"]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from respot.cli.context import (
     JsonOption,
@@ -83,7 +84,7 @@ def logs(
     except KeyboardInterrupt:
         pass
     for warning in dict.fromkeys(reader.warnings):
-        err_console().print(f"[yellow]note:[/] {warning}", highlight=False)
+        err_console().print(f"[yellow]note:[/] {escape(str(warning))}", highlight=False)
 
 
 # ---- cost --------------------------------------------------------------------------------------
@@ -338,7 +339,7 @@ def tensorboard(
                 if rec.state.is_terminal():
                     return
             except Exception as exc:  # the server keeps what it has
-                err_console().print(f"[yellow]note:[/] could not refresh: {exc}")
+                err_console().print(f"[yellow]note:[/] could not refresh: {escape(str(exc))}")
 
     if not record.state.is_terminal():
         threading.Thread(target=resync, daemon=True).start()

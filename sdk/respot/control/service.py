@@ -25,6 +25,7 @@ from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.aws.pools import PoolTable
 from respot.config import ControlPlaneConfig
+from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
     Effect,
@@ -50,7 +51,10 @@ from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
 from respot.core.placement import ControlSettings, MarketPolicy, candidates
 from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, Sighting, sightings
-from respot.messages import CancelCommand, JobSubmission
+from respot.exceptions import DuplicateJobError, NotOwnerError
+from respot.identity import principal_matches
+from respot.jobid import is_job_id
+from respot.messages import CancelCommand, JobSubmission, stored_submission, submission_digest
 
 log = logging.getLogger("respot.control")
 
@@ -122,6 +126,7 @@ class ControlPlane:
         settings: ControlSettings,
         notifications: Notifications | None = None,
         market_policy: MarketPolicy | None = None,
+        sweeps: SweepFeed | None = None,
         clock: Callable[[], datetime] = utcnow,
         pools: PoolTable | None = None,
     ) -> None:
@@ -136,6 +141,7 @@ class ControlPlane:
         self.pools = pools
         self._fixed_policy = market_policy
         self.market_policy = market_policy or DeadlinePolicy()
+        self.sweeps = sweeps or SweepFeed(None)
         self.clock = clock
 
     @classmethod
@@ -177,6 +183,7 @@ class ControlPlane:
             bucket=config.bucket,
             settings=config.settings(),
             notifications=Notifications(config.notify_queue_url, clients["sqs"]),
+            sweeps=SweepFeed(config.sweep_queue_url, clients["sqs"]),
             clock=clock,
             pools=PoolTable(config.table_name, clients["dynamodb"]),
         )
@@ -184,18 +191,61 @@ class ControlPlane:
     # ---- inputs ------------------------------------------------------------------------------
 
     def submit(self, submission: JobSubmission) -> Applied:
-        """Record a submitted job (once) and request its first capacity."""
-        # The agent reads the spec from S3; write it before the job can be placed. Idempotent.
-        self.s3.put_object(
-            Bucket=self.bucket,
-            Key=layout.submission_key(submission.job_id),
-            Body=submission.model_dump_json(exclude_none=True).encode(),
-            ContentType="application/json",
-        )
-        return self.apply(submission.job_id, Submitted(submission))
+        """Record a submitted job (once), store its submission (once), then request capacity.
 
-    def cancel(self, command: CancelCommand) -> Applied:
-        """Cancel a job and terminate its instances."""
+        Create-only, in this order: the record first (a conditional put that fails if the id
+        exists), then `submission.json` (a conditional put that fails if the object exists),
+        then the first launch. So no submission can replace another job's record or spec.
+        A redelivery of the same submission is a no-op (it only completes a store that a
+        crash interrupted); the same id with other content or from another owner raises
+        `DuplicateJobError` (the handler dead-letters it with the reason).
+        """
+        job_id = submission.job_id
+        event = Submitted(submission)
+        decision, record = self._commit(job_id, event)
+        if decision.outcome == "duplicate":
+            if record is None or record.submission_digest != submission_digest(submission):
+                raise DuplicateJobError(_duplicate_reason(record, submission))
+            self._store_submission(submission)  # a crash may have come between the two writes
+            return Applied(job_id, "Submitted", "duplicate", record.state.value, record.version)
+        self._store_submission(submission)
+        return self._carry_out(job_id, event, decision, record, depth=0)
+
+    def _store_submission(self, submission: JobSubmission) -> None:
+        """Write `jobs/<id>/submission.json` if it does not exist (S3 `If-None-Match: *`)."""
+        try:
+            self.s3.put_object(
+                Bucket=self.bucket,
+                Key=layout.submission_key(submission.job_id),
+                Body=stored_submission(submission).encode(),
+                ContentType="application/json",
+                IfNoneMatch="*",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in ("PreconditionFailed", "412"):
+                raise
+            log.info("submission of job %s is already stored", submission.job_id)
+
+    def cancel(self, command: CancelCommand, *, admins: tuple[str, ...] = ()) -> Applied:
+        """Cancel a job and terminate its instances: only its owner or an admin may.
+
+        The owner is the job's `submitted_by`, the caller STS verified at submission; the
+        requester is the caller STS verified for this cancel. `admins` are principal ARNs
+        (a role ARN covers its sessions) that may cancel any job.
+        """
+        record = self.jobs.get(command.job_id)
+        if record is not None:
+            owner = record.submission.submitted_by
+            by = command.requested_by
+            allowed = by == owner or (
+                by is not None and any(principal_matches(by, a) for a in admins)
+            )
+            if not allowed:
+                raise NotOwnerError(
+                    f"{by or 'an unidentified caller'} may not cancel job {command.job_id}: "
+                    f"it belongs to {owner or 'an unidentified submitter'}; only the owner or "
+                    "an admin principal (stack setting admin_principal_arns) can cancel it"
+                )
         return self.apply(command.job_id, CancelRequested(command))
 
     def instance_event(
@@ -215,6 +265,9 @@ class ControlPlane:
             )
             return None
         job_id, attempt = owner
+        if not is_job_id(job_id):
+            log.warning("ignoring %s for %s: invalid job id tag", type(event).__name__, job_id)
+            return None
         return self.apply(job_id, replace(event, attempt=attempt))
 
     def reconcile(self) -> list[Applied]:
@@ -272,6 +325,18 @@ class ControlPlane:
     def apply(self, job_id: str, event: JobEvent, *, depth: int = 0) -> Applied:
         """Decide, write (compare-and-set), act, notify, follow up."""
         decision, record = self._commit(job_id, event)
+        return self._carry_out(job_id, event, decision, record, depth=depth)
+
+    def _carry_out(
+        self,
+        job_id: str,
+        event: JobEvent,
+        decision: Decision,
+        record: JobRecord | None,
+        *,
+        depth: int,
+    ) -> Applied:
+        """Log, notify, run the effects and follow up on a decision that is already written."""
         applied = Applied(
             job_id=job_id,
             event=type(event).__name__,
@@ -290,6 +355,7 @@ class ControlPlane:
         )
         if record is not None and decision.notes:
             self.notifications.send(record, decision.notes)
+        self.sweeps.offer(record, event)
         for effect in decision.effects:
             self._run(job_id, effect, depth)
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
@@ -371,3 +437,19 @@ class ControlPlane:
                 raise
         body = {"attempt": effect.attempt, "by": "control-plane", "reason": "instance gone"}
         self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body).encode())
+
+
+def _duplicate_reason(record: JobRecord | None, submission: JobSubmission) -> str:
+    job_id = submission.job_id
+    if record is None:
+        return f"job id {job_id} is taken; submit again with a new id"
+    owner = record.submission.submitted_by
+    if owner != submission.submitted_by:
+        return (
+            f"job id {job_id} already belongs to {owner or 'another submitter'}; "
+            f"{submission.submitted_by or 'this submitter'} cannot replace it. Submit with a new id"
+        )
+    return (
+        f"job id {job_id} already exists with a different submission; "
+        "a job is never replaced, submit with a new id (respot picks one if you give none)"
+    )

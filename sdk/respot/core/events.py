@@ -69,6 +69,7 @@ class InstanceUp:
     attempt: int | None
     source: str  # "fulfillment" or "running"
     spot_request_id: str | None = None
+    at: datetime | None = None  # the EventBridge event's time (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class InterruptionNotice:
     attempt: int | None
     kind: str  # "interruption" or "rebalance"
     action: str | None = None  # terminate / stop / hibernate for interruptions
+    at: datetime | None = None  # the EventBridge event's time (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class InstanceDown:
     instance_id: str
     attempt: int | None
     state: str  # shutting-down, terminated, stopping, stopped
+    at: datetime | None = None  # the EventBridge event's time (None: unknown)
 
 
 @dataclass(frozen=True)

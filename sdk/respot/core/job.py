@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from respot.core.states import JobState
 from respot.gpu import GpuSample
+from respot.jobid import JobId
 from respot.messages import JobSubmission
 
 TIMELINE_LIMIT = 400  # entries kept on the record; the oldest progress entries go first
@@ -68,7 +69,10 @@ class Attempt(BaseModel):
     restored_step: int | None = None
     restore_seconds: float | None = None
     last_heard_at: datetime | None = None  # the newest message of this attempt's agent
-    notice_at: datetime | None = None
+    first_step_at: datetime | None = None  # the session's first report() of this attempt
+    last_step_at: datetime | None = None  # its last one, when the attempt was preempted
+    notice_at: datetime | None = None  # when the control plane handled the notice
+    notice_sent_at: datetime | None = None  # when EC2 emitted it (the event's `time`)
     # When the checkpoint saved on the interruption notice was complete in S3 (the agent's
     # send time of its AgentCheckpoint, right after the manifest was written).
     notice_checkpoint_at: datetime | None = None
@@ -123,12 +127,13 @@ class TimelineEntry(BaseModel):
 class JobRecord(BaseModel):
     """The control plane's record of a job; every change is a compare-and-set on `version`."""
 
-    job_id: str
+    job_id: JobId
     state: JobState
     version: int = 0
     created_at: datetime
     updated_at: datetime
-    submission: JobSubmission
+    submission: JobSubmission  # environment values redacted (respot.messages.redacted)
+    submission_digest: str | None = None  # SHA-256 of the full submission, to spot duplicates
     attempts: list[Attempt] = Field(default_factory=list)
     interruptions: int = 0
     waiting_since: datetime | None = None  # when the job last began to wait for capacity

@@ -72,6 +72,8 @@ from respot.messages import (
     AgentPreempted,
     AgentProgress,
     AgentStarted,
+    redacted,
+    submission_digest,
 )
 
 JOB_TAG = "respot:job-id"
@@ -194,7 +196,8 @@ def _submitted(
         state=JobState.QUEUED,
         created_at=now,
         updated_at=now,
-        submission=sub,
+        submission=redacted(sub),
+        submission_digest=submission_digest(sub),
         waiting_since=now,
     )
     d = _Draft(record, now, settings)
@@ -494,11 +497,51 @@ def _resolve(job: JobRecord, instance_id: str, attempt: int | None) -> Attempt |
     return found
 
 
+# EventBridge and Lambda clocks agree to well within this; an event stamped earlier than this
+# before its attempt was requested cannot be about that attempt's instance.
+EVENT_CLOCK_SKEW = timedelta(seconds=60)
+# A spot interruption warning comes two minutes before the reclaim; an agent still heard from
+# well after that (plus the skew) shows the instance outlived the warning: it is stale.
+NOTICE_WINDOW = timedelta(minutes=2)
+
+
+def _stale(att: Attempt, at: datetime | None, *, notice: bool) -> str | None:
+    """Why an EC2 event stamped `at` must not act on `att` (None: it may)."""
+    if at is None:
+        return None
+    if at < att.requested_at - EVENT_CLOCK_SKEW:
+        return f"its time {at.isoformat()} is before attempt {att.number} was requested"
+    heard = att.last_heard_at
+    if notice and heard is not None and heard > at + NOTICE_WINDOW + EVENT_CLOCK_SKEW:
+        return (
+            f"its time {at.isoformat()} is long before the agent was last heard from "
+            f"({heard.isoformat()}): the instance outlived the warning"
+        )
+    return None
+
+
+def _record_stale(d: _Draft, att: Attempt, instance_id: str, what: str, why: str) -> Decision:
+    """Note a stale event on the job's timeline (once per kind and attempt) and do nothing."""
+    key = f"stale-{what}-{att.number}"
+    if d.job.policy.get(key):
+        return _unchanged("ignored: stale event (already recorded)")
+    d.job.policy[key] = d.now.isoformat()
+    d.note(
+        "stale-event",
+        f"ignored a late {what} event for {instance_id}: {why}",
+        attempt=att.number,
+        instance_id=instance_id,
+    )
+    return d.decision("recorded: stale event")
+
+
 def _instance_up(d: _Draft, event: InstanceUp) -> Decision:
     job = d.job
     att = _resolve(job, event.instance_id, event.attempt)
     if att is None:
         return _unchanged("ignored: instance of no attempt")
+    if (why := _stale(att, event.at, notice=False)) is not None:
+        return _record_stale(d, att, event.instance_id, event.source, why)
     if att.instance_id not in (None, event.instance_id):
         d.terminate([event.instance_id], "a second instance for one attempt")
         return _unchanged("ignored: attempt already has an instance", d.effects)
@@ -535,6 +578,8 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
         return _unchanged("ignored: instance of no attempt")
     if job.state.is_terminal() or att.end is not None:
         return _unchanged("ignored: attempt is over")
+    if (why := _stale(att, event.at, notice=event.kind == "interruption")) is not None:
+        return _record_stale(d, att, event.instance_id, event.kind, why)
     if event.kind == "rebalance":
         if job.policy.get(f"rebalance-{att.number}"):
             return _unchanged("duplicate")
@@ -549,6 +594,7 @@ def _notice(d: _Draft, event: InterruptionNotice) -> Decision:
     if att.notice_at is not None:
         return _unchanged("duplicate")
     att.instance_id = event.instance_id
+    att.notice_sent_at = event.at
     record_availability(job, d.now, d.settings, seen=False)
     _interrupt(d, att, "interruption notice", noticed=True)
     return d.decision()
@@ -603,6 +649,8 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
         return _unchanged("ignored: instance of no attempt")
     if att.end is not None:
         return _unchanged("duplicate")
+    if (why := _stale(att, event.at, notice=False)) is not None:
+        return _record_stale(d, att, event.instance_id, event.state, why)
     att.instance_id = event.instance_id
     att.ended_at = d.now
     if job.state.is_terminal():
@@ -641,6 +689,10 @@ def _started_note(
         text = f"started on {instance_id} (no checkpoint yet)"
     if downtime is not None:
         text += f"; {downtime:.1f}s after the previous instance's notice"
+    if body.warm_failure:
+        text += f"; warm-up failed ({body.warm_failure}), started cold"
+    elif body.warm:
+        text += "; warm start"
     if late:
         text += " (reported after the job ended)"
     d.note(
@@ -651,6 +703,7 @@ def _started_note(
         restored_step=body.restored_step,
         restore_seconds=body.restore_seconds,
         downtime_seconds=downtime,
+        warm=body.warm,
     )
 
 
@@ -709,6 +762,9 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 d.go(Transition.START)
             _started_note(d, att, msg.instance_id, body, late=False)
         case AgentProgress():
+            first_step = att.first_step_at is None and body.first_step_at is not None
+            if first_step:
+                att.first_step_at = body.first_step_at
             if body.gpus is not None and current:
                 job.progress.gpus = list(body.gpus)
             if body.step is not None:
@@ -725,7 +781,10 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             if current and job.state is JobState.RUNNING and body.step is not None:
                 _progress_note(d, att, settings)
             material = (
-                job.state is not state_before or d.notes or len(job.timeline) != timeline_before
+                job.state is not state_before
+                or d.notes
+                or len(job.timeline) != timeline_before
+                or first_step
             )
             if (
                 not material
@@ -764,8 +823,19 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 return _unchanged("ignored: older checkpoint")
         case AgentPreempted():
             if att.end is not None:
-                return _unchanged("duplicate")
-            att.last_step = max(att.last_step or 0, body.step or 0)
+                # The instance-gone event came first: still keep where and when training
+                # stopped.
+                late = (att.last_step is None and body.step is not None) or (
+                    att.last_step_at is None and body.last_step_at is not None
+                )
+                if not late:
+                    return _unchanged("duplicate")
+                att.last_step = att.last_step if att.last_step is not None else body.step
+                att.last_step_at = att.last_step_at or body.last_step_at
+                return d.decision()
+            if body.step is not None:  # none: stopped before training began
+                att.last_step = max(att.last_step or 0, body.step)
+            att.last_step_at = body.last_step_at
             att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
             lost = (att.last_step or 0) - (body.checkpoint_step or 0)
             lost = max(lost, (body.step or 0) - (body.checkpoint_step or 0), 0)
@@ -788,6 +858,8 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             att.last_step = max(att.last_step or 0, body.step or 0)
             if body.step is not None:
                 job.progress.step = max(job.progress.step or 0, body.step)
+            if body.metrics:
+                job.progress.metrics = {**job.progress.metrics, **body.metrics}
             job.outputs_prefix = body.outputs_prefix
             _finish(
                 d,

@@ -4,8 +4,10 @@ EC2 counts running instances (and open spot requests) in vCPUs per *quota class*
 and per market. A launch beyond the quota fails with `VcpuLimitExceeded` (on-demand) or
 `MaxSpotInstanceCountExceeded` (spot); a new account's G and P quotas are often 0. The codes
 below are the Service Quotas codes of service `ec2` (checked against the EC2 user guide's
-"Spot Instance quotas" list and public tools that call `GetServiceQuota` with them); a class
-without a verified code is named, and the message says how to find its code.
+"Spot Instance quotas" list and public tools that call `GetServiceQuota` with them; P5 spot,
+Trn and Inf on-demand as `aws service-quotas list-service-quotas --service-code ec2` lists
+them by these names); a class without a verified code is named, and the message says how to
+find its code. `respot doctor` reads the same table.
 """
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ _CODES: dict[tuple[Market, str], tuple[str | None, str]] = {
     ),
     (Market.SPOT, "G and VT"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
     (Market.SPOT, "P"): ("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests"),
-    (Market.SPOT, "P5"): (None, "All P5 Spot Instance Requests"),
+    (Market.SPOT, "P5"): ("L-C4BD4855", "All P5 Spot Instance Requests"),
     (Market.SPOT, "F"): ("L-88CF9481", "All F Spot Instance Requests"),
     (Market.SPOT, "Inf"): ("L-B5D1601B", "All Inf Spot Instance Requests"),
     (Market.SPOT, "DL"): ("L-85EED4F7", "All DL Spot Instance Requests"),
     (Market.SPOT, "X"): ("L-E3A00192", "All X Spot Instance Requests"),
-    (Market.SPOT, "Trn"): (None, "All Trn Spot Instance Requests"),
+    (Market.SPOT, "Trn"): ("L-6B0D517C", "All Trn Spot Instance Requests"),
     (Market.ON_DEMAND, "Standard"): (
         "L-1216C47A",
         "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
@@ -56,9 +58,9 @@ _CODES: dict[tuple[Market, str], tuple[str | None, str]] = {
     (Market.ON_DEMAND, "P5"): ("L-417A185B", "Running On-Demand P instances"),
     (Market.ON_DEMAND, "X"): ("L-7295265B", "Running On-Demand X instances"),
     (Market.ON_DEMAND, "F"): ("L-74FC7D96", "Running On-Demand F instances"),
-    (Market.ON_DEMAND, "Inf"): (None, "Running On-Demand Inf instances"),
+    (Market.ON_DEMAND, "Inf"): ("L-1945791B", "Running On-Demand Inf instances"),
     (Market.ON_DEMAND, "DL"): (None, "Running On-Demand DL instances"),
-    (Market.ON_DEMAND, "Trn"): (None, "Running On-Demand Trn instances"),
+    (Market.ON_DEMAND, "Trn"): ("L-2C3B7624", "Running On-Demand Trn instances"),
 }
 
 

@@ -259,8 +259,20 @@ def check_quotas(
         smallest = min(sizes, key=lambda t: sizes[t])
         largest = max(sizes, key=lambda t: sizes[t])
         need_min, need_max = sizes[smallest], sizes[largest]
-        for market, code in (("spot", family.spot_code), ("on-demand", family.on_demand_code)):
+        for market, code, quota_name in (
+            ("spot", family.spot_code, family.spot_name),
+            ("on-demand", family.on_demand_code, family.on_demand_name),
+        ):
             name = f"quota {family.name} {market}"
+            if code is None:
+                findings.append(
+                    skipped(
+                        name,
+                        f"respot knows no Service Quotas code for '{quota_name}'; find it with "
+                        "aws service-quotas list-service-quotas --service-code ec2",
+                    )
+                )
+                continue
             try:
                 value = _quota_value(quotas, code)
             except ClientError as exc:

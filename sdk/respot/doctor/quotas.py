@@ -1,53 +1,46 @@
-"""EC2's vCPU quotas per instance family, as Service Quotas names them (service code `ec2`).
+"""EC2's vCPU quotas per instance family, for the doctor: the spot and on-demand pair.
 
-EC2 counts running spot and on-demand capacity in vCPUs per family group, one quota each for
-spot requests and for running on-demand instances, per region. New accounts often have 0 for
-the GPU families (G/VT, P), which makes every launch fail with `MaxSpotInstanceCountExceeded`
-or `VcpuLimitExceeded`.
-
-The codes are those `aws service-quotas list-service-quotas --service-code ec2` lists with
-these names ("All G and VT Spot Instance Requests" L-3819A6DF, "Running On-Demand G and VT
-instances" L-DB2E81BA, ...; the AWS CLI user guide's Service Quotas examples show
-L-1216C47A, "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"). P5 has a
-spot quota of its own. Families not listed here (e.g. DL, High Memory) are not checked, and
-the doctor says so.
+The table is `respot.core.quotas` (the one the control plane names in a refused launch);
+this module pairs a family's two quotas and writes the increase command. EC2 counts running
+spot and on-demand capacity in vCPUs per family class, per region; new accounts often have 0
+for the GPU classes (G and VT, P), which makes every launch fail with
+`MaxSpotInstanceCountExceeded` or `VcpuLimitExceeded`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from respot.core.job import Market
+from respot.core.quotas import quota_for
 
 SERVICE_CODE = "ec2"
 
 
 @dataclass(frozen=True)
 class FamilyQuotas:
-    """The two vCPU quotas of one family group."""
+    """The two vCPU quotas of one family class (a code is None where respot knows none)."""
 
     name: str  # e.g. "G and VT"
-    spot_code: str  # "All <name> Spot Instance Requests"
-    on_demand_code: str  # "Running On-Demand <name> instances"
-
-
-STANDARD = FamilyQuotas("Standard (A, C, D, H, I, M, R, T, Z)", "L-34B43A08", "L-1216C47A")
-G_VT = FamilyQuotas("G and VT", "L-3819A6DF", "L-DB2E81BA")
-# (pattern on the instance type, quotas); the first match wins.
-FAMILY_QUOTAS: tuple[tuple[re.Pattern[str], FamilyQuotas], ...] = (
-    (re.compile(r"^(g|vt)\d"), G_VT),
-    (re.compile(r"^p[234]"), FamilyQuotas("P4, P3 and P2", "L-7212CCBC", "L-417A185B")),
-    (re.compile(r"^p5"), FamilyQuotas("P5", "L-C4BD4855", "L-417A185B")),
-    (re.compile(r"^inf\d"), FamilyQuotas("Inf", "L-B5D1601B", "L-1945791B")),
-    (re.compile(r"^trn\d"), FamilyQuotas("Trn", "L-6B0D517C", "L-2C3B7624")),
-    (re.compile(r"^f\d"), FamilyQuotas("F", "L-88CF9481", "L-74FC7D96")),
-    (re.compile(r"^x\d"), FamilyQuotas("X", "L-E3A00192", "L-7295265B")),
-    (re.compile(r"^[acdhimrtz]\d"), STANDARD),
-)
+    spot_code: str | None  # "All <name> Spot Instance Requests"
+    on_demand_code: str | None  # "Running On-Demand <name> instances"
+    spot_name: str = ""
+    on_demand_name: str = ""
 
 
 def quotas_for(instance_type: str) -> FamilyQuotas | None:
     """The quotas that count this instance type, or None for a family not in the table."""
-    return next((q for pattern, q in FAMILY_QUOTAS if pattern.match(instance_type)), None)
+    spot = quota_for(instance_type, Market.SPOT)
+    on_demand = quota_for(instance_type, Market.ON_DEMAND)
+    if spot is None or on_demand is None:
+        return None
+    return FamilyQuotas(
+        name=spot.quota_class,
+        spot_code=spot.code,
+        on_demand_code=on_demand.code,
+        spot_name=spot.name,
+        on_demand_name=on_demand.name,
+    )
 
 
 def increase_command(code: str, desired: int, region: str) -> str:

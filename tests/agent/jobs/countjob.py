@@ -17,9 +17,20 @@ from respot.session import TrainingSession
 class CountingSession(TrainingSession):
     """Counts to `steps`, `sleep` seconds per step; checkpoints every `checkpoint_every`."""
 
+    prepared: dict[str, object] | None = None
+
+    def prepare(self) -> None:
+        # What the session could see before train(): with warm start, no checkpoint yet.
+        files = sorted(p.name for p in self.checkpoint_dir.iterdir())
+        if self.hparams.get("prepare_reads_checkpoint") and "state.json" not in files:
+            raise RuntimeError("prepare() expected the checkpoint to be restored already")
+        self.prepared = {"checkpoint_files": files, "resume_step": self.resume_step}
+
     def train(self) -> None:
         steps = int(self.hparams.get("steps", 20))
         sleep = float(self.hparams.get("sleep", 0.0))
+        if self.resume_step is not None:  # a resumed attempt may run faster (tests that wait)
+            sleep = float(self.hparams.get("resumed_sleep", sleep))
         every = int(self.hparams.get("checkpoint_every", 5))
         fail_at = self.hparams.get("fail_at")
         ignore_notice = bool(self.hparams.get("ignore_notice", False))
@@ -58,6 +69,8 @@ class CountingSession(TrainingSession):
             "resumed_from": self.resume_step,
             "attempt": self.attempt,
             "hparams": self.hparams,
+            "prepared": self.prepared,
+            "resume_step_env": os.environ.get("RESPOT_RESUME_STEP"),
         }
         (self.output_dir / "result.json").write_text(json.dumps(result))
         names = self.hparams.get("echo_env", [])

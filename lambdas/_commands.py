@@ -1,0 +1,130 @@
+"""What the submit and cancel functions share: reading a researcher's command off the queue.
+
+One path for both: the SQS body is checked for size and depth, the SNS envelope is opened,
+the command is validated (the job id by `respot.jobid`), it must be the command this queue
+carries, and its identity proof is verified by STS (`respot.identity`): the caller's ARN
+from STS's answer replaces whatever the message claimed. Every refusal is a
+`PoisonMessageError` whose text is the reason the dead-letter queue keeps.
+
+On AWS the verifier is built from the function's environment (the stack sets the STS URL
+and the table that records used proofs). The local runtime installs one pointed at the
+emulator's STS; tests that install a control plane without a verifier skip the check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from lambdas._runtime import PoisonMessageError, control_plane, is_installed
+from respot.ec2events import sns_envelope
+from respot.identity import ENV_ADMINS, DynamoProofLedger, ProofError, Verifier
+from respot.inputs import InputLimitError, check_json_text
+from respot.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
+from respot.spec import describe_validation_error
+
+C = TypeVar("C", JobSubmission, CancelCommand)
+
+_verifier: Verifier | None = None
+_installed = False
+
+
+def install_verifier(verifier: Verifier | None) -> None:
+    """Verify proofs with `verifier` from now on (None: do not verify; tests only)."""
+    global _verifier, _installed
+    _verifier, _installed = verifier, True
+
+
+def uninstall_verifier() -> None:
+    """Forget the installed verifier (the next command builds one from the environment)."""
+    global _verifier, _installed
+    _verifier, _installed = None, False
+
+
+def verifier() -> Verifier | None:
+    """The container's verifier: the installed one, else one built from the environment."""
+    global _verifier, _installed  # noqa: PLW0603 - one per container
+    if not _installed:
+        if is_installed():
+            return None  # a test's control plane without a verifier: no identity check
+        _verifier = Verifier.from_env()
+        _installed = True
+    return _verifier
+
+
+def admin_principals() -> tuple[str, ...]:
+    """ARNs allowed to cancel any job (stack setting `admin_principal_arns`)."""
+    raw = os.environ.get(ENV_ADMINS, "")
+    return tuple(a.strip() for a in raw.split(",") if a.strip())
+
+
+def published_command(body: str) -> str | None:
+    """The `command` field of the published message in an SQS body (None if unreadable)."""
+    try:
+        message, _ = sns_envelope(body)
+        data = json.loads(message)
+    except (InputLimitError, ValueError):
+        return None
+    command = data.get("command") if isinstance(data, dict) else None
+    return command if isinstance(command, str) else None
+
+
+def read_signed(body: str, model: type[Any], identity_field: str) -> Any:
+    """A command of another model (sweeps) read like `read_command`: limits, validation, the
+    identity proof verified, and `identity_field` set to the caller STS names."""
+    try:
+        message, message_id = sns_envelope(body)
+        check_json_text(message, what="SNS message")
+        command = model.model_validate_json(message)
+    except InputLimitError as exc:
+        raise PoisonMessageError(str(exc)) from exc
+    except ValidationError as exc:
+        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    check = verifier()
+    if check is None:
+        return command
+    jobs = control_plane().jobs
+    ledger = check.ledger or DynamoProofLedger(jobs.table_name, jobs.client)
+    try:
+        caller = check.verify(
+            command, message_id or hashlib.sha256(body.encode()).hexdigest(), ledger=ledger
+        )
+    except ProofError as exc:
+        raise PoisonMessageError(f"identity: {exc}") from exc
+    return command.model_copy(update={identity_field: caller.arn, "proof": None})
+
+
+def read_command(body: str, expected: type[C]) -> C:
+    """The `expected` command in an SQS body, its caller verified; poison otherwise."""
+    try:
+        message, message_id = sns_envelope(body)
+        check_json_text(message, what="SNS message")
+        command = COMMAND_ADAPTER.validate_json(message)
+    except InputLimitError as exc:
+        raise PoisonMessageError(str(exc)) from exc
+    except ValidationError as exc:
+        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    if not isinstance(command, expected):
+        raise PoisonMessageError(
+            f"the {expected.model_fields['command'].default} queue got a "
+            f"{command.command!r} command"
+        )
+    check = verifier()
+    if check is None:
+        return command
+    jobs = control_plane().jobs  # this function's own table client (its role's credentials)
+    ledger = check.ledger or DynamoProofLedger(jobs.table_name, jobs.client)
+    try:
+        caller = check.verify(
+            command,
+            message_id or hashlib.sha256(body.encode()).hexdigest(),
+            ledger=ledger,
+        )
+    except ProofError as exc:
+        raise PoisonMessageError(f"identity: {exc}") from exc
+    field = "submitted_by" if isinstance(command, JobSubmission) else "requested_by"
+    return command.model_copy(update={field: caller.arn, "proof": None})

@@ -1,0 +1,37 @@
+"""Secrets by reference: `secrets: {NAME: <Secrets Manager ARN>}` resolved on the instance.
+
+The spec, the job record, `submission.json`, the logs and Slack only ever hold the ARN; the
+value is read here, on the instance, with the instance role (which may read only secrets
+named `respot/jobs/...`, see `JOB_SECRET_PREFIX`), and goes straight into the session's
+environment. Errors name the variable and the ARN, never a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from respot.agent.exceptions import SetupError
+
+JOB_SECRET_PREFIX = "respot/jobs/"  # noqa: S105 - a name prefix, not a secret
+
+
+def resolve_secrets(client: Any, secrets: Mapping[str, str]) -> dict[str, str]:
+    """{NAME: value} for every {NAME: ARN}; `SetupError` naming the one that failed."""
+    values: dict[str, str] = {}
+    for name, arn in secrets.items():
+        try:
+            answer = client.get_secret_value(SecretId=arn)
+        except Exception as exc:
+            code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+            raise SetupError(
+                f"secrets.{name}: cannot read {arn} ({code}); the instance role reads only "
+                f"secrets named {JOB_SECRET_PREFIX}... in this account and region"
+            ) from None
+        value = answer.get("SecretString")
+        if not isinstance(value, str):
+            raise SetupError(f"secrets.{name}: {arn} has no text value (binary secrets: no)")
+        if "\x00" in value:
+            raise SetupError(f"secrets.{name}: the value of {arn} contains a NUL byte")
+        values[name] = value
+    return values

@@ -1,0 +1,94 @@
+"""What the job record keeps of a changeover as the user feels it: when EC2 emitted the
+notice, the old attempt's last training step, the new attempt's first, and how it started."""
+
+from __future__ import annotations
+
+from respot.core.events import AgentReport, InstanceDown, InterruptionNotice
+from respot.ec2events import parse_ec2_event
+from respot.messages import AgentPreempted, AgentProgress, AgentStarted
+from tests.core.factories import agent, at
+from tests.core.test_lifecycle import started_job
+
+
+def test_the_notice_keeps_the_time_ec2_emitted_it_not_only_when_it_was_handled() -> None:
+    d = started_job()
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(18)), 20)
+    assert d.job is not None
+    first = d.job.attempts[0]
+    assert first.notice_sent_at == at(18) and first.notice_at == at(20)
+    assert d.job.attempts[1].requested_at == at(20)
+
+
+def test_the_event_time_is_read_from_the_envelope_and_a_placeholder_is_none() -> None:
+    event = {
+        "source": "aws.ec2",
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "time": "2026-11-23T17:00:05Z",
+        "detail": {"instance-id": "i-1", "instance-action": "terminate"},
+    }
+    parsed = parse_ec2_event(event)
+    assert isinstance(parsed, InterruptionNotice)
+    assert parsed.at is not None and parsed.at.isoformat() == "2026-11-23T17:00:05+00:00"
+    placeholder = parse_ec2_event({**event, "time": "yyyy-mm-ddThh:mm:ssZ"})
+    assert isinstance(placeholder, InterruptionNotice) and placeholder.at is None
+
+
+def test_first_and_last_training_steps_of_attempts_are_recorded() -> None:
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(19)), 20)
+    body = AgentPreempted(
+        step=50, checkpoint_step=50, notice="spot-interruption", last_step_at=at(21)
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 22)
+    d.launch_ok("i-2", 22)
+    d.apply(AgentReport(agent(d.job, 2, "i-2", AgentStarted(restored_step=50, warm=True))), 30)
+    progress = AgentProgress(step=51, first_step_at=at(31))
+    d.apply(AgentReport(agent(d.job, 2, "i-2", progress, seq=2)), 31.5)
+    # a later heartbeat does not move the first step
+    later = AgentProgress(step=60, first_step_at=at(40))
+    d.apply(AgentReport(agent(d.job, 2, "i-2", later, seq=3)), 41)
+    old, new = d.job.attempts
+    assert old.last_step_at == at(21)
+    assert new.first_step_at == at(31)
+    started = [e for e in d.job.timeline if e.kind == "resumed"]
+    assert started and started[-1].text.endswith("; warm start")
+
+
+def test_a_heartbeat_bringing_the_first_step_time_is_written_not_coalesced() -> None:
+    d = started_job()
+    assert d.job is not None
+    d.apply(AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=None), seq=2)), 3.1)
+    decision = d.apply(
+        AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=None, first_step_at=at(3.2)), seq=3)),
+        3.3,
+    )
+    assert decision.record is not None
+    assert d.job.attempts[0].first_step_at == at(3.2)
+
+
+def test_a_cold_start_after_a_failed_warm_up_says_so_in_the_timeline() -> None:
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 20)
+    d.launch_ok("i-2", 21)
+    body = AgentStarted(restored_step=40, warm=False, warm_failure="ImportError: no module x")
+    d.apply(AgentReport(agent(d.job, 2, "i-2", body)), 30)
+    resumed = [e for e in d.job.timeline if e.kind == "resumed"][-1]
+    assert "warm-up failed (ImportError: no module x), started cold" in resumed.text
+
+
+def test_a_preempted_message_after_the_instance_is_gone_still_gives_the_last_step_time() -> None:
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate"), 20)
+    d.apply(InstanceDown("i-1", 1, "shutting-down"), 24)
+    assert d.job.attempts[0].end is not None
+    body = AgentPreempted(
+        step=50, checkpoint_step=50, notice="spot-interruption", last_step_at=at(23)
+    )
+    decision = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 25)
+    assert decision.record is not None
+    assert d.job.attempts[0].last_step_at == at(23)
+    again = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 26)
+    assert again.record is None  # a duplicate changes nothing

@@ -1,0 +1,281 @@
+"""Verified identity without shared secrets, executed against the emulator's STS.
+
+moto's STS names the caller from the access key in the Authorization header (an IAM user
+created in the emulator answers as that user), and, with IAM auth switched on, checks the
+SigV4 signature as STS does. Both are used here: no stub stands in for STS.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+import requests
+
+from respot.identity import (
+    DynamoProofLedger,
+    ProofError,
+    Verifier,
+    command_digest,
+    principal_matches,
+    prove,
+    sts_url,
+)
+from respot.messages import CancelCommand, IdentityProof, JobSubmission
+from respot.spec import TrainingEnvVar
+
+REGION = "us-east-1"
+
+
+@dataclass
+class Person:
+    arn: str
+    session: Any
+
+
+def person(endpoint: str, name: str) -> Person:
+    """An IAM user in the emulator with its own access key, and a boto3 session of it."""
+    iam = boto3.client(
+        "iam",
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",  # the emulator's administrator, before auth is on
+        aws_secret_access_key="testing",
+    )
+    user = f"{name}-{secrets.token_hex(3)}"
+    arn = iam.create_user(UserName=user)["User"]["Arn"]
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    session = boto3.session.Session(
+        aws_access_key_id=key["AccessKeyId"],
+        aws_secret_access_key=key["SecretAccessKey"],
+        region_name=REGION,
+    )
+    return Person(arn, session)
+
+
+class MemoryLedger:
+    def __init__(self) -> None:
+        self.used: dict[str, str] = {}
+
+    def use(self, signature: str, message_id: str, expires_at: datetime) -> None:
+        if self.used.setdefault(signature, message_id) != message_id:
+            raise ProofError("replayed identity proof")
+
+
+def cancel_of(job_id: str) -> CancelCommand:
+    return CancelCommand(job_id=job_id, requested_at=datetime.now(UTC))
+
+
+def signed(command: Any, who: Person, endpoint: str) -> Any:
+    proof = prove(command, who.session, region=REGION, url=sts_url(REGION, endpoint))
+    return command.model_copy(update={"proof": proof})
+
+
+@pytest.fixture
+def iam_auth(moto_endpoint: str, aws_credentials: None) -> Iterator[tuple[Person, Person]]:
+    """alice and mallory, then the emulator checks every signature until the test ends."""
+    alice, mallory = person(moto_endpoint, "alice"), person(moto_endpoint, "mallory")
+    requests.post(f"{moto_endpoint}/moto-api/reset-auth", data=b"0", timeout=5)
+    try:
+        yield alice, mallory
+    finally:
+        requests.post(f"{moto_endpoint}/moto-api/reset-auth", data=b"1000000000", timeout=5)
+
+
+def verifier(endpoint: str, **kwargs: Any) -> Verifier:
+    return Verifier(sts_url=sts_url(REGION, endpoint), region=REGION, **kwargs)
+
+
+def test_a_genuine_proof_names_the_signer(
+    moto_endpoint: str, iam_auth: tuple[Person, Person]
+) -> None:
+    alice, _ = iam_auth
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    caller = verifier(moto_endpoint, ledger=MemoryLedger()).verify(command, "m1")
+    assert caller.arn == alice.arn
+
+
+def test_a_forged_signature_is_refused_by_sts(
+    moto_endpoint: str, iam_auth: tuple[Person, Person]
+) -> None:
+    alice, mallory = iam_auth
+    command = signed(cancel_of("job-1"), mallory, moto_endpoint)
+    assert command.proof is not None
+    headers = dict(command.proof.headers)
+    # mallory writes alice's access key id into her own signature
+    alice_key = alice.session.get_credentials().access_key
+    mallory_key = mallory.session.get_credentials().access_key
+    headers["Authorization"] = headers["Authorization"].replace(mallory_key, alice_key)
+    forged = command.model_copy(
+        update={"proof": command.proof.model_copy(update={"headers": headers})}
+    )
+    with pytest.raises(ProofError, match="STS refused the proof: SignatureDoesNotMatch"):
+        verifier(moto_endpoint, ledger=MemoryLedger()).verify(forged, "m1")
+
+
+def test_a_made_up_signature_is_refused_by_sts(
+    moto_endpoint: str, iam_auth: tuple[Person, Person]
+) -> None:
+    alice, _ = iam_auth
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    headers = dict(command.proof.headers)
+    sig = headers["Authorization"][-64:]
+    headers["Authorization"] = headers["Authorization"][:-64] + sig[::-1]
+    forged = command.model_copy(
+        update={"proof": command.proof.model_copy(update={"headers": headers})}
+    )
+    with pytest.raises(ProofError, match="SignatureDoesNotMatch"):
+        verifier(moto_endpoint, ledger=MemoryLedger()).verify(forged, "m1")
+
+
+def test_a_proof_for_another_job_or_command_or_content_is_refused(moto_endpoint: str) -> None:
+    alice = person(moto_endpoint, "alice")
+    check = verifier(moto_endpoint, ledger=MemoryLedger())
+    proof = signed(cancel_of("job-a"), alice, moto_endpoint).proof
+    with pytest.raises(ProofError, match="another job-id"):
+        check.verify(cancel_of("job-b").model_copy(update={"proof": proof}), "m1")
+    submission = JobSubmission(
+        job_id="job-a",
+        spec=TrainingEnvVar(name="x", entry_point="a.b:C"),
+        submitted_at=datetime.now(UTC),
+    )
+    with pytest.raises(ProofError, match="another command"):
+        check.verify(submission.model_copy(update={"proof": proof}), "m1")
+    good = signed(submission, alice, moto_endpoint)
+    tampered = good.model_copy(
+        update={"spec": TrainingEnvVar(name="x", entry_point="a.b:C", seed=9)}
+    )
+    with pytest.raises(ProofError, match="another content"):
+        check.verify(tampered, "m1")
+    # the claimed identity is not part of what is signed: STS's answer replaces it
+    claimed = good.model_copy(update={"submitted_by": "arn:aws:iam::123456789012:user/root"})
+    assert check.verify(claimed, "m2").arn == alice.arn
+
+
+def test_an_expired_or_future_proof_is_refused(moto_endpoint: str) -> None:
+    alice = person(moto_endpoint, "alice")
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    later = verifier(
+        moto_endpoint,
+        ledger=MemoryLedger(),
+        clock=lambda: datetime.now(UTC) + timedelta(minutes=6),
+    )
+    with pytest.raises(ProofError, match="expired"):
+        later.verify(command, "m1")
+    earlier = verifier(
+        moto_endpoint,
+        ledger=MemoryLedger(),
+        clock=lambda: datetime.now(UTC) - timedelta(minutes=3),
+    )
+    with pytest.raises(ProofError, match="future"):
+        earlier.verify(command, "m1")
+
+
+def test_a_replayed_proof_is_refused_and_a_redelivery_is_not(
+    moto_endpoint: str, aws_credentials: None
+) -> None:
+    from infra.local import cloud
+
+    local = cloud.provision(moto_endpoint, prefix=f"t{secrets.token_hex(4)}")
+    ledger = DynamoProofLedger(local.table_name, local.client("dynamodb"))
+    alice = person(moto_endpoint, "alice")
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    check = verifier(moto_endpoint, ledger=ledger)
+    assert check.verify(command, "sns-message-1").arn == alice.arn
+    assert check.verify(command, "sns-message-1").arn == alice.arn  # SQS redelivered it
+    with pytest.raises(ProofError, match="replayed"):
+        check.verify(command, "sns-message-2")  # the same proof published again
+    items = local.client("dynamodb").scan(TableName=local.table_name)["Items"]
+    (used,) = [i for i in items if i["pk"]["S"].startswith("PROOF#")]
+    assert int(used["ttl"]["N"]) > datetime.now(UTC).timestamp()  # removed by TTL later
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/iam/security-credentials/",
+        "https://sts.us-east-1.amazonaws.com.evil.example/",
+        "https://evil.example/?x=https://sts.us-east-1.amazonaws.com/",
+        "https://user:pw@sts.us-east-1.amazonaws.com/",
+        "https://sts.us-west-2.amazonaws.com/",
+        "https://sts.us-east-1.amazonaws.com/?Action=AssumeRole",
+        "https://sts.us-east-1.amazonaws.com:8443/",
+    ],
+)
+def test_only_the_trusted_sts_endpoint_is_ever_contacted(url: str) -> None:
+    posted: list[str] = []
+
+    def post(u: str, body: bytes, headers: Any, timeout: float) -> tuple[int, bytes]:
+        posted.append(u)
+        return 200, b""
+
+    check = Verifier(
+        sts_url="https://sts.us-east-1.amazonaws.com/", region=REGION, ledger=None, post=post
+    )
+    command = cancel_of("job-1")
+    proof = IdentityProof(
+        url=url,
+        body="Action=GetCallerIdentity&Version=2011-06-15",
+        headers={"Authorization": "x"},
+    )
+    with pytest.raises(ProofError, match=r"not to this deployment's STS endpoint|credentials"):
+        check.verify(command.model_copy(update={"proof": proof}), "m1")
+    assert posted == []
+
+
+def test_other_requests_and_headers_are_refused_before_sts_is_asked(moto_endpoint: str) -> None:
+    alice = person(moto_endpoint, "alice")
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    check = verifier(moto_endpoint, ledger=MemoryLedger())
+    proof = command.proof
+    cases = {
+        "not an sts:GetCallerIdentity": proof.model_copy(
+            update={"body": "Action=AssumeRole&Version=2011-06-15"}
+        ),
+        "header 'X-Forwarded-For'": proof.model_copy(
+            update={"headers": {**proof.headers, "X-Forwarded-For": "1"}}
+        ),
+        "no x-respot-digest": proof.model_copy(
+            update={"headers": {k: v for k, v in proof.headers.items() if k != "x-respot-digest"}}
+        ),
+    }
+    for reason, bad in cases.items():
+        with pytest.raises(ProofError, match=reason):
+            check.verify(command.model_copy(update={"proof": bad}), "m1")
+    with pytest.raises(ProofError, match="carries no identity proof"):
+        check.verify(cancel_of("job-1"), "m1")
+
+
+def test_the_digest_survives_the_wire() -> None:
+    submission = JobSubmission(
+        job_id="job-1",
+        spec=TrainingEnvVar(
+            name="x",
+            entry_point="a.b:C",
+            deadline="+48h",
+            max_runtime="90m",
+            hyperparameters={"lr": 0.1, "nested": {"a": [1, 2.5, None, "s"]}},
+            environment={"A": "é ü \\n"},
+        ),
+        submitted_at=datetime.now(UTC),
+    )
+    again = JobSubmission.model_validate_json(submission.model_dump_json(exclude_none=True))
+    assert command_digest(again) == command_digest(submission)
+
+
+def test_admin_entries_match_their_role_sessions() -> None:
+    role = "arn:aws:iam::123456789012:role/RespotAdmin"
+    assert principal_matches("arn:aws:sts::123456789012:assumed-role/RespotAdmin/bob", role)
+    assert not principal_matches("arn:aws:sts::123456789012:assumed-role/RespotAdminX/b", role)
+    assert not principal_matches("arn:aws:sts::999999999999:assumed-role/RespotAdmin/b", role)
+    assert principal_matches(
+        "arn:aws:iam::123456789012:user/ops", "arn:aws:iam::123456789012:user/ops"
+    )
+    assert not principal_matches(
+        "arn:aws:iam::123456789012:user/ops2", "arn:aws:iam::123456789012:user/ops"
+    )
