@@ -66,8 +66,9 @@ def published_command(body: str) -> str | None:
     """The `command` field of the published message in an SQS body (None if unreadable)."""
     try:
         message, _ = sns_envelope(body)
+        check_json_text(message, what="SNS message")  # depth first: json.loads recurses
         data = json.loads(message)
-    except (InputLimitError, ValueError):
+    except (InputLimitError, ValueError, RecursionError):
         return None
     command = data.get("command") if isinstance(data, dict) else None
     return command if isinstance(command, str) else None

@@ -603,7 +603,10 @@ def test_researcher_policy_is_what_the_sdk_needs_and_no_more(researchers):
         "ReadJobObjects": "s3:GetObject",
         "ListJobObjects": "s3:ListBucket",
         "ReadJobLogs": ["logs:DescribeLogStreams", "logs:GetLogEvents"],
+        "NoSubmissions": "s3:GetObject",  # a Deny: others' environment values (docs/security.md)
     }
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert next(s for s in statements if s["Sid"] == "NoSubmissions")["Effect"] == "Deny"
     upload = next(
         s
         for s in policy["Properties"]["PolicyDocument"]["Statement"]

@@ -462,6 +462,7 @@ def test_only_the_slack_posting_functions_read_the_token_and_only_that_secret(re
         (name, s)
         for name, s in statements(resources)
         if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
+        and s.get("Resource") == {"Ref": secret_id}
     ]
     assert len(readers) == 2
     by_handler = functions_by_handler(resources)
