@@ -122,8 +122,19 @@ def test_a_sweep_runs_trials_through_an_interruption_and_prunes_a_bad_one(
         time.sleep(0.2)
     assert not any(i.job_id == bad.job_id for i in rt.fleet.live())
     # AND the sweep's Slack thread has the card, a reply per trial and the end
-    assert rt.slack is not None and final.record is not None
-    thread = rt.slack.thread(final.record.slack["channel"], final.record.slack["ts"])
+    # (the sweep's record is written before its Slack posts: wait for the last card edit)
+    assert rt.slack is not None
+    deadline = time.monotonic() + 30
+    record = handle.record()
+    while time.monotonic() < deadline:
+        record = handle.record()
+        if record is not None and record.slack:
+            thread = rt.slack.thread(record.slack["channel"], record.slack["ts"])
+            if "3/3 trials" in thread.parent.text and "best is trial" in thread.replies[-1].text:
+                break
+        time.sleep(0.3)
+    assert record is not None and record.slack
+    thread = rt.slack.thread(record.slack["channel"], record.slack["ts"])
     assert "3/3 trials" in thread.parent.text
     texts = [m.text for m in thread.replies]
     assert sum("complete:" in t for t in texts) == 2, texts
