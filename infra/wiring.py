@@ -38,7 +38,8 @@ class Grant(enum.StrEnum):
     EC2_DESCRIBE = "ec2-describe"  # DescribeInstances, DescribeSpotPriceHistory
     NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
     DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
-    SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
+    # ssm:GetParameter on the Slack token parameter, kms:Decrypt through SSM for it only
+    SLACK_TOKEN_READ = "slack-token-read"  # noqa: S105 - a grant name, not a secret
     SWEEP_SEND = "sweep-send"  # SendMessage to the sweep-events queue
 
 
@@ -203,14 +204,14 @@ WIRING = Wiring(
         Function(
             "notify",
             "lambdas.notify",
-            frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_SECRET_READ, Grant.DLQ_SEND}),
+            frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_TOKEN_READ, Grant.DLQ_SEND}),
             timeout_seconds=30,
             description="Posts each job's news to its Slack thread",
         ),
         Function(
             "sweep",
             "lambdas.sweep",
-            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.SLACK_SECRET_READ},
+            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.SLACK_TOKEN_READ},
             memory_mb=512,  # Optuna and NumPy
             timeout_seconds=120,
             description="Runs Optuna sweeps: tells each study its trials' values, submits the next",

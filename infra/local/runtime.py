@@ -15,7 +15,6 @@ each job's thread there through slack_sdk.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
@@ -104,7 +103,7 @@ class RuntimeOptions:
     poll_every_seconds: float = 20.0
     # Plays every instance's agent in-process instead of one process each (scale benchmark).
     instance_agent: InstanceAgent | None = None
-    slack: bool = True  # run the local Slack and put its bot token in the Slack secret
+    slack: bool = True  # run the local Slack and put its bot token in the Slack token parameter
     slack_channel: str = "#ml-training"  # the deployment's channel (RESPOT_SLACK_CHANNEL)
     notify_progress_seconds: float = 600.0  # simulated; at most one progress reply this often
     # IAM enforced with the stack's own policies (infra/local/iam.py): each handler runs with
@@ -202,9 +201,12 @@ class LocalRuntime:
         if opts.slack:
             self.slack = LocalSlack().start()
             self.slack.add_channel(opts.slack_channel)
-            self.deployment.client("secretsmanager").put_secret_value(
-                SecretId=self.deployment.slack_secret_arn,
-                SecretString=json.dumps({"bot_token": self.slack.token}),
+            # What the platform team does (docs/deploy.md): the token as a SecureString.
+            self.deployment.client("ssm").put_parameter(
+                Name=self.deployment.slack_token_parameter,
+                Type="SecureString",
+                Value=self.slack.token,
+                Overwrite=True,
             )
         if opts.iam:
             assert template is not None
@@ -381,7 +383,7 @@ class LocalRuntime:
         session = self.function_session("notify" if self.iam is not None else None)
         clients = {
             n: cloud.client_of(session, n, self.deployment.endpoint_url)
-            for n in ("dynamodb", "secretsmanager")
+            for n in ("dynamodb", "ssm")
         }
         return SlackNotifier.from_config(
             NotifyConfig.from_env(self.env()), session=session, clients=clients
@@ -391,9 +393,9 @@ class LocalRuntime:
         assert self.deployment is not None
         config = NotifyConfig.from_env(self.env())
         session = self.function_session("sweep" if self.iam is not None else None)
-        secrets = cloud.client_of(session, "secretsmanager", self.deployment.endpoint_url)
+        ssm = cloud.client_of(session, "ssm", self.deployment.endpoint_url)
         return SlackSweepNews(
-            tokens=SlackTokenSource(config.slack_secret_arn, secrets),
+            tokens=SlackTokenSource(config.slack_token_parameter, ssm),
             default_channel=config.slack_channel,
             base_url=config.slack_api_url,
         )

@@ -101,7 +101,10 @@ def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
     )
     client(researcher, "dynamodb").get_item(TableName=local.table_name, Key=table_item)
     # Functions: submit cannot read the Slack token (only notify can); notify launches nothing
-    secret = local.slack_secret_arn
-    _denied(lambda: client(submit, "secretsmanager").get_secret_value(SecretId=secret))
-    client(notify, "secretsmanager").get_secret_value(SecretId=secret)
+    token = local.slack_token_parameter
+    local.client("ssm").put_parameter(
+        Name=token, Type="SecureString", Value="xoxb-e2e", Overwrite=True
+    )
+    _denied(lambda: client(submit, "ssm").get_parameter(Name=token, WithDecryption=True))
+    client(notify, "ssm").get_parameter(Name=token, WithDecryption=True)
     _denied(lambda: client(notify, "ec2").run_instances(**launch))
