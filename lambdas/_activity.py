@@ -1,6 +1,6 @@
 """The activity switch of a Lambda container (see respot.control.activity).
 
-Built once per container from the environment the stack gives `submit` and `reconcile`;
+Built once per container from the environment the stack gives `commands` and `reconcile`;
 `install()` hands in one built on other clients (the local runtime, tests). With no switch
 configured (an older stack, a unit test) every call is a no-op: the pollers simply stay on.
 """

@@ -287,7 +287,7 @@ class LocalRuntime:
     def env(self) -> dict[str, str]:
         """The environment the stack would give the control-plane functions (time-scaled)."""
         assert self.deployment is not None
-        env = self.deployment.function_env("submit")
+        env = self.deployment.function_env("commands")
         env[cfg.ENV_HEARTBEAT_TIMEOUT] = str(
             self.scale.real(self.options.heartbeat_timeout_seconds)
         )
@@ -338,7 +338,7 @@ class LocalRuntime:
         return control
 
     def activity_env(self) -> dict[str, str]:
-        """What the stack gives `submit` and `reconcile` for the activity switch (time-scaled)."""
+        """What the stack gives `commands` and `reconcile` for the activity switch (time-scaled)."""
         assert self.deployment is not None
         d = self.deployment
         idle = [q.name for q in WIRING.queues if q.idle_off]

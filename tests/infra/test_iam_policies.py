@@ -59,7 +59,7 @@ def arns(template: dict[str, Any]) -> dict[str, str]:
     return {
         "bucket": f"arn:aws:s3:::{lid('StoreBucket').lower()}",
         "table": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{lid('StoreTable')}",
-        "jobs_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingJobsQueue')}",
+        "commands_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingCommandsQueue')}",
         "agent_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingAgentEventsQueue')}",
         "slack_token": f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/respot/slack-token",
         "kms_key": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/0123abcd-0000-4000-8000-0123456789ab",
@@ -79,7 +79,7 @@ def test_the_instance_role_may_prune_checkpoints_and_delete_nothing_else(policie
 
 
 def test_run_instances_only_from_the_template_and_only_allowed_types(policies, arns):
-    submit = policies["function:submit"]
+    submit = policies["function:commands"]
     ctx = {"ec2:LaunchTemplate": arns["template"], "ec2:InstanceType": "g5.xlarge"}
     assert allowed(submit, "ec2:RunInstances", arns["instance"], ctx)
     assert allowed(
@@ -112,7 +112,7 @@ def test_one_role_cannot_do_another_roles_work(policies, arns):
     assert not allowed(instance, "dynamodb:PutItem", arns["table"])
     tagged = {"aws:ResourceTag/respot:managed": "Respot"}
     assert not allowed(instance, "ec2:TerminateInstances", arns["instance"], tagged)
-    assert not allowed(instance, "sqs:SendMessage", arns["jobs_queue"])
+    assert not allowed(instance, "sqs:SendMessage", arns["commands_queue"])
     assert allowed(instance, "sqs:SendMessage", arns["agent_queue"])  # its own channel
     # Researchers: no terminating instances, no table writes, no speaking for agents
     assert not allowed(researcher, "ec2:TerminateInstances", arns["instance"], tagged)
@@ -134,12 +134,12 @@ def test_every_principal_has_policies_and_counts_are_small(policies):
     # Numbers for docs/security.md: distinct actions per role (printed with -s).
     counts = {p: action_count(docs) for p, docs in policies.items()}
     print(counts)
-    assert set(counts) >= {"instance", "researcher", "function:submit", "function:notify"}
+    assert set(counts) >= {"instance", "researcher", "function:commands", "function:notify"}
     assert all(0 < n <= 30 for n in counts.values())
 
 
 def test_the_slack_token_is_decrypted_only_through_ssm_and_only_for_that_parameter(policies, arns):
-    notify, sweep, submit = (policies[f"function:{f}"] for f in ("notify", "sweep", "submit"))
+    notify, sweep, submit = (policies[f"function:{f}"] for f in ("notify", "sweep", "commands"))
     through_ssm = {
         "kms:ViaService": f"ssm.{REGION}.amazonaws.com",
         "kms:EncryptionContext:PARAMETER_ARN": arns["slack_token"],
