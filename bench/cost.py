@@ -594,6 +594,13 @@ def idle_month(run: Run) -> dict[str, Any]:
     # What the control plane itself did at rest (handlers, token reads, table reads), scaled
     # from the measured window to a month; the dispatcher's own polling stands in for the
     # mappings' polls, priced above from AWS's poller counts.
+    # (The local dispatcher's own polling, which stands in for the mappings, is not billed;
+    # nor are free calls such as EventBridge's DescribeRule.)
+    billed_at_rest = sum(
+        1
+        for r in run.idle_requests
+        if bill_requests([r], dispatcher_side=True).dollars()["total"] > 0
+    )
     rest = bill_requests(run.idle_requests, dispatcher_side=True) + bill_invocations(
         run.idle_invocations
     )
@@ -641,8 +648,8 @@ def idle_month(run: Run) -> dict[str, Any]:
         ),
         "Slack token: a standard SecureString parameter (aws/ssm key), stored": slack,
         (
-            f"measured at rest: {len(run.idle_requests)} requests (KMS "
-            f"{rest.kms_requests:g}), {len(run.idle_invocations)} invocations in "
+            f"measured at rest: {billed_at_rest} billable requests (KMS "
+            f"{rest.kms_requests:g}) and {len(run.idle_invocations)} invocations in "
             f"{run.idle_simulated_seconds:.0f} simulated s, per month"
         ): rest_month,
     }
@@ -657,6 +664,7 @@ def idle_month(run: Run) -> dict[str, Any]:
         "intake_queues": intake,
         "switched_queues": switched,
         "idle_ticks_seen": ticks_at_rest,
+        "requests_at_rest": dict(Counter(f"{r.service}.{r.operation}" for r in run.idle_requests)),
         "idle_pollers_on": run.idle_pollers_on,
         "intake_receives_per_month": intake_polls,
         "while_live_usd_per_hour": {
@@ -692,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints-per-hour", type=float, default=DEFAULT_CHECKPOINTS_PER_HOUR)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--name", default="cost", help="results file name (bench/results/)")
     args = parser.parse_args(argv)
     base = run_job(0, time_scale=args.time_scale)
     hit = run_job(args.interruptions, time_scale=args.time_scale)
@@ -761,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(payload)
     if not args.no_write:
         command = "python -m bench.cost " + " ".join(argv or sys.argv[1:])
-        _report.write("cost", payload, md, command=command)
+        _report.write(args.name, payload, md, command=command)
     print(json.dumps(payload, indent=1, default=str) if args.json else md)
     return 0 if base.state == hit.state == "COMPLETED" else 1
 

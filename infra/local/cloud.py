@@ -270,8 +270,12 @@ def provision(
     image_dir: Path | None = None,
     agent_asset: tuple[str, str] | None = None,
     allowed_instance_types: tuple[str, ...] | None = None,
+    slack_token_parameter: str | None = None,
 ) -> LocalDeployment:
     """Create respot's resources in the emulator from the wiring.
+
+    `slack_token_parameter` is the name the functions read the Slack token from (default
+    `/<prefix>/slack-token`, so that deployments sharing one emulator do not share a token).
 
     With `image_dir`, the launch template carries the stack's user data, rendered by the same
     function (`infra.userdata`) for the AMI stand-in built there (`infra.local.sandbox`).
@@ -421,7 +425,7 @@ def provision(
         rule_names=rule_names,
         schedule_rule_names=schedule_rule_names,
         mappings=mappings,
-        slack_token_parameter=f"/{prefix}/slack-token",
+        slack_token_parameter=slack_token_parameter or f"/{prefix}/slack-token",
         name=prefix,
         log_group=log_group,
         image=image,

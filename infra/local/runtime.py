@@ -39,6 +39,7 @@ from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.slack import LocalSlack
+from infra.settings import DeploySettings
 from infra.wiring import WIRING
 from respot import config as cfg
 from respot.client import JobHandle, run
@@ -161,6 +162,9 @@ class LocalRuntime:
             # With IAM on, the agent package goes where the instance role may read it.
             agent_asset=agent_asset_location(template, cloud.REGION) if template else None,
             allowed_instance_types=opts.allowed_instance_types,
+            # The name the stack gives its functions (the runtime owns its emulator): the
+            # synthesized policies grant reading exactly that parameter.
+            slack_token_parameter=DeploySettings().slack_token_parameter_name,
         )
         self.timers = Timers()
         self.fleet = InstanceFleet(
