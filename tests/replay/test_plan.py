@@ -91,9 +91,7 @@ def test_the_live_ledger_is_converted_to_trace_hours_at_the_benchmarks_prices() 
 
 def test_transfers_are_counted_from_the_zones_as_the_rules_count_them() -> None:
     # pools: us-east-2b (zone a), us-west-2a (zone b), us-west-2c (zone c); home us-east-2
-    plan = ReplayPlan.build(
-        load_pool_set(AWS_2023_08), Job(1800, 4500, 900), window_start=84
-    )
+    plan = ReplayPlan.build(load_pool_set(AWS_2023_08), Job(1800, 4500, 900), window_start=84)
     attempts = [
         LiveAttempt("spot", "us-east-1a", 2.0, "interrupted", 0.0),  # home: no move
         LiveAttempt("spot", "us-east-1b", 2.0, "interrupted", 0.0),  # to us-west-2: 1
@@ -104,9 +102,7 @@ def test_transfers_are_counted_from_the_zones_as_the_rules_count_them() -> None:
     ]
     live = LiveCost.of(plan, attempts)
     assert live.transfers == 2
-    assert live.cost_usd == pytest.approx(
-        (10 * 0.9731 + 2 * 3.06) * 150 / 3600 + 2 * 10 * 0.02
-    )
+    assert live.cost_usd == pytest.approx((10 * 0.9731 + 2 * 3.06) * 150 / 3600 + 2 * 10 * 0.02)
 
 
 def _run(plan: ReplayPlan, attempts: list[LiveAttempt], finish: float, starts: float) -> LiveRun:
