@@ -89,7 +89,11 @@ def replay(
     from respot.replay.live import run_live
 
     say = (lambda text: typer.echo(text, err=True)) if not as_json else None
-    live = run_live(plan, on_event=say)
+    try:
+        live = run_live(plan, on_event=say)
+    except TimeoutError as exc:  # the job outlived twice its deadline: stopped, not judged
+        typer.echo(f"error: the live run did not finish: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
     verdict = compare(plan, live, prediction, tolerance)
     if as_json:
         sys.stdout.write(json.dumps(verdict.to_json()) + "\n")
