@@ -232,6 +232,10 @@ def run_scale(
         heartbeat_timeout_seconds=3600.0,
         boot_timeout_seconds=3600.0,
         launch_timeout_seconds=900.0,
+        # The submissions' identity proofs are checked for real; 1,000 of them queue behind
+        # the loaded emulator for longer than respot's 5-minute window (the 2026-11-23 run
+        # dead-lettered 348 as expired), which on AWS the scaled-out mapping never does.
+        proof_max_age_seconds=max(timeout_seconds, 300.0),
     )
     timer = AwsTimer()
     handled: list[Handled] = []
@@ -391,6 +395,7 @@ def run_scale(
             "pollers_per_queue": pollers,
             "total_steps": total_steps,
             "fleet_timing_simulated": FleetTiming().__dict__,
+            "identity_proof_valid_s": max(timeout_seconds, 300.0),
             "agents": "simulated in-process (bench/agents.py); control plane, handlers, "
             "queues, rules and moto are real",
         },
