@@ -12,19 +12,26 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    policy's Lindy prior, less the changeover), d * (p_spot + lambda) is what the changeover
    costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
    if k is in another region. A long-lived pool in another region wins over a flickering
-   one at home only when its expected work pays for the transfer.
-2. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
+   one at home only when its expected work pays for the transfer. Here lambda is the slack
+   value of `_slack_value`: the single-zone price weighted by the chance that the slack
+   binds at all.
+2. **Whether to wait instead** (`_worth_waiting`): with nothing running, hold nothing for a
+   tick when that tick of slack is worth less than what it likely saves: the changeover on
+   a run that has not proven itself yet, or the transfer when the checkpoint's region is
+   likely back next tick.
+3. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
    seeing spot as the union of the pools: available when any pool is; its availability
    (prior 1 - 2^-K for K pools, `_union_prior`), outage hazards, run rate, and the age,
    hazard and survival of the current run (a trip off on-demand ends only when no pool has
    spot) learned from the union's past; plus the transfer fee lost if the run ends at once
    after a move to another region.
-3. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
+4. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
 
-With one pool the union is the pool, there is no fee and no choice of pool, so the decisions
-are exactly `RespotPolicy`'s (a test compares them tick by tick).
+With one pool the union is the pool, there is no fee, no choice of pool and no waiting rule,
+and the slack value is the single-zone price, so the decisions are exactly `RespotPolicy`'s
+(a test compares them tick by tick).
 
 No constant here is fitted to a trace set: the priors are `RespotParameters`', the prices
 and the fee are the benchmark's, and the overhead rule has no free parameter.
