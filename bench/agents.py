@@ -8,6 +8,11 @@ step of the job's newest checkpoint), a heartbeat every 60 s simulated, a checkp
 checkpoint, the handoff marker in S3 and preempted, then the instance shuts itself down. Only
 the instance's work is simulated: the control plane, the handlers, the queues, the EventBridge
 rules and moto are the real ones.
+
+With `hold_finish`, a job that reaches its last step before `release()` waits there (still
+heartbeating) instead of completing: the scale benchmark reclaims instances once every job
+trains, and without the hold the first jobs could finish (and their instances go) before the
+last one boots, so that moment never came and the reclaims were never fired.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class SimulatedAgents:
         checkpoint_every_seconds: float = 120.0,  # simulated
         setup_seconds: float = 5.0,  # simulated: code, data, restore
         workers: int = 8,
+        hold_finish: bool = False,
     ) -> None:
         self.scale = scale
         self.total_steps = total_steps
@@ -81,6 +87,10 @@ class SimulatedAgents:
         self.send_failures = 0
         self.checkpoints: dict[str, int] = {}  # job -> newest checkpoint step ("in S3")
         self._runs: dict[str, _Run] = {}
+        self._released = threading.Event()
+        if not hold_finish:
+            self._released.set()
+        self._held: list[_Run] = []
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sim-agent")
         self._sqs: Any = None
@@ -93,6 +103,25 @@ class SimulatedAgents:
         self.timers = fleet.timers
         self._sqs = fleet.deployment.client("sqs")
         self._s3 = fleet.deployment.client("s3")
+
+    def training(self) -> list[LocalInstance]:
+        """Instances whose agent trains: started, not noticed, not finished, still alive."""
+        with self._lock:
+            runs = list(self._runs.values())
+        return [r.inst for r in runs if r.alive and r.started and not r.noticed and r.inst.alive]
+
+    def held(self) -> int:
+        """Jobs waiting at their last step for `release()`."""
+        with self._lock:
+            return sum(1 for r in self._held if r.alive and not r.noticed)
+
+    def release(self) -> None:
+        """Let the jobs finish: the held ones complete now, the others when their steps are done."""
+        with self._lock:
+            self._released.set()
+            held, self._held = self._held, []
+        for run in held:
+            self._pool.submit(self._complete, run)
 
     def stop(self) -> None:
         """Stop sending."""
@@ -137,7 +166,10 @@ class SimulatedAgents:
 
     def _step(self, run: _Run) -> int:
         elapsed = self.scale.simulated(time.monotonic() - run.started) if run.started else 0.0
-        return min(run.start_step + int(elapsed * self.steps_per_second), self.total_steps)
+        step = min(run.start_step + int(elapsed * self.steps_per_second), self.total_steps)
+        if not self._released.is_set():
+            return min(step, self.total_steps - 1)  # held before its last step
+        return step
 
     def _start(self, run: _Run) -> None:
         if not run.alive or run.noticed:
@@ -176,12 +208,19 @@ class SimulatedAgents:
         return step
 
     def _periodic(self, run: _Run) -> None:
-        if not run.alive or run.noticed or self._step(run) >= self.total_steps:
+        if not run.alive or run.noticed:
             return
+        held = not self._released.is_set()
+        if self._step(run) >= self.total_steps - (1 if held else 0):
+            return  # done, or held at its last step
         self._checkpoint(run, "periodic")
         self._after(self.checkpoint_every_seconds, lambda: self._pool.submit(self._periodic, run))
 
     def _complete(self, run: _Run) -> None:
+        with self._lock:
+            if not self._released.is_set():
+                self._held.append(run)  # release() completes it
+                return
         with run.lock:
             if not run.alive or run.noticed:
                 return

@@ -19,6 +19,14 @@ respot; s5cmd: `--part-size 16`, its default concurrency). Scenarios: full uploa
 changed in place (others untouched: `sync`'s best case); every file rewritten, one with new
 content (what `torch.save` of every shard does); restore into an empty directory.
 
+Every tool waits up to 900 s for a response (`READ_TIMEOUT_SECONDS`; botocore's and the CLI's
+default is 60 s, s5cmd's Go client sets none). moto answers `CompleteMultipartUpload` only
+once it has joined the parts into one buffer and stored it (`FakeMultipart.complete`), which
+for a 256 MiB file on a loaded machine outlasted 60 s: the client retried, moto had deleted
+the finished upload and failed the retry (`KeyError` on the upload id, a 500), and the 10 GiB
+run never completed. S3 answers at once and sends whitespace while it completes, so the
+default timeout is right on AWS and only the emulator needs the longer one.
+
 Each run uploads to fresh keys and writes a fresh checkpoint; the tools' order alternates
 (forward on even runs, reversed on odd ones) so no tool always runs first on a cold cache.
 Reported per scenario and tool: median seconds over the runs, min and max.
@@ -49,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from botocore.config import Config
 
 from bench import _report
 from infra.local import cloud
@@ -81,6 +90,7 @@ SCENARIO_TITLES = {
 }
 TOOLS = ("respot", "aws s3 cp", "aws s3 sync", "s5cmd cp", "s5cmd sync")
 PART_MIB = MULTIPART_CHUNK_BYTES // MIB
+READ_TIMEOUT_SECONDS = 900  # moto's CompleteMultipartUpload of a 256 MiB file under load
 
 
 def layout(size_bytes: int) -> list[tuple[str, int]]:
@@ -177,7 +187,16 @@ class Tools:
     def aws(self, *args: str) -> None:
         """`aws s3 ...` of this environment."""
         exe = Path(sys.executable).with_name("aws")
-        cmd = [str(exe), "--endpoint-url", self.endpoint, "s3", *args, "--only-show-errors"]
+        cmd = [
+            str(exe),
+            "--endpoint-url",
+            self.endpoint,
+            "--cli-read-timeout",
+            str(READ_TIMEOUT_SECONDS),
+            "s3",
+            *args,
+            "--only-show-errors",
+        ]
         subprocess.run(cmd, check=True, env=self.env())
 
     def s5cmd(self, *args: str) -> None:
@@ -288,7 +307,9 @@ def run(
     samples: dict[tuple[str, str], list[float]] = {}
     sent: dict[tuple[str, str], int] = {}
     try:
-        s3 = cloud.client("s3", endpoint)
+        s3 = cloud.session().client(
+            "s3", endpoint_url=endpoint, config=Config(read_timeout=READ_TIMEOUT_SECONDS)
+        )
         s3.create_bucket(Bucket=BUCKET)
         cli = Tools(endpoint, scratch)
         probe = ranged_get_probe(s3, [n for _, n in files] + [MULTIPART_CHUNK_BYTES])

@@ -6,7 +6,9 @@ The jobs are published to the jobs topic together (the laptop's `run()` message,
 upload); the local runtime's handlers, queues, EventBridge rules and moto are the real ones.
 The instances' agents are simulated in-process (bench/agents.py: the same AgentMessages a
 real agent sends, from a few threads) because 1,000 agent processes do not fit two cores.
-Once every job trains, `--reclaims` instances get their two-minute notice at the same moment.
+Once every job trains, `--reclaims` instances get their two-minute notice at the same moment
+(a simulated job that reaches its last step before then waits there, so that moment comes
+however slowly the submissions go through; the run fails if it does not come by `--timeout`).
 
 Checked, and the run fails if any does not hold:
 - every job reaches COMPLETED;
@@ -213,7 +215,7 @@ def run_scale(
 ) -> dict[str, Any]:
     """Run the scale scenario; returns the results (with `ok` and the violations)."""
     scale = TimeScale(time_scale)
-    agents = SimulatedAgents(scale=scale, total_steps=total_steps)
+    agents = SimulatedAgents(scale=scale, total_steps=total_steps, hold_finish=True)
     holder: dict[str, str] = {}
 
     def remember(url: str) -> str:
@@ -230,6 +232,10 @@ def run_scale(
         heartbeat_timeout_seconds=3600.0,
         boot_timeout_seconds=3600.0,
         launch_timeout_seconds=900.0,
+        # The submissions' identity proofs are checked for real; 1,000 of them queue behind
+        # the loaded emulator for longer than respot's 5-minute window (the 2026-11-23 run
+        # dead-lettered 348 as expired), which on AWS the scaled-out mapping never does.
+        proof_max_age_seconds=max(timeout_seconds, 300.0),
     )
     timer = AwsTimer()
     handled: list[Handled] = []
@@ -256,24 +262,37 @@ def run_scale(
         submitted = time.monotonic()
         ids = submit_all(rt, jobs)
         say(f"published {len(ids)} submissions in {time.monotonic() - submitted:.1f}s")
-        # Wait until every job trains, then reclaim `reclaims` instances at once.
+        # Wait until every job trains, then reclaim `reclaims` instances at once. A condition,
+        # not a race: the simulated jobs are held at their last step until the reclaims are
+        # fired (agents.release), so no job can finish before the last one starts training.
         deadline = submitted + timeout_seconds
         last_said = time.monotonic()
+        training = agents.training()
         while time.monotonic() < deadline:
-            booted = [i for i in rt.fleet.live() if i.booted_at is not None]
-            if len(booted) >= jobs:
+            training = agents.training()
+            if len({i.job_id for i in training}) >= jobs:
                 break
             if time.monotonic() - last_said > 30:
                 last_said = time.monotonic()
-                say(f"{len(booted)} of {jobs} instances booted")
+                say(f"{len(training)} of {jobs} jobs training ({agents.held()} held)")
             time.sleep(1.0)
-        say(f"{len(booted)} instances booted")
-        victims = [i for i in rt.fleet.live() if i.booted_at is not None][:reclaims]
+        all_trained = len({i.job_id for i in training}) >= jobs
+        say(
+            f"{len(training)} jobs training, {agents.held()} held at their last step"
+            + ("" if all_trained else f"; timed out after {timeout_seconds:.0f}s")
+        )
+        # Victims: the instances with the most work left (a held job is at its last step).
+        victims = sorted(training, key=lambda i: i.launched_at, reverse=True)[:reclaims]
         reclaim_at = time.monotonic()
         fleet = rt.fleet
         with ThreadPoolExecutor(max_workers=32) as pool:
             noticed = sum(pool.map(lambda i: fleet.interrupt(i.instance_id), victims))
-        say(f"reclaimed {noticed} instances at once ({time.monotonic() - reclaim_at:.2f}s)")
+        held_at_reclaim = agents.held()
+        agents.release()
+        say(
+            f"reclaimed {noticed} instances at once ({time.monotonic() - reclaim_at:.2f}s); "
+            f"released {held_at_reclaim} held jobs"
+        )
         counts: Counter[str] = Counter()
         while time.monotonic() < deadline:
             time.sleep(3.0)
@@ -376,11 +395,14 @@ def run_scale(
             "pollers_per_queue": pollers,
             "total_steps": total_steps,
             "fleet_timing_simulated": FleetTiming().__dict__,
+            "identity_proof_valid_s": max(timeout_seconds, 300.0),
             "agents": "simulated in-process (bench/agents.py); control plane, handlers, "
             "queues, rules and moto are real",
         },
         "states": dict(counts),
         "reclaimed": noticed,
+        "all_jobs_training_at_reclaim": all_trained,
+        "jobs_held_at_last_step_until_reclaim": held_at_reclaim,
         "wall_seconds_submit_to_all_terminal": round(window, 1),
         "events_handled": records,
         "events_per_second": round(records / window, 1) if window > 0 else None,
@@ -428,6 +450,8 @@ def run_scale(
     checks = result["checks"]
     result["ok"] = (
         checks["all_completed"]
+        and all_trained
+        and noticed == min(reclaims, jobs)
         and not violations
         and lost_agent_messages == 0
         and agents.send_failures == 0
@@ -476,6 +500,9 @@ def markdown(r: dict[str, Any]) -> str:
             f"Agents: {p['agents']}.",
             "",
             f"- all jobs COMPLETED: **{c['all_completed']}** ({r['states']})",
+            f"- every job training when the reclaims were fired: "
+            f"**{r['all_jobs_training_at_reclaim']}** ({r['jobs_held_at_last_step_until_reclaim']}"
+            " jobs had reached their last step and waited there for the reclaim)",
             f"- two live instances outside a notice hand-off: **{len(c['two_live_instances'])}**",
             f"- agent messages sent {c['agent_messages_sent']} ({c['agent_messages_by_kind']}), "
             f"not handled **{c['agent_messages_not_handled']}**; submissions "

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from respot.control import activity
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
 from respot.deployment import Deployment
-from respot.identity import Verifier, sts_url
+from respot.identity import DEFAULT_MAX_AGE, Verifier, sts_url
 from respot.notify import SlackNotifier
 from respot.notify.sweep_thread import SlackSweepNews
 from respot.notify.token import SlackTokenSource
@@ -111,6 +112,10 @@ class RuntimeOptions:
     # its function role's credentials, each instance with the instance role's, `run()` with
     # the researcher policy's.
     iam: bool = False
+    # Real seconds a command's identity proof stays valid (None: respot's default, 5 minutes).
+    # The scale benchmark raises it: 1,000 submissions published at once wait behind a loaded
+    # emulator's 4 readers longer than that; on AWS the mapping scales out and drains them.
+    proof_max_age_seconds: float | None = None
 
 
 class LocalRuntime:
@@ -220,6 +225,9 @@ class LocalRuntime:
                 sts_url=sts_url(self.deployment.region, endpoint),
                 region=self.deployment.region,
                 ledger=None,
+                max_age=DEFAULT_MAX_AGE
+                if opts.proof_max_age_seconds is None
+                else timedelta(seconds=opts.proof_max_age_seconds),
             )
         )
         wiring = WIRING

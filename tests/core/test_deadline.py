@@ -163,3 +163,22 @@ def test_the_policy_choices_are_the_benchmark_policy_s() -> None:
     assert d.job is not None
     obs = observe(d.job, at(0), SETTINGS)
     assert obs is not None and obs.held is Choice.NONE  # requested, not yet up
+
+
+def test_the_measured_rate_is_as_of_the_report_not_as_of_now() -> None:
+    # GIVEN 10% of the steps reported at 660 s, after 600 s of training
+    d = deadline_job(10, 4)
+    d.launch_ok("i-1", 1)
+    d.apply(InstanceUp("i-1", 1, "fulfillment"), 2)
+    assert d.job is not None
+    d.apply(AgentReport(agent(d.job, 1, "i-1", AgentStarted())), 60)
+    d.apply(
+        AgentReport(
+            agent(d.job, 1, "i-1", AgentProgress(step=100, total_steps=1000), seq=2, sent=660)
+        ),
+        660,
+    )
+    # WHEN the control plane looks a heartbeat period later, before the next report
+    # THEN the job still needs 6000 s (600 s per 10%), not 660 s / 10% = 6600 s
+    work, done = work_estimate(d.job, at(720)) or (0, 0)
+    assert (work, done) == (6000, 600)

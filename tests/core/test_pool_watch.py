@@ -43,6 +43,20 @@ def test_ticks_without_observation_repeat_the_last_and_the_newest_in_a_tick_wins
     assert record.value_at(13) == 1 and record.value_at(15) == 0 and record.value_at(16) is None
 
 
+def test_a_running_instance_fills_a_tick_but_never_overwrites_one() -> None:
+    # GIVEN a pool seen running, then taken (a notice's 0) at tick 13
+    record = fold((10, True), (13, False))
+    # WHEN a reconcile tick's "running" sighting of tick 13 arrives after the notice's 0
+    # (judged on a read from before the notice: a healthy tick writes nothing to the job)
+    assert observe(record, 13, True, weak=True) is None  # THEN tick 13 stays 0
+    # AND a running instance still speaks for a tick nothing spoke for yet
+    later = observe(record, 14, True, weak=True)
+    assert later is not None and list(later.runs) == [(1, 3), (0, 1), (1, 1)]
+    # AND a launch in the same tick (a firm sighting) still wins over the 0
+    relaunched = observe(record, 13, True)
+    assert relaunched is not None and relaunched.value_at(13) == 1
+
+
 def test_duplicates_and_out_of_order_sightings_change_nothing() -> None:
     record = fold((10, True), (12, False))
     assert observe(record, 12, False) is None  # the same sighting twice
@@ -93,9 +107,10 @@ def test_events_show_capacity_errors_interruptions_and_running_instances() -> No
     d.apply(InstanceUp("i-1", 1, "running"))
     (running,) = sightings(d.job, ReconcileTick(later), later, SETTINGS)
     assert running.seen and running.tick == absolute_tick(later, SETTINGS)
+    assert running.weak  # judged on a read no write validated: never overwrites a tick
     notice = InterruptionNotice("i-1", 1, "interruption", "terminate")
     (gone,) = sightings(d.job, notice, later, SETTINGS)
-    assert not gone.seen and gone.why == "interruption"
+    assert not gone.seen and gone.why == "interruption" and not gone.weak
     d.apply(notice)
     assert sightings(d.job, notice, later, SETTINGS) == []  # a duplicate notice
 

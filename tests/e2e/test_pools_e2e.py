@@ -77,12 +77,6 @@ GOES_AWAY = {
 
 
 @pytest.mark.parametrize("rt", [GOES_AWAY], indirect=True)
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flaky (seen in a full `make test` run at 19:15): the job moves pools and "
-    "completes, but the taken pool's recorded history sometimes lacks its final 0; not yet "
-    "diagnosed (closing note, issue 13)",
-)
 def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) -> None:
     # GIVEN a deadline job on the first pool, which loses its spot capacity for good
     handle = rt.run(

@@ -74,7 +74,7 @@ class PoolTable:
         """Fold one sighting into its pool's item; the record written, or None (no change)."""
         for attempt in range(CAS_ATTEMPTS):
             current = self.get(sighting.pool)
-            wanted = observe(current, sighting.tick, sighting.seen)
+            wanted = observe(current, sighting.tick, sighting.seen, weak=sighting.weak)
             if wanted is None:
                 return None
             version = (current.version if current else 0) + 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, doctor, jobs, local, observe, results, selftest, sweep
+from respot.cli import bench, doctor, jobs, local, observe, replay, results, selftest, sweep
 
 app = typer.Typer(
     name="respot",
@@ -23,6 +23,7 @@ app.command()(observe.tensorboard)
 app.command()(observe.timeline)
 app.command()(doctor.doctor)
 app.command()(selftest.selftest)
+app.command(cls=bench.SpaceSeparatedLists)(replay.replay)
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
 app.add_typer(sweep.app, name="sweep", help="Optuna sweeps on spot: each trial is a respot job.")
 app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")

@@ -51,7 +51,16 @@ def work_estimate(job: JobRecord, now: datetime) -> tuple[int, int] | None:
     step, total = job.progress.step, job.progress.total_steps
     trained = training_seconds(job, now)
     fraction = step / total if step and total else None
-    measured = trained / fraction if fraction and fraction >= MEASURED_AFTER_FRACTION else None
+    # The rate is the reported step over the training up to the report, not up to now: a
+    # heartbeat old by a period would make the job look slower than it is (by a tick over the
+    # time trained, a lot just after a start: an on-demand switch for nothing on short jobs).
+    reported = job.progress.at if job.progress.at and job.progress.at < now else now
+    trained_then = training_seconds(job, reported)
+    measured = (
+        trained_then / fraction
+        if fraction and fraction >= MEASURED_AFTER_FRACTION and trained_then > 0
+        else None
+    )
     estimate = spec.estimated_runtime.total_seconds() if spec.estimated_runtime else None
     work = measured or estimate
     if work is None:

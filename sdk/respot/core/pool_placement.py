@@ -144,8 +144,10 @@ class PoolPlacementPolicy:
 
         Spot -> on-demand as `DeadlinePolicy.switch_running` (the safety net, or falling
         behind). On-demand -> spot when the multi-pool policy switches (a spot run seen by
-        the account, old enough to be worth two changeovers), at most `MAX_SPOT_RETURNS`
-        times per job: a return that finds no spot after all costs a changeover.
+        the account, old enough to be worth two changeovers) and the slack pays for the
+        whole changeover to spot and the one back (tests/core/test_spot_return.py), at most
+        `MAX_SPOT_RETURNS` times per job: a return that finds no spot after all costs a
+        changeover.
         """
         att = job.current
         if att is None or att.end is not None or att.notice_at is not None:
@@ -171,6 +173,11 @@ class PoolPlacementPolicy:
             return None
         first, ranked = _rank(base, pools, seen, available, ON_DEMAND)
         if not ranked:
+            return None
+        if base.slack_seconds - base.changeover_seconds < base.changeover_seconds:
+            # The policy's guard lets spot's changeover be cut short by on-demand at any tick;
+            # live, a booting instance is not abandoned (the safety net moves a running one),
+            # so the return must leave slack for its whole changeover and the one back.
             return None
         best = ranked[0]
         reason = (

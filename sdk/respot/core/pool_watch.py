@@ -5,7 +5,15 @@ shared by every job of the deployment: 1 when a spot launch in the pool succeede
 instance of respot's was running there through a reconcile tick (the ages of runs), 0 when a
 launch was refused for capacity or an interruption notice came. A tick with no observation
 repeats the last one (as a job's own `avail` does). Within one tick the newest observation
-wins; an observation older than the newest recorded tick is out of order and ignored.
+wins, except that a running instance (a weak sighting) never overwrites what the tick already
+holds; an observation older than the newest recorded tick is out of order and ignored.
+
+Why the exception: a reconcile tick that finds a job healthy writes nothing to the job, so
+its "running" sighting was judged on a read nothing validated. A notice handled between that
+read and the sighting's write records its 0 first; the late 1 in the same tick used to win,
+and the pool looked fine when it had just been taken (the pools e2e test's flake). Notices,
+refusals and launches are judged on the record their transition wrote (compare-and-set), so
+they stay authoritative; a running instance only speaks for a tick nothing else spoke for.
 
 Stored as run-length pairs (`PoolRecord.runs`), bounded to `HISTORY_TICKS` ticks: the
 adapter (`respot.aws.pools`) writes one item per pool with a conditional write; this module
@@ -62,6 +70,7 @@ class Sighting:
     tick: int
     seen: bool
     why: str
+    weak: bool = False  # a running instance: fills a tick, never overwrites one (see above)
 
 
 @dataclass(frozen=True)
@@ -100,8 +109,13 @@ def absolute_tick(now: datetime, settings: ControlSettings) -> int:
     return int(now.timestamp()) // gap
 
 
-def observe(record: PoolRecord | None, tick: int, seen: bool) -> PoolRecord | None:
-    """The record after seeing the pool at `tick`; None if the sighting changes nothing."""
+def observe(
+    record: PoolRecord | None, tick: int, seen: bool, *, weak: bool = False
+) -> PoolRecord | None:
+    """The record after seeing the pool at `tick`; None if the sighting changes nothing.
+
+    `weak` (a running instance): a tick already recorded keeps its value.
+    """
     value = int(seen)
     if record is None or not record.runs:
         return PoolRecord(start=tick, runs=((value, 1),))
@@ -109,8 +123,8 @@ def observe(record: PoolRecord | None, tick: int, seen: bool) -> PoolRecord | No
         return None  # older than the newest recorded tick: out of order
     runs = [list(r) for r in record.runs]
     if tick == record.end - 1:
-        if runs[-1][0] == value:
-            return None  # a duplicate within the tick
+        if runs[-1][0] == value or weak:
+            return None  # a duplicate within the tick, or too weak to overwrite it
         runs[-1][1] -= 1  # the newest observation of the tick wins
         if runs[-1][1] == 0:
             runs.pop()
@@ -231,5 +245,5 @@ def sightings(
                 and att.notice_at is None
                 and att.end is None
             ):
-                return [Sighting(PoolKey.of(att.placement), tick, True, "running")]
+                return [Sighting(PoolKey.of(att.placement), tick, True, "running", weak=True)]
     return []
