@@ -177,6 +177,8 @@ def test_with_hours_of_slack_it_waits_for_the_checkpoints_region_rather_than_pay
     assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
     # without a fee to save it takes the other pool at once
     assert MultiPoolPolicy().place(replace(obs, home="us-west-2")) == Placement.spot(1)
+    # the live placement (no wait rules: a pool not seen this tick looks new every tick)
+    assert MultiPoolPolicy(waits=False).place(obs) == Placement.spot(1)
     # and with little slack left (a tick of waiting is still safe) it pays the fee
     tight = replace(obs, work_seconds=obs.work_seconds + 20 * 3600)
     assert 600 + 180 < tight.slack_seconds < 3600
@@ -194,6 +196,9 @@ def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_chan
     # but not when the slack is short: then a tick of waiting costs more than the risk
     tight = replace(obs, work_seconds=obs.work_seconds + 18 * 3600)
     assert MultiPoolPolicy().place(tight) == Placement.spot(0)
+    # nor at the first tick: with nothing seen, a run's age is unknown, not zero
+    first = replace(obs, tick=0, done_seconds=0, histories=((), ()))
+    assert MultiPoolPolicy().place(first) == Placement.spot(0)
 
 
 def test_the_safety_net_overrides_every_wish():

@@ -135,8 +135,12 @@ class MultiPoolPolicy:
 
     name = "respot"
 
-    def __init__(self, parameters: RespotParameters | None = None) -> None:
+    def __init__(self, parameters: RespotParameters | None = None, *, waits: bool = True) -> None:
         self.core = RespotPolicy(parameters)
+        # The wait rules need each run's age. Live, a pool not seen this tick is assumed up
+        # (asking is how to find out), so its "run" would look new every tick and a job
+        # would wait for it indefinitely: the live placement passes waits=False.
+        self.waits = waits
         self._pools: list[_Cached] = []
         self._union = RunStatistics()
         self._union_sources: tuple[tuple[int, ...], ...] | None = None
@@ -226,8 +230,10 @@ class MultiPoolPolicy:
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
         """
-        if len(obs.pools) == 1 or obs.held.choice is not Choice.NONE:
+        if not self.waits or len(obs.pools) == 1 or obs.held.choice is not Choice.NONE:
             return False
+        if obs.tick == 0 or not obs.histories[0]:
+            return False  # nothing seen yet: a run's age is unknown, not zero
         if not is_safe(single_view(obs, pool=None), Choice.NONE):
             return False
         prior = self.core.parameters.lindy_prior_runs
