@@ -204,7 +204,7 @@ def test_client_gives_up_with_an_error_when_nothing_answers() -> None:
     [("terminate", "spot-interruption"), ("stop", "stop"), ("hibernate", "stop")],
 )
 def test_poller_reports_each_notice_once(imds: ImdsServer, action: str, notice: str) -> None:
-    from respot.agent.runner import NoticePoller, _InterruptionNotice, _RebalanceNotice
+    from respot.agent.notices import InterruptionNotice, NoticePoller, RebalanceNotice
 
     seen: list[object] = []
     poller = NoticePoller(ImdsClient(imds.url), every_seconds=60, emit=seen.append)
@@ -216,28 +216,28 @@ def test_poller_reports_each_notice_once(imds: ImdsServer, action: str, notice: 
     poller.poll_once()
     poller.poll_once()
     assert seen == [
-        _InterruptionNotice(cast(Notice, notice), reclaim),
-        _RebalanceNotice("2020-10-27T08:22:00Z"),
+        InterruptionNotice(cast(Notice, notice), reclaim),
+        RebalanceNotice("2020-10-27T08:22:00Z"),
     ]
     imds.recommend_rebalance(datetime(2020, 10, 27, 8, 23, tzinfo=UTC))  # a new one
     poller.poll_once()
-    assert seen[-1] == _RebalanceNotice("2020-10-27T08:23:00Z") and len(seen) == 3
+    assert seen[-1] == RebalanceNotice("2020-10-27T08:23:00Z") and len(seen) == 3
 
 
 def test_notice_deadlines_leave_time_to_upload() -> None:
-    from respot.agent.runner import _deadlines
+    from respot.agent.notices import deadlines
 
     t0 = time.monotonic()
-    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=120))
+    kill_at, end_by = deadlines(datetime.now(UTC) + timedelta(seconds=120))
     assert 88 < kill_at - t0 <= 90.5 and 108 < end_by - t0 <= 110.5
     # A scaled-down local notice (12 s): stop the session 3 s before, finish 1.2 s before.
-    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=12))
+    kill_at, end_by = deadlines(datetime.now(UTC) + timedelta(seconds=12))
     assert 8.5 < kill_at - t0 <= 9.5 and 10.3 < end_by - t0 <= 11.3
     # The demo's notice (two minutes scaled to 4 s): stop the session after 3 s.
-    kill_at, end_by = _deadlines(datetime.now(UTC) + timedelta(seconds=4))
+    kill_at, end_by = deadlines(datetime.now(UTC) + timedelta(seconds=4))
     assert 2.5 < kill_at - t0 <= 3.5 and 3.1 < end_by - t0 <= 4.1
     # A time already past still leaves 2 s; no time at all means EC2's two minutes.
-    kill_at, _ = _deadlines(datetime.now(UTC) - timedelta(seconds=30))
+    kill_at, _ = deadlines(datetime.now(UTC) - timedelta(seconds=30))
     assert 1.2 < kill_at - t0 <= 1.6
-    kill_at, _ = _deadlines(None)
+    kill_at, _ = deadlines(None)
     assert 88 < kill_at - t0 <= 90.5

@@ -21,7 +21,7 @@ import pytest
 from infra.local import cloud
 from respot import layout
 from respot.agent.imds import SpotInstanceAction
-from respot.agent.runner import NoticePoller
+from respot.agent.notices import NoticePoller
 from respot.checkpoints import CheckpointStore
 from respot.config import ControlPlaneConfig
 from respot.control.service import ControlPlane

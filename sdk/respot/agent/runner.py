@@ -13,6 +13,12 @@
    or the reserve for the final upload is reached); on a rebalance ask it to checkpoint
 7. the end: completed (outputs uploaded, AgentCompleted), preempted (uploads finished,
    handoff marker, AgentPreempted) or failed (AgentFailed with the log tail)
+
+This module is the order of those steps; each has its own room: `imds`, `workspace` (1-2),
+`environment` and `launch` (the job's Python or image), `warmstart` (3 and the notice hold),
+`sessions` (the session process's launcher and launch file), `process` (the child),
+`uploads` (checkpoints), `progress` (reports and heartbeats), `notices` (the IMDS poller and
+the deadlines a notice sets), `telemetry`, `scalars`, `logship`, `messenger`.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,24 +49,32 @@ from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
 from respot.agent.messenger import AgentMessenger
 from respot.agent.notebook import session_entry
+from respot.agent.notices import (
+    DEFAULT_NOTICE_SECONDS,
+    STOP_NOTICE_SECONDS,
+    InterruptionNotice,
+    NoticePoller,
+    RebalanceNotice,
+    deadlines,
+)
 from respot.agent.process import (
     AttemptDirs,
     SessionExited,
     SessionProcess,
     describe_exit,
-    respot_site,
     session_environment,
 )
+from respot.agent.progress import Heartbeat, Progress
 from respot.agent.protocol import (
     CheckpointLine,
     DoneLine,
     FailedLine,
-    Notice,
     ReportLine,
     SessionLaunch,
 )
 from respot.agent.scalars import ScalarLog
 from respot.agent.secrets import resolve_secrets
+from respot.agent.sessions import launcher_for, session_launch
 from respot.agent.telemetry import GpuTelemetry
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
 from respot.agent.warmstart import (
@@ -84,7 +98,6 @@ from respot.messages import (
     AgentCompleted,
     AgentFailed,
     AgentPreempted,
-    AgentProgress,
     AgentStarted,
     JobSubmission,
 )
@@ -98,17 +111,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("respot.agent")
 
-DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
-STOP_NOTICE_SECONDS = 60.0  # SIGTERM: systemd waits 90 s before SIGKILL
-MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
-KILL_MARGIN_SECONDS = 30.0  # stop a session that ignores the notice this long before the end
-END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
 COMPLETED_UPLOAD_WAIT_SECONDS = 1800.0
 FAILED_UPLOAD_WAIT_SECONDS = 60.0
 FINAL_FLUSH_SECONDS = 120.0
 # train() has returned but the process lingers (a non-daemon thread left running): stop it.
 EXIT_GRACE_SECONDS = 30.0
-MAX_METRICS = 50
 LOG_TAIL_LINES = 50
 LOG_SHIP_CLOSE_SECONDS = 10.0  # at the end, wait this long at most for the last log lines
 
@@ -128,56 +135,6 @@ class AgentResult:
     reason: str | None = None
 
 
-@dataclass(frozen=True)
-class _InterruptionNotice:
-    notice: Notice
-    at: datetime | None  # when EC2 acts, if known
-
-
-@dataclass(frozen=True)
-class _RebalanceNotice:
-    notice_time: str
-
-
-@dataclass
-class _Progress:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    step: int | None = None
-    total_steps: int | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    reports: int = 0
-    first_at: datetime | None = None  # when the session made its first / last report()
-    last_at: datetime | None = None
-    gpus: Callable[[], list[GpuSample] | None] | None = None  # GpuTelemetry.take
-
-    def update(self, report: ReportLine) -> bool:
-        """Take a report; True if it is the first one."""
-        at = datetime.fromtimestamp(report.at, UTC) if report.at is not None else None
-        with self.lock:
-            self.step = report.step if self.step is None else max(self.step, report.step)
-            self.total_steps = report.total_steps or self.total_steps
-            # The newest value of each metric: a metric reported every N steps (val_loss)
-            # stays known between its reports.
-            merged = {**self.metrics, **report.metrics}
-            self.metrics = dict(list(merged.items())[:MAX_METRICS])
-            self.reports += 1
-            self.first_at = self.first_at or at
-            self.last_at = at if self.last_at is None or at is None else max(self.last_at, at)
-            return self.reports == 1
-
-    def message(self) -> AgentProgress:
-        with self.lock:
-            step, total, metrics = self.step, self.total_steps, dict(self.metrics)
-            first_at = self.first_at
-        return AgentProgress(
-            step=step,
-            total_steps=total,
-            metrics=metrics,
-            gpus=self.gpus() if self.gpus else None,
-            first_step_at=first_at,
-        )
-
-
 class _LogTail(logging.Handler):
     """Keeps the agent's own last log lines (for AgentFailed when setup fails)."""
 
@@ -187,113 +144,6 @@ class _LogTail(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(f"{record.levelname} {record.getMessage()}"[:1000])
-
-
-class NoticePoller:
-    """Polls IMDS for the spot interruption notice and rebalance recommendations, and (less
-    often) the control plane's stop request for this attempt (a planned change of market)."""
-
-    def __init__(
-        self,
-        imds: ImdsClient,
-        *,
-        every_seconds: float,
-        emit: Any,
-        control: Callable[[], str | None] | None = None,
-        control_every_seconds: float = 60.0,
-    ) -> None:
-        self._imds = imds
-        self._every = every_seconds
-        self._emit = emit
-        self._control = control
-        self._control_every = control_every_seconds
-        self._control_next = 0.0
-        self._stop = threading.Event()
-        self._seen_action = False
-        self._seen_rebalance: str | None = None
-        self._thread = threading.Thread(target=self._run, name="imds-notices", daemon=True)
-
-    def start(self) -> NoticePoller:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2 * self._every + 5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self._every)
-
-    def poll_once(self) -> None:
-        # The two IMDS paths are polled independently: one failing (a 500, a timeout, an
-        # unreadable document) must not hide a notice on the other.
-        if not self._seen_action:
-            try:
-                action = self._imds.instance_action()
-            except Exception as exc:
-                logger.warning("polling IMDS spot/instance-action failed: %s", exc)
-                action = None
-            if action is not None:
-                self._seen_action = True
-                notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
-                logger.warning("IMDS: spot %s at %s", action.action, action.time)
-                self._emit(_InterruptionNotice(notice, action.time))
-        try:
-            rebalance = self._imds.rebalance_notice()
-        except Exception as exc:
-            logger.warning("polling IMDS events/recommendations/rebalance failed: %s", exc)
-            rebalance = None
-        if rebalance is not None and rebalance != self._seen_rebalance:
-            self._seen_rebalance = rebalance
-            logger.warning("IMDS: rebalance recommendation at %s", rebalance)
-            self._emit(_RebalanceNotice(rebalance))
-        if self._control is None or self._seen_action or time.monotonic() < self._control_next:
-            return
-        self._control_next = time.monotonic() + self._control_every
-        try:
-            reason = self._control()
-        except Exception as exc:
-            logger.warning("reading the control plane's requests failed: %s", exc)
-            return
-        if reason is not None:
-            self._seen_action = True
-            logger.warning("the control plane asks this attempt to stop: %s", reason)
-            stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
-            self._emit(_InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
-
-
-class Heartbeat:
-    """Sends AgentProgress every `every_seconds`, and once soon after the first report."""
-
-    def __init__(self, messenger: AgentMessenger, progress: _Progress, every_seconds: float):
-        self._messenger = messenger
-        self._progress = progress
-        self._every = every_seconds
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def nudge(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self._every)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            self._messenger.send(self._progress.message())
 
 
 class Agent:
@@ -314,7 +164,7 @@ class Agent:
         self.secrets_client: Any = None  # Secrets Manager, for `secrets` (made when needed)
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
-        self._notice: _InterruptionNotice | None = None
+        self._notice: InterruptionNotice | None = None
         self._signalled = False
         self._log_tail = _LogTail()
 
@@ -430,8 +280,8 @@ class Agent:
         except ValueError:
             return "stop requested"
 
-    def _on_notice(self, event: _InterruptionNotice | _RebalanceNotice) -> None:
-        if isinstance(event, _InterruptionNotice) and self._notice is None:
+    def _on_notice(self, event: InterruptionNotice | RebalanceNotice) -> None:
+        if isinstance(event, InterruptionNotice) and self._notice is None:
             self._notice = event
         self._events.put(event)
 
@@ -439,7 +289,7 @@ class Agent:
         if self._signalled and self._notice is None:
             logger.warning("stop requested (signal): treating it as a stop notice")
             stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
-            self._on_notice(_InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
+            self._on_notice(InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
 
     def _notice_pending(self) -> bool:
         self._check_signal()
@@ -481,7 +331,7 @@ class _AttemptRun:
         self.messenger = messenger
         self.dirs = dirs
         self.started = started
-        self.progress = _Progress()
+        self.progress = Progress()
         self.store = CheckpointStore(bucket=self.config.bucket, job_id=job_id, client=self.s3)
         self.restored_step: int | None = None
         self.scalars = ScalarLog(dirs.root / "tensorboard", attempt=attempt)
@@ -654,23 +504,15 @@ class _AttemptRun:
 
     def _launch(self, submission: JobSubmission, *, warm: bool) -> SessionLaunch:
         spec = submission.spec
-        entry_point, environment = session_entry(spec)  # a notebook: Papermill runs it
-        launcher = self._launcher(spec, environment)
-        ipc = self.dirs.root / "ipc"
-        return SessionLaunch(
-            entry_point=entry_point,
-            code_dir=str(self.dirs.code),
-            checkpoint_dir=str(self.dirs.checkpoint),
-            data_dir=str(self.dirs.data),
-            output_dir=str(self.dirs.output),
-            staging_dir=str(self.dirs.staging),
-            hyperparameters=dict(spec.hyperparameters),
-            seed=spec.seed,
+        launcher = self._launcher(spec, session_entry(spec)[1])
+        return session_launch(
+            spec,
+            dirs=self.dirs,
             job_id=self.job_id,
             attempt=self.attempt,
-            resume_step=None if warm else self.restored_step,
+            restored_step=self.restored_step,
             warm=warm,
-            notice_file=str(ipc / "notice") if launcher.named_pipes else None,
+            named_pipes=launcher.named_pipes,
         )
 
     def _process(
@@ -751,13 +593,13 @@ class _AttemptRun:
                         failed = event
                 elif isinstance(event, SessionExited):
                     exit_code = event.exit_code
-                elif isinstance(event, _RebalanceNotice):
+                elif isinstance(event, RebalanceNotice):
                     process.request_checkpoint()
                 notice = self.agent._notice
                 if notice is not None and not told and self._may_tell(notice, hold, spec):
                     told = True
                     process.interrupt(notice.notice)
-                    kill_at, end_by = _deadlines(notice.at)
+                    kill_at, end_by = deadlines(notice.at)
                     logger.warning("told the session: %s", notice.notice)
                 now = time.monotonic()
                 if kill_at is not None and not killed and now >= kill_at:
@@ -826,7 +668,7 @@ class _AttemptRun:
             return False
         return not self._launcher(spec, session_entry(spec)[1]).named_pipes
 
-    def _may_tell(self, notice: _InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
+    def _may_tell(self, notice: InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
         """Pass the notice on now? A spot notice waits for a replacement that starts warm."""
         if notice.notice != "spot-interruption":
             return True
@@ -846,36 +688,15 @@ class _AttemptRun:
 
     def _launcher(self, spec: Any, environment: dict[str, str]) -> launchers.Launcher:
         """Plain, torchrun (processes_per_node) or the image's container."""
-        nproc = launchers.processes(spec.processes_per_node)
-        if spec.image is None:
-            python = self.job_python.python
-            return launchers.torchrun(python, nproc) if nproc > 1 else launchers.plain(python)
-        (self.dirs.root / "ipc").mkdir(parents=True, exist_ok=True)
-        names = ["PYTHONUNBUFFERED", *sorted(environment)]
-        names += [
-            "RESPOT_JOB_ID",
-            "RESPOT_ATTEMPT",
-            "RESPOT_SEED",
-            "RESPOT_CHECKPOINT_DIR",
-            "RESPOT_DATA_DIR",
-            "RESPOT_OUTPUT_DIR",
-            "RESPOT_HYPERPARAMETERS",
-        ]
-        if self.restored_step is not None:
-            names.append("RESPOT_RESUME_STEP")
-        box = launchers.container(
-            spec.image,
-            name=f"respot-{self.job_id}-{self.attempt}",
-            # The attempt's directory holds code, data, checkpoint, output, staging and the
-            # named pipes; respot's own site is read-only.
-            mounts=[(self.dirs.root, False), (Path(respot_site()), True)],
-            env_names=names,
-            workdir=str(self.dirs.code),
+        return launcher_for(
+            spec,
+            environment,
+            python=self.job_python.python,
+            dirs=self.dirs,
+            job_id=self.job_id,
+            attempt=self.attempt,
+            resumed=self.restored_step is not None,
         )
-        if nproc > 1:
-            inner = launchers.torchrun("python", nproc)
-            return launchers.Launcher(box.argv[:-1] + inner.argv, True, nproc)
-        return box
 
     def _on_uploaded(self, item: PendingCheckpoint, result: UploadResult) -> None:
         self.slowest_upload = max(self.slowest_upload or 0.0, result.seconds)
@@ -920,7 +741,7 @@ class _AttemptRun:
         notice = self.agent._notice
         assert notice is not None
         if end_by is None:
-            end_by = _deadlines(notice.at)[1]
+            end_by = deadlines(notice.at)[1]
         if not uploader.wait_idle(max(1.0, end_by - time.monotonic())):
             logger.error("the notice checkpoint did not finish uploading in time")
         checkpoint_step = _max(uploader.last_step, self.restored_step)
@@ -1020,17 +841,6 @@ class _AttemptRun:
             self.s3.upload_file(str(self.dirs.log), self.config.bucket, key)
         except Exception as exc:
             logger.warning("uploading the session log failed: %s", exc)
-
-
-def _deadlines(at: datetime | None) -> tuple[float, float]:
-    """(stop the session by, finish uploads by) on the monotonic clock, for a notice."""
-    left = DEFAULT_NOTICE_SECONDS if at is None else (at - datetime.now(UTC)).total_seconds()
-    # The local runtime scales the two minutes down to a few seconds: trust the time given.
-    remaining = max(left, MIN_NOTICE_SECONDS)
-    now = time.monotonic()
-    kill_at = now + remaining - min(KILL_MARGIN_SECONDS, remaining * 0.25)
-    end_by = now + remaining - min(END_MARGIN_SECONDS, remaining * 0.1)
-    return kill_at, end_by
 
 
 def _max(*values: int | None) -> int | None:

@@ -1,0 +1,125 @@
+"""Interruption notices: the IMDS poller, the notice events and the deadlines they set.
+
+The poller reads `spot/instance-action` and `events/recommendations/rebalance` from IMDS
+(and, less often, the control plane's stop request for the attempt) and hands each new
+notice to the agent; `deadlines` turns a notice's time into when the session must have
+stopped and when the uploads must be done.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from respot.agent.imds import ImdsClient
+from respot.agent.protocol import Notice
+
+logger = logging.getLogger("respot.agent")
+
+DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
+STOP_NOTICE_SECONDS = 60.0  # SIGTERM: systemd waits 90 s before SIGKILL
+MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
+KILL_MARGIN_SECONDS = 30.0  # stop a session that ignores the notice this long before the end
+END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
+
+
+@dataclass(frozen=True)
+class InterruptionNotice:
+    notice: Notice
+    at: datetime | None  # when EC2 acts, if known
+
+
+@dataclass(frozen=True)
+class RebalanceNotice:
+    notice_time: str
+
+
+class NoticePoller:
+    """Polls IMDS for the spot interruption notice and rebalance recommendations, and (less
+    often) the control plane's stop request for this attempt (a planned change of market)."""
+
+    def __init__(
+        self,
+        imds: ImdsClient,
+        *,
+        every_seconds: float,
+        emit: Any,
+        control: Callable[[], str | None] | None = None,
+        control_every_seconds: float = 60.0,
+    ) -> None:
+        self._imds = imds
+        self._every = every_seconds
+        self._emit = emit
+        self._control = control
+        self._control_every = control_every_seconds
+        self._control_next = 0.0
+        self._stop = threading.Event()
+        self._seen_action = False
+        self._seen_rebalance: str | None = None
+        self._thread = threading.Thread(target=self._run, name="imds-notices", daemon=True)
+
+    def start(self) -> NoticePoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2 * self._every + 5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self._every)
+
+    def poll_once(self) -> None:
+        # The two IMDS paths are polled independently: one failing (a 500, a timeout, an
+        # unreadable document) must not hide a notice on the other.
+        if not self._seen_action:
+            try:
+                action = self._imds.instance_action()
+            except Exception as exc:
+                logger.warning("polling IMDS spot/instance-action failed: %s", exc)
+                action = None
+            if action is not None:
+                self._seen_action = True
+                notice: Notice = "spot-interruption" if action.action == "terminate" else "stop"
+                logger.warning("IMDS: spot %s at %s", action.action, action.time)
+                self._emit(InterruptionNotice(notice, action.time))
+        try:
+            rebalance = self._imds.rebalance_notice()
+        except Exception as exc:
+            logger.warning("polling IMDS events/recommendations/rebalance failed: %s", exc)
+            rebalance = None
+        if rebalance is not None and rebalance != self._seen_rebalance:
+            self._seen_rebalance = rebalance
+            logger.warning("IMDS: rebalance recommendation at %s", rebalance)
+            self._emit(RebalanceNotice(rebalance))
+        if self._control is None or self._seen_action or time.monotonic() < self._control_next:
+            return
+        self._control_next = time.monotonic() + self._control_every
+        try:
+            reason = self._control()
+        except Exception as exc:
+            logger.warning("reading the control plane's requests failed: %s", exc)
+            return
+        if reason is not None:
+            self._seen_action = True
+            logger.warning("the control plane asks this attempt to stop: %s", reason)
+            stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
+            self._emit(InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
+
+
+def deadlines(at: datetime | None) -> tuple[float, float]:
+    """(stop the session by, finish uploads by) on the monotonic clock, for a notice."""
+    left = DEFAULT_NOTICE_SECONDS if at is None else (at - datetime.now(UTC)).total_seconds()
+    # The local runtime scales the two minutes down to a few seconds: trust the time given.
+    remaining = max(left, MIN_NOTICE_SECONDS)
+    now = time.monotonic()
+    kill_at = now + remaining - min(KILL_MARGIN_SECONDS, remaining * 0.25)
+    end_by = now + remaining - min(END_MARGIN_SECONDS, remaining * 0.1)
+    return kill_at, end_by
