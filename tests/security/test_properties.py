@@ -166,5 +166,5 @@ def test_one_failing_imds_path_does_not_hide_the_other(broken: str) -> None:
     poller = NoticePoller(imds, every_seconds=60, emit=emitted.append)  # type: ignore[arg-type]
     poller.poll_once()
     kinds = [type(e).__name__ for e in emitted]
-    expected = "_RebalanceNotice" if broken == "action" else "_InterruptionNotice"
+    expected = "RebalanceNotice" if broken == "action" else "InterruptionNotice"
     assert kinds == [expected]
