@@ -517,6 +517,9 @@ class _AttemptRun:
             if self.warm is not None:
                 self.warm.stop()
             return AgentResult("failed", self.job_id, self.attempt, reason=reason)
+        if self.warm is not None and self.warm.gone is not None:
+            # Ready once, then ended while the agent restored: start cold (and say so).
+            self.warm_failure, self.warm = self.warm.gone, None
         setup_seconds = time.monotonic() - self.started
         self.messenger.send(
             AgentStarted(
@@ -710,9 +713,10 @@ class _AttemptRun:
         self.progress.gpus = telemetry.take
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
         train_started = time.monotonic()
-        if self.warm is not None:
-            process = self.warm.resume(self.restored_step)
-        else:
+        resumed = self.warm.resume(self.restored_step) if self.warm is not None else None
+        if resumed is not None:
+            process = resumed
+        else:  # no warm session, or it ended since AgentStarted: a cold one
             process = self._process(submission, events.put, warm=False)
             process.start()
         hold = NoticeHold(self.s3, self.config.bucket, self.job_id, self.attempt)
