@@ -181,6 +181,9 @@ def cost(
                         "on_demand_price_per_hour": ln.on_demand_price_per_hour,
                         "paid_usd": round(ln.paid_usd, 6),
                         "end_reason": ln.end,
+                        "transfer_gb": round(ln.transfer_gb, 6),
+                        "transfer_usd": round(ln.transfer_usd, 6),
+                        "transfer_from": ln.transfer_from,
                     }
                     for ln in lines
                 ],
@@ -225,6 +228,12 @@ def cost(
             ln.end or "-",
         )
     out.print(table)
+    for ln in lines:
+        if ln.transfer_from is not None:
+            out.print(
+                f"attempt {ln.attempt}: checkpoint moved from {ln.transfer_from} "
+                f"({ln.transfer_gb:.3f} GB, ${ln.transfer_usd:.4f}; in the total)"
+            )
     od_usd = summary.on_demand_usd
     if od_usd is None:
         out.print("on-demand equivalent: unknown (no list price for this instance type)")

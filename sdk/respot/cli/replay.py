@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -79,10 +80,20 @@ def replay(
             )
         typer.echo(f"omniscient: {prediction.omniscient:.3f}")
         return
+    for name, value in (  # the local runtime imports the CDK (jsii) for its IAM stand-in
+        ("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1"),
+        ("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1"),
+        ("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"),
+    ):
+        os.environ.setdefault(name, value)
     from respot.replay.live import run_live
 
     say = (lambda text: typer.echo(text, err=True)) if not as_json else None
-    live = run_live(plan, on_event=say)
+    try:
+        live = run_live(plan, on_event=say)
+    except TimeoutError as exc:  # the job outlived twice its deadline: stopped, not judged
+        typer.echo(f"error: the live run did not finish: {exc}", err=True)
+        raise typer.Exit(code=1) from exc
     verdict = compare(plan, live, prediction, tolerance)
     if as_json:
         sys.stdout.write(json.dumps(verdict.to_json()) + "\n")

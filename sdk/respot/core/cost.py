@@ -9,6 +9,7 @@ from functools import cache
 from importlib import resources
 
 from respot.core.job import Attempt, JobRecord, Market
+from respot.core.transfer import transfer_usd
 
 
 @cache
@@ -72,7 +73,7 @@ def job_cost(
     instance type would have cost for the same training time plus one boot: the hours the
     agent trained on any attempt, plus the first attempt's launch-to-start time.
     """
-    paid = sum(attempt_cost(a, now, overrides) for a in job.attempts)
+    paid = sum(attempt_cost(a, now, overrides) + transfer_usd(a) for a in job.attempts)
     hours = sum(attempt_hours(a, now) for a in job.attempts)
     training = sum(_hours(a.started_at, a.ended_at, now) for a in job.attempts)
     first = next((a for a in job.attempts if a.started_at), None)
@@ -103,12 +104,19 @@ class LedgerLine:
     paid_usd: float
     on_demand_price_per_hour: float | None
     end: str | None
+    # The checkpoint moved into this attempt's region from another (respot.core.transfer).
+    transfer_gb: float = 0.0
+    transfer_usd: float = 0.0
+    transfer_from: str | None = None
 
 
 def ledger(
     job: JobRecord, now: datetime, overrides: dict[str, float] | None = None
 ) -> list[LedgerLine]:
-    """Every attempt's instance type, zone, market, start, end, price and cost, in order."""
+    """Every attempt's instance type, zone, market, start, end, price and cost, in order.
+
+    `paid_usd` is the instance's; a checkpoint moved across regions is `transfer_usd`.
+    """
     lines = []
     for att in job.attempts:
         lines.append(
@@ -125,6 +133,9 @@ def ledger(
                 paid_usd=attempt_cost(att, now, overrides),
                 on_demand_price_per_hour=on_demand_price(att.placement.instance_type, overrides),
                 end=att.end.value if att.end else None,
+                transfer_gb=(att.transfer_bytes or 0) / 1e9,
+                transfer_usd=transfer_usd(att),
+                transfer_from=att.transfer_from,
             )
         )
     return lines

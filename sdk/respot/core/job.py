@@ -82,6 +82,9 @@ class Attempt(BaseModel):
     end: AttemptEnd | None = None
     # Why the instance never started training: its boot script's report, or how it vanished.
     boot_failure: str | None = None
+    # The checkpoint it restored was written in another region (respot.core.transfer).
+    transfer_bytes: int | None = None
+    transfer_from: str | None = None
 
     @property
     def is_open(self) -> bool:
@@ -113,6 +116,7 @@ class CheckpointInfo(BaseModel):
     manifest_key: str
     attempt: int
     at: datetime
+    size_bytes: int | None = None  # as the agent reported it (None: records from before)
 
 
 class TimelineEntry(BaseModel):

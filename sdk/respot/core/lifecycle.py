@@ -63,6 +63,7 @@ from respot.core.placement import (
 )
 from respot.core.quotas import QuotaReading, quota_for
 from respot.core.states import JobState, Transition, can, next_state
+from respot.core.transfer import note_restore
 from respot.gpu import mean_utilization
 from respot.messages import (
     AgentBootFailed,
@@ -756,6 +757,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             att.started_at = d.now
             att.restored_step = body.restored_step
             att.restore_seconds = body.restore_seconds
+            note_restore(job, att)
             if current and job.state in (JobState.REQUESTED, JobState.STARTING):
                 att.bound_at = att.bound_at or d.now
                 job.waiting_since = None
@@ -803,7 +805,11 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 if job.checkpoint and job.checkpoint.manifest_key == body.manifest_key:
                     return d.decision() if first_notice else _unchanged("duplicate")
                 job.checkpoint = CheckpointInfo(
-                    step=body.step, manifest_key=body.manifest_key, attempt=att.number, at=d.now
+                    step=body.step,
+                    manifest_key=body.manifest_key,
+                    attempt=att.number,
+                    at=d.now,
+                    size_bytes=body.size_bytes,
                 )
                 if body.reason == "periodic":
                     _drop_old_checkpoint_notes(job)

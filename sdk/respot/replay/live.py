@@ -24,6 +24,7 @@ from respot.core.cost import ledger
 from respot.core.job import JobRecord
 from respot.replay.plan import INSTANCE_TYPE, LiveAttempt, ReplayPlan
 
+NOTICE_SECONDS = 120.0  # EC2's spot interruption notice (trace seconds)
 LOCAL_MINUTE = 60.0  # simulated seconds of the local runtime's reconcile period
 AGENT_START_SECONDS = 3.0  # real: boot script -> training, a first guess (then measured)
 STEPS = 100  # the job's steps (C / STEPS real seconds each)
@@ -176,7 +177,11 @@ def run_live(
     tick = float(plan.tick_seconds)
     scale = tick / LOCAL_MINUTE  # real seconds per simulated second of the local runtime
     changeover = plan.live_seconds()["changeover"]
-    timing = FleetTiming(terminate_seconds=min(5.0, 0.2 * LOCAL_MINUTE))
+    # EC2's two-minute notice in trace time, at most a quarter tick: the rules end a spot
+    # instance at the boundary where its pool's trace turns 0 (a notice of several ticks
+    # would let the old instance train on, or finish, where the simulator has none).
+    notice = min(NOTICE_SECONDS * LOCAL_MINUTE / plan.gap, LOCAL_MINUTE / 4)
+    timing = FleetTiming(notice_seconds=notice, terminate_seconds=min(5.0, 0.2 * LOCAL_MINUTE))
     traces = {
         f"{INSTANCE_TYPE}/{zone}": Trace(pool.name, int(LOCAL_MINUTE), row)
         for pool, zone, row in zip(plan.pool_set.pools, plan.zones(), plan.live_rows(), strict=True)
@@ -189,6 +194,7 @@ def run_live(
         availability_zones=len(plan.zones()),
         changeover_seconds=changeover,
         slack=False,
+        log_level="ERROR",  # the handlers' JSON logs would bury the report
         # A changeover of many ticks must not look like a stuck boot.
         boot_timeout_seconds=max(1200.0, 4 * changeover / scale),
         launch_timeout_seconds=max(180.0, 4 * changeover / scale),

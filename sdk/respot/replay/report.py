@@ -168,7 +168,7 @@ class Comparison:
             f"{plan.job.changeover_seconds / 3600:g} h",
             *(f"  {e}" for e in plan.events()),
             "",
-            f"{'':22}{'normalized':>11}{'$':>9}{'spot h':>8}{'OD h':>7}{'moves':>7}  deadline",
+            f"{'':22}{'normalized':>11}{'$':>9}{'spot h':>8}{'OD h':>7}{'transfers':>10}  deadline",
             _row(
                 "live (ledger)",
                 cost.normalized,
@@ -220,7 +220,7 @@ def compare(plan: ReplayPlan, live: LiveRun, prediction: Prediction, floor: floa
 
 def _row(name: str, norm: float, usd: float, spot: float, od: float, moves: int, met: bool) -> str:
     return (
-        f"  {name:20}{norm:11.3f}{usd:9.2f}{spot:8.2f}{od:7.2f}{moves:7d}  "
+        f"  {name:20}{norm:11.3f}{usd:9.2f}{spot:8.2f}{od:7.2f}{moves:10d}  "
         f"{'met' if met else 'MISSED'}"
     )
 
