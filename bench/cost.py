@@ -19,7 +19,9 @@ What is priced, and how (prices and sources: bench/prices.py):
   consistent reads 1 unit per 4 KB, eventually consistent half that.
 - S3 by request class; SNS publishes; CloudWatch Logs ingestion of the handlers' log lines
   (counted, at INFO) plus ~350 bytes of START/END/REPORT lines per invocation.
-- Free and not counted: EC2 API calls, EC2's own events, SNS -> SQS delivery, SSM parameter.
+- KMS: one Decrypt per SecureString read with decryption (the Slack token, SSM GetParameter).
+- Free and not counted: EC2 API calls, EC2's own events, SNS -> SQS delivery, SSM standard
+  parameters and their API calls.
 
 The local runtime compresses time (1/30): heartbeats (every 60 s simulated) and reconcile ticks
 (every 60 s) keep their simulated rate, but checkpoints follow training steps, which run at
@@ -70,6 +72,7 @@ DEFAULT_CHECKPOINTS_PER_HOUR = 6.0  # a checkpoint every 10 minutes on a real GP
 ENTRY_BYTES = 330  # one timeline entry on the job record, about (checkpoint notes)
 IDLE_POLLERS = (2, 5)  # Lambda's idle SQS pollers per event source mapping (AWS docs)
 LONG_POLL_SECONDS = 20
+FREE_ALARMS = 10  # CloudWatch's free tier: 10 standard alarms, every month
 
 
 @dataclass
@@ -85,6 +88,7 @@ class Bill:
     s3_put_class: float = 0.0
     s3_get_class: float = 0.0
     log_bytes: float = 0.0
+    kms_requests: float = 0.0
 
     def __add__(self, other: Bill) -> Bill:
         return Bill(
@@ -110,6 +114,7 @@ class Bill:
             "s3": prices.usd("s3_put_class", self.s3_put_class)
             + prices.usd("s3_get_class", self.s3_get_class),
             "logs": prices.usd("logs_ingest", self.log_bytes / 1e9),
+            "kms": prices.usd("kms_request", self.kms_requests),
         }
         lines["total"] = sum(lines.values())
         return lines
@@ -148,6 +153,8 @@ def bill_requests(requests: list[Request], *, dispatcher_side: bool) -> Bill:
             bill.sqs_requests += chunks if r.operation == "SendMessage" else 1
         elif r.service == "sns" and r.operation == "Publish":
             bill.sns_publishes += 1
+        elif r.service == "ssm" and r.detail.get("kms_decrypt"):
+            bill.kms_requests += 1
         elif r.service == "dynamodb":
             wru, rru = dynamodb_units(r)
             bill.dynamodb_wru += wru
@@ -221,6 +228,10 @@ class Run:
     idle_pollers_on: dict[str, bool] = field(default_factory=dict)
     off_after_simulated_seconds: float | None = None
     tail_ticks: int = 0
+    # Everything the control plane did at rest (before the job), and over how long.
+    idle_requests: list[Request] = field(default_factory=list)
+    idle_invocations: list[tuple[Invocation, int]] = field(default_factory=list)
+    idle_simulated_seconds: float = 0.0
 
 
 def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
@@ -272,12 +283,20 @@ def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
         npz = write_digits_npz(scratch / "data")
         s3_direct.upload_file(str(npz), DATA_BUCKET, "digits/digits.npz")
         # Idle: three and a half reconcile periods with no job at all (the switch keeps the
-        # schedule and the switched pollers off: no tick is expected).
+        # schedule and the switched pollers off: no tick is expected). Everything the control
+        # plane does meanwhile is counted (provisioning is not: the counts start here).
+        with lock:
+            invocations.clear()
+        control.reset()
+        idle_from = time.monotonic()
         time.sleep(rt.scale.real(RECONCILE_SECONDS) * 3.5)
         idle_pollers_on = rt.pollers_on()
+        idle_simulated = rt.scale.simulated(time.monotonic() - idle_from)
         with lock:
             idle_ticks = [i for i in invocations if i[0].function == "reconcile"]
+            idle_invocations = list(invocations)
             invocations.clear()
+        idle_requests = control.snapshot()
         control.reset()
         agents.reset()
         job_id = new_job_id("bench-cost")
@@ -335,6 +354,8 @@ def run_job(interruptions: int, *, time_scale: float, echo: bool = True) -> Run:
                 run.messages[str(r.detail["kind"])] += 1
         # After the job: until the switch turns the pollers off (grace + drain), the ticks run.
         run.idle_pollers_on = idle_pollers_on
+        run.idle_requests, run.idle_invocations = idle_requests, idle_invocations
+        run.idle_simulated_seconds = idle_simulated
         tail_from = time.monotonic()
         with lock:
             before = sum(1 for i, _ in invocations if i.function == "reconcile")
@@ -447,10 +468,21 @@ def cold_starts() -> Bill:
     if not path.exists():
         return bill
     data = json.loads(path.read_text())
+    known = {f.name for f in WIRING.functions}
     for row in data.get("handlers", []):
+        if row["function"] not in known:  # measured before a function was renamed or merged
+            continue
         memory_gb = WIRING.function(row["function"]).memory_mb / 1024
         bill.lambda_gb_seconds += float(row["import_seconds"]) * memory_gb
     return bill
+
+
+def cold_starts_unmeasured() -> list[str]:
+    """The wiring's functions bench/results/coldstart.json has no import time for."""
+    path = _report.RESULTS / "coldstart.json"
+    rows = json.loads(path.read_text()).get("handlers", []) if path.exists() else []
+    measured = {row["function"] for row in rows}
+    return [f.name for f in WIRING.functions if f.name not in measured]
 
 
 @dataclass
@@ -559,7 +591,43 @@ def idle_month(run: Run) -> dict[str, Any]:
     tick = tick_unit(run, job_item_bytes(run) or 2048.0)
     tick_month = tick.scaled(ticks_per_month).dollars()["total"] if ticks_at_rest else 0.0
     alarms = len(WIRING.queues) + 1  # a dead-letter alarm per queue + the event dead letters
+    # What the control plane itself did at rest (handlers, token reads, table reads), scaled
+    # from the measured window to a month; the dispatcher's own polling stands in for the
+    # mappings' polls, priced above from AWS's poller counts.
+    # (The local dispatcher's own polling, which stands in for the mappings, is not billed;
+    # nor are free calls such as EventBridge's DescribeRule.)
+    billed_at_rest = sum(
+        1
+        for r in run.idle_requests
+        if bill_requests([r], dispatcher_side=True).dollars()["total"] > 0
+    )
+    rest = bill_requests(run.idle_requests, dispatcher_side=True) + bill_invocations(
+        run.idle_invocations
+    )
+    rest_month = (
+        rest.scaled(prices.HOURS_PER_MONTH * 3600 / run.idle_simulated_seconds).dollars()["total"]
+        if run.idle_simulated_seconds
+        else 0.0
+    )
     gb = 1e9
+    slack = prices.PRICES["ssm_standard_parameter"].usd
+    switched_usd = prices.usd("sqs_request", rest_switched[1])
+    # The month at rest, Slack configured, with the high poller estimate; storage apart.
+    totals = {
+        f"high, alarms within the free {FREE_ALARMS}": prices.usd("sqs_request", intake_polls[1])
+        + switched_usd
+        + tick_month
+        + slack
+        + rest_month,
+    }
+    totals[f"high, alarms beyond the free {FREE_ALARMS}"] = (
+        totals[f"high, alarms within the free {FREE_ALARMS}"] + alarms * prices.PRICES["alarm"].usd
+    )
+    totals[f"low, alarms within the free {FREE_ALARMS}"] = (
+        totals[f"high, alarms within the free {FREE_ALARMS}"]
+        - prices.usd("sqs_request", intake_polls[1])
+        + prices.usd("sqs_request", intake_polls[0])
+    )
     lines = {
         f"intake mappings' empty long polls ({', '.join(intake)}), low": prices.usd(
             "sqs_request", intake_polls[0]
@@ -568,7 +636,7 @@ def idle_month(run: Run) -> dict[str, Any]:
             "sqs_request", intake_polls[1]
         ),
         f"switched mappings ({', '.join(switched)}) at rest: on = {switched_on_at_rest}": (
-            prices.usd("sqs_request", rest_switched[1])
+            switched_usd
         ),
         f"reconcile schedule at rest: {ticks_at_rest} ticks seen": tick_month,
         f"{alarms} dead-letter alarms (within CloudWatch's 10 free alarms)": 0.0,
@@ -578,7 +646,12 @@ def idle_month(run: Run) -> dict[str, Any]:
         "DynamoDB storage per finished job kept": prices.usd(
             "dynamodb_storage", run.retained_dynamodb_bytes / gb
         ),
-        "Slack token in Secrets Manager (if Slack is set up)": prices.PRICES["secret"].usd,
+        "Slack token: a standard SecureString parameter (aws/ssm key), stored": slack,
+        (
+            f"measured at rest: {billed_at_rest} billable requests (KMS "
+            f"{rest.kms_requests:g}) and {len(run.idle_invocations)} invocations in "
+            f"{run.idle_simulated_seconds:.0f} simulated s, per month"
+        ): rest_month,
     }
     live_hour = [
         prices.usd("sqs_request", _polls_per_month(len(switched), n, hours=1.0))
@@ -587,9 +660,11 @@ def idle_month(run: Run) -> dict[str, Any]:
     tail_ticks = run.tail_ticks
     return {
         "usd_per_month": {k: round(v, 6) for k, v in lines.items()},
+        "total_usd_per_month_plus_storage": {k: round(v, 6) for k, v in totals.items()},
         "intake_queues": intake,
         "switched_queues": switched,
         "idle_ticks_seen": ticks_at_rest,
+        "requests_at_rest": dict(Counter(f"{r.service}.{r.operation}" for r in run.idle_requests)),
         "idle_pollers_on": run.idle_pollers_on,
         "intake_receives_per_month": intake_polls,
         "while_live_usd_per_hour": {
@@ -625,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoints-per-hour", type=float, default=DEFAULT_CHECKPOINTS_PER_HOUR)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--name", default="cost", help="results file name (bench/results/)")
     args = parser.parse_args(argv)
     base = run_job(0, time_scale=args.time_scale)
     hit = run_job(args.interruptions, time_scale=args.time_scale)
@@ -675,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in (base, hit)
         },
         "per_job_fixed_usd": fixed0.dollars(),
+        "cold_starts_not_counted": cold_starts_unmeasured(),
         "per_interruption_usd": per_interruption.dollars(),
         "per_job_hour_usd": hour.dollars(),
         "per_job_hour_parts_usd": hour_parts,
@@ -693,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     md = markdown(payload)
     if not args.no_write:
         command = "python -m bench.cost " + " ".join(argv or sys.argv[1:])
-        _report.write("cost", payload, md, command=command)
+        _report.write(args.name, payload, md, command=command)
     print(json.dumps(payload, indent=1, default=str) if args.json else md)
     return 0 if base.state == hit.state == "COMPLETED" else 1
 
@@ -704,7 +781,7 @@ def _usd(v: float) -> str:
 
 def markdown(p: dict[str, Any]) -> str:
     """The results as markdown."""
-    lines = ["lambda", "sqs", "sns", "dynamodb", "s3", "logs", "total"]
+    lines = ["lambda", "sqs", "sns", "dynamodb", "s3", "logs", "kms", "total"]
     rows = [
         [
             k,
@@ -742,11 +819,21 @@ def markdown(p: dict[str, Any]) -> str:
         + "; late in a long job (its record carries a full progress history): "
         + f"{_usd(p['per_job_hour_after_24h_usd'])} an hour.",
         "",
+        "Cold starts not counted (bench/results/coldstart.json has no import time for them): "
+        + (", ".join(p.get("cold_starts_not_counted", [])) or "none")
+        + ".",
+        "",
         "Billed while no job runs (per month):",
         "",
         _report.table(
             ["what", "USD / month"], [[k, _usd(v)] for k, v in p["idle"]["usd_per_month"].items()]
         ),
+        "",
+        "Idle month, Slack configured, storage apart: "
+        + ", ".join(
+            f"{k} {_usd(v)}" for k, v in p["idle"]["total_usd_per_month_plus_storage"].items()
+        )
+        + ".",
         "",
         "While any job is live (per hour, shared by every live job; the switched mappings "
         "poll only then): "

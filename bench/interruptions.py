@@ -117,6 +117,18 @@ def _overlap(
     return max((min(a1, b1) - max(a0, b0)).total_seconds(), 0.0)
 
 
+def _boot_ended(inst: LocalInstance) -> float | None:
+    """When EC2's simulated fulfil + boot ended: the boot script (user data) started.
+
+    The fleet's `booted_at` is later for a real boot (when the agent logs "started:", after the
+    warm-up and the hand-off wait): that stretch is respot's, not the simulated EC2's.
+    """
+    for at, what in inst.events:
+        if what == "user data":
+            return at
+    return inst.booted_at
+
+
 def changeovers(
     mode: str,
     record: JobRecord,
@@ -136,7 +148,7 @@ def changeovers(
         notice = _wall(old_inst.noticed_at, mono_to_wall)
         killed = _wall(old_inst.ended_at, mono_to_wall)
         launched = _wall(new_inst.launched_at, mono_to_wall) if new_inst else None
-        booted = _wall(new_inst.booted_at, mono_to_wall) if new_inst else None
+        booted = _wall(_boot_ended(new_inst), mono_to_wall) if new_inst else None
         first = new.first_step_at
         # No step reported before the end: the session had not trained yet (still setting up).
         lost = max((old.last_step or 0) - (new.restored_step or 0), 0)

@@ -46,12 +46,21 @@ PRICES: dict[str, Price] = {
     "s3_storage": Price(0.023, "GB-month (Standard)", "https://aws.amazon.com/s3/pricing/"),
     "logs_ingest": Price(0.50, "GB ingested", "https://aws.amazon.com/cloudwatch/pricing/"),
     "logs_storage": Price(0.03, "GB-month", "https://aws.amazon.com/cloudwatch/pricing/"),
+    # What the Slack token cost in Secrets Manager, before it moved to Parameter Store.
     "secret": Price(0.40, "secret-month", "https://aws.amazon.com/secrets-manager/pricing/"),
+    # Parameter Store standard parameters (the Slack token is a standard SecureString): "no
+    # additional charge" for storage and standard-throughput API calls.
+    "ssm_standard_parameter": Price(
+        0.0, "parameter-month", "https://aws.amazon.com/systems-manager/pricing/"
+    ),
+    # The AWS managed key aws/ssm has no monthly fee; each Decrypt (a GetParameter with
+    # decryption) is a KMS request. A customer managed key would add $1.00 a month.
+    "kms_request": Price(0.03 / 1e4, "request", "https://aws.amazon.com/kms/pricing/"),
     # Standard-resolution metric alarm; the free tier's 10 alarms do not expire.
     "alarm": Price(0.10, "alarm-month", "https://aws.amazon.com/cloudwatch/pricing/"),
     # Not billed: EC2 API calls (RunInstances, TerminateInstances, Describe*), AWS service
     # events on the default EventBridge bus and scheduled rules, SNS -> SQS deliveries, SSM
-    # standard parameters, DynamoDB/S3 DELETE requests.
+    # standard parameters and their standard-throughput API calls, DynamoDB/S3 DELETE requests.
 }
 
 S3_PUT_CLASS = frozenset(

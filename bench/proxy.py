@@ -146,6 +146,15 @@ def classify(
                 items = [resp["Item"]] if "Item" in resp else resp.get("Items", [])
                 detail["item_bytes"] = sum(dynamodb_item_bytes(i) for i in items)
                 detail["consistent"] = bool(req.get("ConsistentRead"))
+        elif service == "ssm" and operation == "GetParameter":
+            # A SecureString read with decryption is one KMS Decrypt (SSM calls KMS for it).
+            try:
+                resp = json.loads(response or b"{}")
+            except ValueError:
+                resp = {}
+            detail["kms_decrypt"] = bool(req.get("WithDecryption")) and (
+                resp.get("Parameter", {}).get("Type") == "SecureString"
+            )
         elif service == "sqs" and operation == "SendMessage":
             text = req.get("MessageBody", "")
             detail["message_bytes"] = len(text.encode())

@@ -169,7 +169,7 @@ def submit_all(rt: LocalRuntime, count: int, workers: int = 16) -> list[str]:
     """Publish `count` job submissions to the jobs topic at once (what run() publishes).
 
     Each is signed with an identity proof, as run() signs it (`JobHandle.publish`): the
-    submit function verifies every one against the emulator's STS.
+    commands function verifies every one against the emulator's STS.
     """
     now = datetime.now(UTC)
     spec = TrainingEnvVar(name="scale", entry_point="scale.sim:Session", max_spot_wait="30m")
@@ -354,7 +354,7 @@ def run_scale(
         rules,
     )
     rule_shortfall = {fn: len(ids) for fn, ids in rule_events["missing"].items()}
-    submit_records = sum(h.invocation.records for h in done if h.invocation.function == "submit")
+    submit_records = sum(h.invocation.records for h in done if h.invocation.function == "commands")
 
     # ---- throughput and latency --------------------------------------------------------------
     records = sum(h.invocation.records for h in done if h.invocation.ok)
@@ -374,7 +374,7 @@ def run_scale(
         }
     all_h = [h for h in done if h.invocation.function != "reconcile"]
     # Bursts: how fast the 1,000 submissions and the simultaneous reclaims went through.
-    subs = [h.invocation for h in done if h.invocation.function == "submit"]
+    subs = [h.invocation for h in done if h.invocation.function == "commands"]
     sub_span = max((i.started + i.seconds for i in subs), default=submitted) - submitted
     notices = [
         i.started + i.seconds - reclaim_at

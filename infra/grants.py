@@ -15,8 +15,8 @@ from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
 
 from infra.wiring import Grant
 from respot import layout
@@ -51,7 +51,7 @@ class GrantTargets:
     subnet_ids: tuple[str, ...]
     security_group_id: str
     image_id: str
-    slack_secret: secretsmanager.ISecret
+    slack_token: ssm.IStringParameter  # a SecureString the platform team creates
     # Instance types RunInstances may launch (condition ec2:InstanceType); empty: any.
     allowed_instance_types: tuple[str, ...] = ()
     notify_queue: sqs.IQueue | None = None
@@ -102,6 +102,13 @@ _QUOTAS = (
     r"^Resource::arn:<AWS::Partition>:servicequotas:<AWS::Region>:<AWS::AccountId>:ec2/\*$",
     "servicequotas:GetServiceQuota on EC2's quotas only: which quota a refused launch hit "
     "(L-3819A6DF, L-DB2E81BA, ...) depends on the instance family; read-only.",
+)
+_KMS_KEYS = (
+    r"^Resource::arn:<AWS::Partition>:kms:<AWS::Region>:<AWS::AccountId>:key/\*$",
+    "The Slack token parameter is created by the platform team, under the account's aws/ssm "
+    "key or a key of their choice, so the key id is not known to the stack. kms:Decrypt is "
+    "allowed only through SSM (kms:ViaService) and only for this one parameter "
+    "(kms:EncryptionContext:PARAMETER_ARN, the context SSM sends for a standard SecureString).",
 )
 _DESCRIBE = (
     r"^Resource::\*$",
@@ -278,14 +285,32 @@ def _dead_letters(t: GrantTargets, function: str) -> GrantPolicy:
 
 
 def _slack(t: GrantTargets, function: str) -> GrantPolicy:
+    parameter = t.slack_token.parameter_arn
     return GrantPolicy(
         [
             iam.PolicyStatement(
-                sid="ReadSlackToken",
-                actions=["secretsmanager:GetSecretValue"],
-                resources=[t.slack_secret.secret_arn],
-            )
-        ]
+                sid="ReadSlackToken", actions=["ssm:GetParameter"], resources=[parameter]
+            ),
+            iam.PolicyStatement(
+                sid="DecryptSlackToken",
+                actions=["kms:Decrypt"],
+                resources=[
+                    t.stack.format_arn(
+                        service="kms",
+                        resource="key",
+                        resource_name="*",
+                        arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                    )
+                ],
+                conditions={
+                    "StringEquals": {
+                        "kms:ViaService": f"ssm.{Aws.REGION}.amazonaws.com",
+                        "kms:EncryptionContext:PARAMETER_ARN": parameter,
+                    }
+                },
+            ),
+        ],
+        (_KMS_KEYS,),
     )
 
 
@@ -297,7 +322,7 @@ _BUILDERS: dict[str, Callable[[GrantTargets, str], GrantPolicy]] = {
     Grant.EC2_DESCRIBE: _describe,
     Grant.NOTIFY_SEND: _notify,
     Grant.DLQ_SEND: _dead_letters,
-    Grant.SLACK_SECRET_READ: _slack,
+    Grant.SLACK_TOKEN_READ: _slack,
     Grant.SWEEP_SEND: _sweep,
 }
 

@@ -40,6 +40,7 @@ CONTEXT_KEYS = (
     "root_volume_gb",
     "root_device_name",
     "slack_channel",
+    "slack_token_parameter",
     "allowed_publisher_role_arns",
     "admin_principal_arns",
     "data_bucket_arns",
@@ -58,6 +59,7 @@ _TEXT_KEYS = {
     "framework_python",
     "root_device_name",
     "slack_channel",
+    "slack_token_parameter",
     "deployment_parameter",
     "alarm_topic_arn",
 }
@@ -99,6 +101,9 @@ class DeploySettings:
     root_volume_gb: int = DEFAULT_ROOT_VOLUME_GB
     root_device_name: str = DEFAULT_ROOT_DEVICE
     slack_channel: str | None = None
+    # The SSM SecureString parameter the platform team puts the Slack bot token in (CloudFormation
+    # cannot create SecureString parameters: `aws ssm put-parameter`, docs/deploy.md).
+    slack_token_parameter: str | None = None
     allowed_publisher_role_arns: tuple[str, ...] = ()
     # Principals that may cancel any job (a role ARN covers its sessions); owners cancel theirs.
     admin_principal_arns: tuple[str, ...] = ()
@@ -188,6 +193,13 @@ class DeploySettings:
                 raise DeploySettingsError(
                     f"on_demand_prices {name!r}: {price!r}; map instance types to USD per hour"
                 )
+        if self.slack_token_parameter is not None and not _PARAMETER.fullmatch(
+            self.slack_token_parameter
+        ):
+            raise DeploySettingsError(
+                f"slack_token_parameter {self.slack_token_parameter!r}: an SSM name such as "
+                "/respot/slack-token"
+            )
         if self.deployment_parameter is not None and not _PARAMETER.fullmatch(
             self.deployment_parameter
         ):
@@ -208,13 +220,18 @@ class DeploySettings:
 
     @property
     def name_prefix(self) -> str:
-        """The prefix of the few physical names respot fixes (parameter, secret, policy)."""
+        """The prefix of the few physical names respot fixes (parameters, policy)."""
         return f"respot/{self.stage}" if self.stage else "respot"
 
     @property
     def deployment_parameter_name(self) -> str:
         """Where the SDK finds this deployment."""
         return self.deployment_parameter or f"/{self.name_prefix}/deployment"
+
+    @property
+    def slack_token_parameter_name(self) -> str:
+        """Where the functions read the Slack bot token (a SecureString, by name)."""
+        return self.slack_token_parameter or f"/{self.name_prefix}/slack-token"
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> DeploySettings:

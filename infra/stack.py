@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import SecretValue, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from infra.bundling import LocalAsset, agent_package_asset, lambda_code_asset
@@ -93,22 +93,13 @@ class RespotStack(Stack):
             framework_python=settings.framework_python,
         )
 
-        # No fixed name (nor for the retained job log group): CloudFormation generates one, so
-        # a failed first deploy, or a destroyed stage, never blocks the next deploy with a name
-        # still held (a secret's recovery window, a retained log group). Both are found
-        # through the deployment parameter and the stack outputs (docs/deploy.md).
-        self.slack_secret = secretsmanager.Secret(
-            self,
-            "SlackSecret",
-            description='respot Slack bot token: {"bot_token": "xoxb-..."} (see docs/deploy.md)',
-            # A placeholder, not a secret: the platform team puts the token in afterwards.
-            secret_object_value={"bot_token": SecretValue.unsafe_plain_text("")},
-        )
-        suppress(
-            self.slack_secret,
-            "SMG4",
-            "A Slack bot token is issued and revoked in Slack, not by AWS: there is no API "
-            "a rotation function could call. Rotate by putting a new token in (docs/deploy.md).",
+        # The Slack bot token: a SecureString parameter, referenced by name. CloudFormation
+        # cannot create SecureString parameters, so the platform team creates it with
+        # `aws ssm put-parameter --type SecureString` (docs/deploy.md); until then Slack is
+        # off. A standard parameter costs nothing at rest (a Secrets Manager secret is $0.40 a
+        # month); `notify` and `sweep` read it with decryption (infra/grants.py).
+        self.slack_token = ssm.StringParameter.from_secure_string_parameter_attributes(
+            self, "SlackToken", parameter_name=settings.slack_token_parameter_name
         )
 
         notify_queue = self.messaging.queues.get(NOTIFY_QUEUE)
@@ -136,7 +127,7 @@ class RespotStack(Stack):
             agent_queue=self.messaging.agent_queue,
             parameter_name=settings.deployment_parameter_name,
             job_logs=self.fleet.log_group,
-            slack_secret_arn=self.slack_secret.secret_arn,
+            slack_token_parameter=settings.slack_token_parameter_name,
             instance_types=settings.allowed,
             policy_name=(
                 f"RespotResearcherPolicy-{settings.stage}"
@@ -172,7 +163,7 @@ class RespotStack(Stack):
             config.ENV_DEPLOYMENT_NAME: self.stack_name,
             config.ENV_MAX_BOOT_FAILURES: str(settings.max_boot_failures),
             config.ENV_ALLOWED_INSTANCE_TYPES: ",".join(settings.allowed),
-            config.ENV_SLACK_SECRET_ARN: self.slack_secret.secret_arn,
+            config.ENV_SLACK_TOKEN_PARAMETER: settings.slack_token_parameter_name,
             **POWERTOOLS_ENVIRONMENT,
         }
         if settings.slack_channel:
@@ -206,7 +197,7 @@ class RespotStack(Stack):
             security_group_id=self.fleet.security_group.security_group_id,
             image_id=self.fleet.image_id,
             allowed_instance_types=self.settings.allowed,
-            slack_secret=self.slack_secret,
+            slack_token=self.slack_token,
             notify_queue=notify_queue,
             sweep_queue=self.messaging.queues.get(SWEEP_QUEUE),
             dead_letter_queues=dead_letters_of,

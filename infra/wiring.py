@@ -4,8 +4,8 @@ Both the CDK stack (`infra/stack.py`) and the local runtime (`infra/local/`) bui
 module, and `tests/infra/test_wiring_agrees.py` checks that the synthesized template and the
 local runtime's resources say the same thing. It is plain data: importing it costs nothing.
 
-    laptop --SNS jobs topic--> [filter command=submit] --> SQS jobs   --> lambdas.submit
-                               [filter command=cancel] --> SQS cancel --> lambdas.cancel
+    laptop --SNS jobs topic--> [filter command=submit|cancel|sweep|sweep-stop]
+                           --> SQS commands --> lambdas.commands (one path per command)
     agent  --------------------------------------------> SQS agent-events --> lambdas.agent_events
     EventBridge (default bus, source aws.ec2):
         EC2 Spot Instance Request Fulfillment           --> lambdas.spot_fulfillment
@@ -15,9 +15,8 @@ local runtime's resources say the same thing. It is plain data: importing it cos
     schedule every minute                                --> lambdas.reconcile
     control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
         (message group = job id: one job's news is posted in order, never concurrently)
-    laptop --SNS jobs topic--> [command=sweep] --> SQS jobs --> lambdas.submit (records the sweep)
-                               [command=sweep-stop] --> SQS cancel --> lambdas.cancel
-    submit/cancel (kick, stop), control plane (a trial job's metric values and its end)
+    commands (sweep: record and kick; sweep-stop: stop), control plane (a trial job's metric
+    values and its end)
         --> SQS FIFO sweep-events --> lambdas.sweep (message group = sweep id)
 """
 
@@ -38,7 +37,8 @@ class Grant(enum.StrEnum):
     EC2_DESCRIBE = "ec2-describe"  # DescribeInstances, DescribeSpotPriceHistory
     NOTIFY_SEND = "notify-send"  # SendMessage to the notifications queue
     DLQ_SEND = "dlq-send"  # SendMessage to the dead-letter queue (poison with its reason)
-    SLACK_SECRET_READ = "slack-secret-read"  # noqa: S105 - GetSecretValue on respot/slack
+    # ssm:GetParameter on the Slack token parameter, kms:Decrypt through SSM for it only
+    SLACK_TOKEN_READ = "slack-token-read"  # noqa: S105 - a grant name, not a secret
     SWEEP_SEND = "sweep-send"  # SendMessage to the sweep-events queue
 
 
@@ -60,7 +60,7 @@ class Function:
     """One Lambda function: its handler module and its limits."""
 
     name: str  # logical name, also the local runtime's name for it
-    module: str  # "lambdas.submit" -> handler is lambdas.submit.handler
+    module: str  # "lambdas.commands" -> handler is lambdas.commands.handler
     grants: frozenset[Grant]
     memory_mb: int = 256
     timeout_seconds: int = 60
@@ -158,16 +158,10 @@ STATE_CHANGE = "EC2 Instance State-change Notification"
 WIRING = Wiring(
     functions=(
         Function(
-            "submit",
-            "lambdas.submit",
+            "commands",
+            "lambdas.commands",
             CONTROL_GRANTS | {Grant.DLQ_SEND},
-            description="Records submitted jobs and requests their first capacity",
-        ),
-        Function(
-            "cancel",
-            "lambdas.cancel",
-            CONTROL_GRANTS,
-            description="Cancels jobs and terminates their instances",
+            description="Researchers' commands: submits and cancels jobs, starts and stops sweeps",
         ),
         Function(
             "agent_events",
@@ -203,22 +197,27 @@ WIRING = Wiring(
         Function(
             "notify",
             "lambdas.notify",
-            frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_SECRET_READ, Grant.DLQ_SEND}),
+            frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_TOKEN_READ, Grant.DLQ_SEND}),
             timeout_seconds=30,
             description="Posts each job's news to its Slack thread",
         ),
         Function(
             "sweep",
             "lambdas.sweep",
-            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.SLACK_SECRET_READ},
+            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.SLACK_TOKEN_READ},
             memory_mb=512,  # Optuna and NumPy
             timeout_seconds=120,
             description="Runs Optuna sweeps: tells each study its trials' values, submits the next",
         ),
     ),
     queues=(
-        Queue("jobs", "submit", topic_filter={"command": ["submit", "sweep"]}),
-        Queue("cancel", "cancel", topic_filter={"command": ["cancel", "sweep-stop"]}),
+        # The intake, polled all the time: one queue for every command (lambdas/commands.py),
+        # so at rest one mapping's pollers wait on it, not one set per command kind.
+        Queue(
+            "commands",
+            "commands",
+            topic_filter={"command": ["submit", "cancel", "sweep", "sweep-stop"]},
+        ),
         Queue(
             "agent-events",
             "agent_events",

@@ -1,6 +1,6 @@
 """The activity switch of a Lambda container (see respot.control.activity).
 
-Built from the environment the stack gives `submit` and `reconcile`, on the control plane's
+Built from the environment the stack gives `commands` and `reconcile`, on the control plane's
 clients; `install()` hands in one built on other clients (the local runtime, tests). With no
 switch configured (an older stack, a unit test) every call is a no-op: the pollers simply
 stay on, and the control plane is not even asked for its clients.

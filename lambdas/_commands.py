@@ -1,10 +1,11 @@
-"""What the submit and cancel functions share: reading a researcher's command off the queue.
+"""How the commands function reads a researcher's command off the commands queue.
 
-One path for both: the SQS body is checked for size and depth, the SNS envelope is opened,
-the command is validated (the job id by `respot.jobid`), it must be the command this queue
-carries, and its identity proof is verified by STS (`respot.identity`): the caller's ARN
-from STS's answer replaces whatever the message claimed. Every refusal is a
-`PoisonMessageError` whose text is the reason the dead-letter queue keeps.
+One way for every command (lambdas/commands.py): the SQS body is checked for size and depth,
+the SNS envelope is opened, the command is validated (the job id by `respot.jobid`), it must
+be the command its path expects, and its identity proof is verified by STS
+(`respot.identity`): the caller's ARN from STS's answer replaces whatever the message
+claimed. Every refusal is a `PoisonMessageError` whose text is the reason the dead-letter
+queue keeps.
 
 On AWS the verifier is built from the function's environment (the stack sets the STS URL
 and the table that records used proofs). The local runtime installs one pointed at the
@@ -111,8 +112,8 @@ def read_command(body: str, expected: type[C]) -> C:
         raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
     if not isinstance(command, expected):
         raise PoisonMessageError(
-            f"the {expected.model_fields['command'].default} queue got a "
-            f"{command.command!r} command"
+            f"expected a {expected.model_fields['command'].default!r} command, got "
+            f"{command.command!r}"
         )
     check = verifier()
     if check is None:

@@ -1,8 +1,8 @@
 """Lambda `sweep`: moves Optuna sweeps on, one message of a sweep at a time.
 
 Trigger: SQS FIFO `sweep-events` (message group = sweep id), fed by
-- the submit Lambda: a `kick` when a researcher's sweep is recorded (`start_sweep` below);
-- the cancel Lambda: a `stop` when its owner stops it (`stop_sweep` below);
+- the commands Lambda: a `kick` when a researcher's sweep is recorded (`start_sweep` below),
+  a `stop` when its owner stops it (`stop_sweep` below);
 - the control plane: a trial job's new metric values and its end (`respot.control.sweeps`).
 Each message goes to `SweepEngine.handle` (`respot.sweep.engine`): tell the study, prune,
 ask for the next trials and submit them as respot jobs, post to the sweep's Slack thread.
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from respot.sweep.model import SweepSubmission
 
 _news_factory: Callable[[], SweepNews | None] | None = None
-# One engine per function, as Lambda has one per container: the submit and cancel functions
-# use it too (to record and stop sweeps), each with its own role's clients.
+# One engine per function, as Lambda has one per container: the commands function uses it
+# too (to record and stop sweeps), each with its own role's clients.
 _engines: dict[str | None, SweepEngine] = {}
 
 
@@ -125,13 +125,13 @@ def _send(message: dict[str, Any], dedup: str) -> None:
     )
 
 
-# ---- commands from researchers (called by the submit and cancel Lambdas) --------------------
+# ---- commands from researchers (called by the commands Lambda) -----------------------------
 
 
 def start_sweep(body: str) -> None:
     """Record a researcher's sweep (create-only) and kick it; a redelivery changes nothing.
 
-    `body` is the SQS body from the jobs queue: read like a job submission, its identity
+    `body` is the SQS body from the commands queue: read like a job submission, its identity
     proof verified (`lambdas._commands.read_signed`), `submitted_by` the caller STS names.
     """
     from lambdas._commands import read_signed

@@ -1,6 +1,6 @@
 """The activity switch's resources and rights (respot/control/activity.py).
 
-`submit` and `reconcile` get, in their environment, the name of each idle_off schedule's
+`commands` and `reconcile` get, in their environment, the name of each idle_off schedule's
 rule and the ids of each idle_off queue's event source mapping, and exactly the rights to
 switch those: events:EnableRule/DisableRule on that rule, lambda:UpdateEventSourceMapping
 on those mappings. `reconcile` also reads those queues' message counts (it turns off only
@@ -20,7 +20,7 @@ from infra.constructs.functions import ControlFunctions, schedule_rule_name
 from infra.wiring import WIRING, Wiring
 from respot.control.activity import ENV_MAPPINGS, ENV_QUEUES, ENV_RULE
 
-SWITCHERS = ("submit", "reconcile")  # submit ensures "on"; the reconcile tick turns off
+SWITCHERS = ("commands", "reconcile")  # a submission ensures "on"; the tick turns off
 DRAIN_CHECKER = "reconcile"
 
 

@@ -42,7 +42,7 @@ class ResearcherAccess(Construct):
         agent_queue: sqs.IQueue,
         parameter_name: str,
         job_logs: logs.ILogGroup | None = None,
-        slack_secret_arn: str | None = None,
+        slack_token_parameter: str | None = None,
         instance_types: Sequence[str] = (),
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
@@ -64,8 +64,8 @@ class ResearcherAccess(Construct):
             self.deployment["fis_template_id"] = fis_template_id
         if job_logs is not None:  # where `respot logs` reads training output
             self.deployment["log_group"] = job_logs.log_group_name
-        if slack_secret_arn is not None:  # where the platform team puts the Slack token
-            self.deployment["slack_secret_arn"] = slack_secret_arn
+        if slack_token_parameter is not None:  # where the platform team puts the Slack token
+            self.deployment["slack_token_parameter"] = slack_token_parameter
         if instance_types:  # the allowed types: the SDK refuses others before uploading
             self.deployment["instance_types"] = ",".join(instance_types)
         self.parameter = ssm.StringParameter(

@@ -120,7 +120,9 @@ class LocalDeployment:
     schedule_rule_names: dict[str, str] = field(default_factory=dict)
     mappings: LocalEventSourceMappings = field(default_factory=LocalEventSourceMappings)
     parameter_name: str = DEFAULT_PARAMETER
-    slack_secret_arn: str = ""
+    # As on AWS, the stack only names the Slack token's SecureString parameter: it exists once
+    # someone puts a token in (`LocalRuntime` does with `slack=True`, as docs/deploy.md says).
+    slack_token_parameter: str = ""
     name: str = "respot"  # the deployment's name: the value of its instances' respot:managed tag
     log_group: str | None = None  # CloudWatch Logs group the agents ship training output to
     image: LocalImage | None = None  # the AMI stand-in instances boot from (None: no instances)
@@ -136,7 +138,7 @@ class LocalDeployment:
             "ami_id": self.ami_id,
             "vpc_id": self.vpc_id,
             "subnets": {s.subnet_id: s.availability_zone for s in self.subnets},
-            "slack_secret_arn": self.slack_secret_arn,
+            "slack_token_parameter": self.slack_token_parameter,
         }
 
     def client(self, service: str) -> Any:
@@ -177,7 +179,7 @@ class LocalDeployment:
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
             cfg.ENV_SWEEP_QUEUE_URL: self.queue_urls.get("sweep-events", ""),
             cfg.ENV_DLQ_URL: dlq,
-            cfg.ENV_SLACK_SECRET_ARN: self.slack_secret_arn,
+            cfg.ENV_SLACK_TOKEN_PARAMETER: self.slack_token_parameter,
             cfg.ENV_DEPLOYMENT_NAME: self.name,
             cfg.ENV_ALLOWED_INSTANCE_TYPES: ",".join(self.allowed_instance_types),
         }
@@ -268,15 +270,18 @@ def provision(
     image_dir: Path | None = None,
     agent_asset: tuple[str, str] | None = None,
     allowed_instance_types: tuple[str, ...] | None = None,
+    slack_token_parameter: str | None = None,
 ) -> LocalDeployment:
     """Create respot's resources in the emulator from the wiring.
+
+    `slack_token_parameter` is the name the functions read the Slack token from (default
+    `/<prefix>/slack-token`, so that deployments sharing one emulator do not share a token).
 
     With `image_dir`, the launch template carries the stack's user data, rendered by the same
     function (`infra.userdata`) for the AMI stand-in built there (`infra.local.sandbox`).
     """
     sqs, sns, events, ddb = (client(n, endpoint_url) for n in ("sqs", "sns", "events", "dynamodb"))
     s3, ec2, ssm, logs = (client(n, endpoint_url) for n in ("s3", "ec2", "ssm", "logs"))
-    secrets = client("secretsmanager", endpoint_url)
 
     topic_arn = sns.create_topic(Name=f"{prefix}-{wiring.topic_name}")["TopicArn"]
     queue_urls: dict[str, str] = {}
@@ -405,13 +410,6 @@ def provision(
     subnets = tuple(list(subnets_seen.values())[:availability_zones])
     vpc_id = _prepare_account(ec2, client("iam", endpoint_url), subnets)
 
-    # As the stack does: the secret exists with an empty token until someone puts one in.
-    slack_secret_arn = secrets.create_secret(
-        Name=f"{prefix}/slack",
-        Description="respot Slack bot token (docs/slack.md)",
-        SecretString=json.dumps({"bot_token": ""}),
-    )["ARN"]
-
     local = LocalDeployment(
         endpoint_url=endpoint_url,
         region=REGION,
@@ -427,7 +425,7 @@ def provision(
         rule_names=rule_names,
         schedule_rule_names=schedule_rule_names,
         mappings=mappings,
-        slack_secret_arn=slack_secret_arn,
+        slack_token_parameter=slack_token_parameter or f"/{prefix}/slack-token",
         name=prefix,
         log_group=log_group,
         image=image,

@@ -209,7 +209,6 @@ def local_attributes(
             attrs[lid] = {"Ref": uuid}
     put("FleetLaunchTemplate", Ref=local.launch_template_id)
     put("FleetInstanceRole", Arn=instance_role_arn)
-    put("SlackSecret", Ref=local.slack_secret_arn)
     put("ResearchersDeployment", Ref=local.parameter_name)
     for n, subnet in enumerate(local.subnets, start=1):
         put(f"NetworkVpcpublicSubnet{n}Subnet", Ref=subnet.subnet_id)

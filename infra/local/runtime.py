@@ -15,7 +15,6 @@ each job's thread there through slack_sdk.
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import shutil
@@ -41,6 +40,7 @@ from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.slack import LocalSlack
+from infra.settings import DeploySettings
 from infra.wiring import WIRING
 from respot import config as cfg
 from respot.client import JobHandle, run
@@ -105,7 +105,7 @@ class RuntimeOptions:
     poll_every_seconds: float = 20.0
     # Plays every instance's agent in-process instead of one process each (scale benchmark).
     instance_agent: InstanceAgent | None = None
-    slack: bool = True  # run the local Slack and put its bot token in the Slack secret
+    slack: bool = True  # run the local Slack and put its bot token in the Slack token parameter
     slack_channel: str = "#ml-training"  # the deployment's channel (RESPOT_SLACK_CHANNEL)
     notify_progress_seconds: float = 600.0  # simulated; at most one progress reply this often
     # IAM enforced with the stack's own policies (infra/local/iam.py): each handler runs with
@@ -167,6 +167,9 @@ class LocalRuntime:
             # With IAM on, the agent package goes where the instance role may read it.
             agent_asset=agent_asset_location(template, cloud.REGION) if template else None,
             allowed_instance_types=opts.allowed_instance_types,
+            # The name the stack gives its functions (the runtime owns its emulator): the
+            # synthesized policies grant reading exactly that parameter.
+            slack_token_parameter=DeploySettings().slack_token_parameter_name,
         )
         self.timers = Timers()
         self.fleet = InstanceFleet(
@@ -207,9 +210,12 @@ class LocalRuntime:
         if opts.slack:
             self.slack = LocalSlack().start()
             self.slack.add_channel(opts.slack_channel)
-            self.deployment.client("secretsmanager").put_secret_value(
-                SecretId=self.deployment.slack_secret_arn,
-                SecretString=json.dumps({"bot_token": self.slack.token}),
+            # What the platform team does (docs/deploy.md): the token as a SecureString.
+            self.deployment.client("ssm").put_parameter(
+                Name=self.deployment.slack_token_parameter,
+                Type="SecureString",
+                Value=self.slack.token,
+                Overwrite=True,
             )
         if opts.iam:
             assert template is not None
@@ -293,7 +299,7 @@ class LocalRuntime:
     def env(self) -> dict[str, str]:
         """The environment the stack would give the control-plane functions (time-scaled)."""
         assert self.deployment is not None
-        env = self.deployment.function_env("submit")
+        env = self.deployment.function_env("commands")
         env[cfg.ENV_HEARTBEAT_TIMEOUT] = str(
             self.scale.real(self.options.heartbeat_timeout_seconds)
         )
@@ -344,7 +350,7 @@ class LocalRuntime:
         return control
 
     def activity_env(self) -> dict[str, str]:
-        """What the stack gives `submit` and `reconcile` for the activity switch (time-scaled)."""
+        """What the stack gives `commands` and `reconcile` for the activity switch (time-scaled)."""
         assert self.deployment is not None
         d = self.deployment
         idle = [q.name for q in WIRING.queues if q.idle_off]
@@ -389,7 +395,7 @@ class LocalRuntime:
         session = self.function_session("notify" if self.iam is not None else None)
         clients = {
             n: cloud.client_of(session, n, self.deployment.endpoint_url)
-            for n in ("dynamodb", "secretsmanager")
+            for n in ("dynamodb", "ssm")
         }
         return SlackNotifier.from_config(
             NotifyConfig.from_env(self.env()), session=session, clients=clients
@@ -399,9 +405,9 @@ class LocalRuntime:
         assert self.deployment is not None
         config = NotifyConfig.from_env(self.env())
         session = self.function_session("sweep" if self.iam is not None else None)
-        secrets = cloud.client_of(session, "secretsmanager", self.deployment.endpoint_url)
+        ssm = cloud.client_of(session, "ssm", self.deployment.endpoint_url)
         return SlackSweepNews(
-            tokens=SlackTokenSource(config.slack_secret_arn, secrets),
+            tokens=SlackTokenSource(config.slack_token_parameter, ssm),
             default_channel=config.slack_channel,
             base_url=config.slack_api_url,
         )

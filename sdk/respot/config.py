@@ -33,7 +33,8 @@ ENV_BOOT_TIMEOUT = "RESPOT_BOOT_TIMEOUT_SECONDS"
 ENV_LAUNCH_TIMEOUT = "RESPOT_LAUNCH_TIMEOUT_SECONDS"
 ENV_POLICY_TICK = "RESPOT_POLICY_TICK_SECONDS"  # the reconcile period (the deadline policy's tick)
 ENV_CHANGEOVER = "RESPOT_CHANGEOVER_SECONDS"  # expected cost of one instance change
-ENV_SLACK_SECRET_ARN = "RESPOT_SLACK_SECRET_ARN"  # noqa: S105 - a variable name, not a secret
+# The name of the SSM SecureString parameter holding the Slack bot token (never its value).
+ENV_SLACK_TOKEN_PARAMETER = "RESPOT_SLACK_TOKEN_PARAMETER"  # noqa: S105 - a variable name
 ENV_SLACK_CHANNEL = "RESPOT_SLACK_CHANNEL"
 # Where the notifier finds the Slack Web API (the local runtime's stand-in); unset on AWS.
 ENV_SLACK_API_URL = "RESPOT_SLACK_API_URL"
@@ -162,10 +163,10 @@ class ControlPlaneConfig:
 
 @dataclass(frozen=True)
 class NotifyConfig:
-    """What the `notify` Lambda needs: the job table, the Slack secret and the default channel."""
+    """What the `notify` Lambda needs: the job table, the Slack token's parameter, the channel."""
 
     table_name: str
-    slack_secret_arn: str | None = None
+    slack_token_parameter: str | None = None
     slack_channel: str | None = None
     slack_api_url: str | None = None
     on_demand_prices: dict[str, float] = field(default_factory=dict)
@@ -185,7 +186,7 @@ class NotifyConfig:
             raise ConfigError(f"{ENV_ON_DEMAND_PRICES} is malformed: {exc}") from exc
         return cls(
             table_name=table,
-            slack_secret_arn=env.get(ENV_SLACK_SECRET_ARN) or None,
+            slack_token_parameter=env.get(ENV_SLACK_TOKEN_PARAMETER) or None,
             slack_channel=env.get(ENV_SLACK_CHANNEL) or None,
             slack_api_url=env.get(ENV_SLACK_API_URL) or None,
             on_demand_prices=prices,

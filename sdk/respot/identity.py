@@ -8,7 +8,7 @@ Kubernetes' aws-iam-authenticator prove an AWS identity to a third party:
    the signature: `x-respot-job-id`, `x-respot-command` and `x-respot-digest` (the SHA-256
    of the rest of the message). The signed request (method, URL, body, headers) travels in
    the SNS message as `proof`.
-2. The submit or cancel function (`Verifier.verify`) checks the request is exactly an STS
+2. The commands function (`Verifier.verify`) checks the request is exactly an STS
    GetCallerIdentity call to the one STS endpoint it trusts (host allow-list: no SSRF),
    that the bound headers equal the message's job id, command and digest, and that it was
    signed within `max_age` (a few minutes). Then it sends the request to STS itself. STS

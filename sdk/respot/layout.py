@@ -1,6 +1,6 @@
 """Where respot keeps a job's things in S3: one function per kind of object, one prefix per job.
 
-jobs/<job>/submission.json              the submission, written by the submit Lambda
+jobs/<job>/submission.json              the submission, written by the commands Lambda
 jobs/<job>/code/<sha256>.zip             the researcher's code, uploaded by run()
 jobs/<job>/checkpoints/blobs/<sha256>    checkpoint file contents, stored once by content
 jobs/<job>/checkpoints/manifests/<step>-<attempt>.json   a checkpoint; written last

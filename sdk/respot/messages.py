@@ -66,7 +66,7 @@ class Provenance(_Message):
 class TrialRef(_Message):
     """On a trial job's submission: the sweep and the trial number the job runs.
 
-    Set only by the sweep Lambda, which submits trial jobs in-process; the submit Lambda
+    Set only by the sweep Lambda, which submits trial jobs in-process; the commands Lambda
     refuses a published submission that carries one.
     """
 

@@ -81,6 +81,7 @@ def test_resuming_at_an_epoch_boundary_and_mid_epoch_is_exact(
             )
             host.session = session
             resumed.append(resume_step)
+            session.prepare()  # as the session runner does, before train()
             session.train()
             if not session.interruption_requested:
                 return (tmp_path / name / "out" / "weights.sha256").read_text(), resumed

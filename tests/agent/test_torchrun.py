@@ -55,9 +55,9 @@ def weights(stage: Stage, job_id: str) -> str:
 
 
 def test_two_ranks_interrupted_twice_end_with_the_uninterrupted_weights(stage: Stage) -> None:
-    # warm_start off: this test is about the ranks and the notice, not about holding the
-    # notice back while a replacement warms up (the hold would let training finish first).
-    ddp = {"entry_point": "ddpjob:DDPSession", "processes_per_node": 2, "warm_start": False}
+    # warm_start as by default: a torchrun job's replacement starts cold, so its old instance
+    # tells every rank of the notice at once (no hold for a warm replacement that never comes)
+    ddp = {"entry_point": "ddpjob:DDPSession", "processes_per_node": 2}
     # GIVEN an uninterrupted two-process run
     plain = submit_job(stage.s3, stage.bucket, hyperparameters=HYPER, **ddp)
     log = run_attempt(stage, plain.job_id, 1, interrupt_at=None)

@@ -71,3 +71,27 @@ def test_a_job_hour_counts_real_intervals_not_the_compressed_run() -> None:
     assert hour.s3_put_class == 60
     assert parts["heartbeats"] == pytest.approx(prices.usd("sqs_request", 3 * beats))
     assert math.isclose(sum(parts.values()), hour.dollars()["total"])
+
+
+def test_a_decrypted_secure_string_read_is_one_kms_request() -> None:
+    from bench.proxy import classify
+
+    headers = {
+        "authorization": "AWS4-HMAC-SHA256 Credential=k/20261123/us-east-1/ssm/aws4_request, x",
+        "x-amz-target": "AmazonSSM.GetParameter",
+    }
+    secure = b'{"Parameter": {"Type": "SecureString", "Value": "xoxb-1"}}'
+    plain = b'{"Parameter": {"Type": "String", "Value": "{}"}}'
+    asked = b'{"Name": "/respot/slack-token", "WithDecryption": true}'
+    reads = [
+        Request(*classify("POST", "/", headers, asked, secure)[:2], 200, 0.0, 0, 0, detail)
+        for detail in (
+            classify("POST", "/", headers, asked, secure)[2],  # the Slack token: KMS Decrypt
+            classify("POST", "/", headers, b'{"Name": "/respot/deployment"}', plain)[2],
+            classify("POST", "/", headers, asked, plain)[2],  # a String: nothing to decrypt
+        )
+    ]
+    assert [r.detail["kms_decrypt"] for r in reads] == [True, False, False]
+    bill = bill_requests(reads, dispatcher_side=True)
+    assert bill.kms_requests == 1
+    assert bill.dollars()["kms"] == pytest.approx(0.03 / 10_000)

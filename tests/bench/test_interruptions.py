@@ -97,3 +97,33 @@ def test_a_pause_that_waits_for_the_boot_counts_that_wait_as_simulated() -> None
     assert c.paused_simulated_s == pytest.approx(1.6)  # 20.5 -> 22.1 waiting for the boot
     assert c.paused_share_s == pytest.approx(2.9)
     assert c.aws_paused_s == pytest.approx(2.9 + 1.6 / 0.2)
+
+
+def test_the_simulated_boot_ends_when_the_boot_script_starts_not_when_the_agent_is_up() -> None:
+    # A real boot: the fleet marks an instance booted when its agent logs "started:", which
+    # with warm start comes after the warm-up and the hand-off wait: respot's time, not EC2's.
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(20)), 20.1)
+    body = AgentPreempted(
+        step=500, checkpoint_step=500, notice="spot-interruption", last_step_at=at(30.0)
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 31)
+    d.launch_ok("i-2", 20.1)
+    d.apply(AgentReport(agent(d.job, 2, "i-2", AgentStarted(restored_step=500))), 33.0)
+    d.apply(
+        AgentReport(agent(d.job, 2, "i-2", AgentProgress(step=501, first_step_at=at(33.5)), seq=2)),
+        33.6,
+    )
+    replacement = _instance("i-2", 2, launched_at=20.1, booted_at=33.0)
+    replacement.events.append((25.0, "user data"))  # EC2's part ends: the boot script runs
+    instances = {
+        "i-1": _instance("i-1", 1, launched_at=0.0, noticed_at=20.0, ended_at=34.0),
+        "i-2": replacement,
+    }
+    [c] = changeovers("respot", d.job, instances, scale=1.0, mono_to_wall=T0.timestamp())
+    assert c.notice_to_booted_s == pytest.approx(5.0)
+    assert c.simulated_ec2_s == pytest.approx(4.9)
+    assert c.paused_s == pytest.approx(3.5)
+    assert c.paused_simulated_s == pytest.approx(0.0)  # the warm-up ran past it: respot's
+    assert c.paused_share_s == pytest.approx(3.5)

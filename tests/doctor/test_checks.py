@@ -4,7 +4,6 @@ and, for Service Quotas, which moto implements for `vpc` only, botocore's Stubbe
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 from typing import Any
 
@@ -317,31 +316,27 @@ def test_wrong_zone_missing_subnet_and_missing_vpc(aws: Any) -> None:
 # ---- Slack ---------------------------------------------------------------------------------
 
 
-def test_slack_secret_states(aws: Any) -> None:
-    sm = aws("secretsmanager")
-    arn = sm.create_secret(
-        Name=f"test/{secrets.token_hex(4)}/slack", SecretString=json.dumps({"bot_token": ""})
-    )["ARN"]
+def test_slack_token_states(aws: Any) -> None:
+    ssm = aws("ssm")
+    name = f"/test/{secrets.token_hex(4)}/slack-token"
 
-    def check(configured: bool = True, secret_id: str | None = arn) -> Any:
-        return checks.check_slack_secret(
-            sm, secret_id=secret_id, slack_configured=configured, stack_name="Respot"
-        )
+    def check(configured: bool = True) -> Any:
+        return checks.check_slack_token(ssm, parameter_name=name, slack_configured=configured)
 
-    assert check(secret_id=None).status is Status.SKIPPED
-    empty = check()
-    assert empty.status is Status.WARN and "put-secret-value" in empty.fix
+    absent = check()
+    assert absent.status is Status.WARN and "--type SecureString" in absent.fix
+    assert name in absent.fix
     assert check(configured=False).status is Status.OK
-    sm.put_secret_value(SecretId=arn, SecretString=json.dumps({"bot_token": "xoxb-1-secret"}))
+    ssm.put_parameter(Name=name, Type="String", Value="xoxb-1-plain")
+    plain = check()  # a String parameter: the token would sit unencrypted
+    assert plain.status is Status.WARN and "unencrypted" in plain.summary
+    assert "xoxb-1-plain" not in plain.summary + plain.fix
+    ssm.delete_parameter(Name=name)
+    ssm.put_parameter(Name=name, Type="SecureString", Value="not-a-bot-token")
+    assert check().status is Status.WARN
+    ssm.put_parameter(Name=name, Type="SecureString", Value="xoxb-1-secret", Overwrite=True)
     good = check()
     assert good.status is Status.OK and "xoxb-1-secret" not in good.summary
-
-
-def test_deployed_slack_secret_is_none_before_the_first_deploy(aws: Any) -> None:
-    assert (
-        checks.deployed_slack_secret(aws("cloudformation"), f"Respot-{secrets.token_hex(3)}")
-        is None
-    )
 
 
 def test_access_denied_is_a_warning_not_a_crash(aws: Any) -> None:

@@ -22,8 +22,8 @@ from respot.localstate import LocalState, write_state
 def local_state(moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The emulator provisioned as `respot local up` does, and its state file."""
     deployment = cloud.provision(moto_endpoint, prefix=f"doc-{secrets.token_hex(3)}")
-    deployment.client("secretsmanager").put_secret_value(
-        SecretId=deployment.slack_secret_arn, SecretString=json.dumps({"bot_token": "xoxb-1"})
+    deployment.client("ssm").put_parameter(
+        Name=deployment.slack_token_parameter, Type="SecureString", Value="xoxb-1"
     )
     path = tmp_path / "local.json"
     monkeypatch.setenv("RESPOT_LOCAL_STATE", str(path))
@@ -86,7 +86,10 @@ def test_doctor_on_aws_reads_cdk_json_and_names_the_bootstrap_fix(
     assert found["CDK bootstrap"]["fix"] == "cdk bootstrap aws://123456789012/us-east-1"
     assert found["AMI"]["status"] == "ok" and found["network"]["status"] == "ok"
     assert found["stack"]["status"] == "ok"  # not deployed yet
-    assert found["Slack token"]["status"] == "skipped"  # not deployed yet
+    # No slack_channel and no token parameter: Slack is off, which is fine (checked before
+    # the deploy: the parameter's name comes from the settings, not from the stack).
+    assert found["Slack token"]["status"] == "ok"
+    assert "/respot/slack-token" in found["Slack token"]["summary"]
     # moto has no EC2 quotas: the doctor says it could not read them instead of guessing
     assert found["quota G and VT spot"]["status"] == "warn"
 

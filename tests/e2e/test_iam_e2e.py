@@ -71,7 +71,7 @@ def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
         {k.lower(): v for k, v in rt.iam.instance_credentials("i-0123456789abcdef0").items()}
     )
     researcher = rt.researcher_session()
-    submit = rt.function_session("submit")
+    submit = rt.function_session("commands")
     notify = rt.function_session("notify")
 
     def client(session: Any, service: str) -> Any:
@@ -83,13 +83,13 @@ def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
         "MinCount": 1,
         "MaxCount": 1,
     }
-    # An instance: no launching, no table writes, no commands on the jobs queue ...
+    # An instance: no launching, no table writes, no commands on the commands queue ...
     _denied(lambda: client(instance, "ec2").run_instances(**launch))
     _denied(
         lambda: client(instance, "dynamodb").put_item(TableName=local.table_name, Item=table_item)
     )
-    jobs_queue = local.queue_urls["jobs"]
-    _denied(lambda: client(instance, "sqs").send_message(QueueUrl=jobs_queue, MessageBody="{}"))
+    commands_queue = local.queue_urls["commands"]
+    _denied(lambda: client(instance, "sqs").send_message(QueueUrl=commands_queue, MessageBody="{}"))
     # ... but its own channel works (the denials above are the policy's, not a broken key)
     agent_queue = local.queue_urls["agent-events"]
     client(instance, "sqs").send_message(QueueUrl=agent_queue, MessageBody="not an agent message")
@@ -101,7 +101,10 @@ def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
     )
     client(researcher, "dynamodb").get_item(TableName=local.table_name, Key=table_item)
     # Functions: submit cannot read the Slack token (only notify can); notify launches nothing
-    secret = local.slack_secret_arn
-    _denied(lambda: client(submit, "secretsmanager").get_secret_value(SecretId=secret))
-    client(notify, "secretsmanager").get_secret_value(SecretId=secret)
+    token = local.slack_token_parameter
+    local.client("ssm").put_parameter(
+        Name=token, Type="SecureString", Value="xoxb-e2e", Overwrite=True
+    )
+    _denied(lambda: client(submit, "ssm").get_parameter(Name=token, WithDecryption=True))
+    client(notify, "ssm").get_parameter(Name=token, WithDecryption=True)
     _denied(lambda: client(notify, "ec2").run_instances(**launch))

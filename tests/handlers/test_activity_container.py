@@ -21,7 +21,7 @@ import pytest
 import lambdas._activity as activity_lambda
 import lambdas._runtime as runtime
 from infra.local.dispatcher import LambdaContext
-from lambdas import submit
+from lambdas import commands
 from respot.control.activity import ENV_MAPPINGS, ENV_RULE
 from respot.control.service import Applied
 from respot.messages import JobSubmission
@@ -87,10 +87,10 @@ def test_a_valid_submission_after_an_empty_body_is_not_failed_in_a_new_container
         lambda: control, lambda body, reason, source: fresh_container.append((body, reason, source))
     )
     # WHEN a batch brings an empty (truncated) body, then a valid submission
-    response = submit.handler(_batch("", _submission_body()), CONTEXT)
+    response = commands.handler(_batch("", _submission_body()), CONTEXT)
     # THEN the empty one is dead-lettered with its reason and the valid one is simply done
     assert response == {"batchItemFailures": []}
-    assert [(body, source) for body, _, source in fresh_container] == [("", "jobs")]
+    assert [(body, source) for body, _, source in fresh_container] == [("", "commands")]
     assert control.submitted == ["job-1"]
     # AND no switch exists, so nothing was built on the control plane's clients
     assert activity_lambda.switch() is None

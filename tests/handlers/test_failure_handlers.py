@@ -10,7 +10,7 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from botocore.stub import Stubber
 
-from lambdas import agent_events, instance_state, submit
+from lambdas import agent_events, commands, instance_state
 from respot.config import ENV_DLQ_URL
 from respot.core.states import JobState
 from respot.messages import AgentBootFailed, AgentMessage
@@ -24,7 +24,7 @@ def env(
     import lambdas._runtime as runtime
 
     deployment = Env(moto_endpoint)
-    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["jobs"])
+    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["commands"])
     yield deployment
     runtime.install(None)
 
@@ -71,7 +71,7 @@ def test_a_mistyped_instance_type_fails_at_submit_without_a_launch(env: Env) -> 
     # GIVEN the deployment's allowed types (the local deployment allows its instance_types)
     calls = _count_ec2_calls(env)
     sub = submission(instance_types=["g5.xlarg"])
-    response = submit.handler(
+    response = commands.handler(
         env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
     )
     # THEN the job is FAILED at once, naming the allowed types, and EC2 was never called
@@ -88,7 +88,7 @@ def test_a_launch_ec2_refuses_for_good_fails_the_job_at_once(env: Env) -> None:
     _refuse_runinstances(env, "UnauthorizedOperation", message)
     sub = submission()
     # WHEN the job is submitted
-    response = submit.handler(
+    response = commands.handler(
         env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
     )
     # THEN the submission is handled (not retried) and the job is FAILED with AWS's text
@@ -104,7 +104,7 @@ def test_an_aws_internal_error_is_retried_not_fatal(env: Env) -> None:
     sub = submission()
     # The record fails (a batch of one failed record raises; SQS redelivers it) ...
     with pytest.raises(BatchProcessingError):
-        submit.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
+        commands.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
     # ... and the job waits for its launch: it is not failed.
     record = env.control.jobs.get(sub.job_id)
     assert record is not None and record.state is JobState.REQUESTED
@@ -130,7 +130,7 @@ def test_a_spot_quota_error_names_the_quota_its_value_and_the_fix(env: Env) -> N
     ec2.meta.events.register("before-call.ec2.RunInstances", _refuse_spot_from_context)
     # WHEN a job is submitted
     sub = submission()
-    submit.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
     # THEN it runs on-demand, and its timeline names the quota, its value and the command
     record = env.control.jobs.get(sub.job_id)
     assert record is not None and record.state is JobState.REQUESTED

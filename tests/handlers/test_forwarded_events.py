@@ -28,7 +28,7 @@ def home(
 ) -> Iterator[Env]:
     """The home region's deployment on the moto server (as test_handlers' `env`)."""
     deployment = Env(moto_endpoint)
-    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["jobs"])
+    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["commands"])
     yield deployment
     runtime.install(None)
 

@@ -16,12 +16,11 @@ from infra.local import cloud
 from infra.local.dispatcher import LambdaContext
 from lambdas import (
     agent_events,
-    cancel,
+    commands,
     instance_state,
     reconcile,
     spot_fulfillment,
     spot_interruption,
-    submit,
 )
 from respot.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
@@ -45,7 +44,7 @@ class Env:
     def __init__(self, endpoint: str) -> None:
         self.local = cloud.provision(endpoint, prefix=f"t{secrets.token_hex(4)}")
         self.clients = {n: self.local.client(n) for n in ("dynamodb", "ec2", "s3", "sqs")}
-        config = ControlPlaneConfig.from_env(self.local.function_env("submit"))
+        config = ControlPlaneConfig.from_env(self.local.function_env("commands"))
         self.control = ControlPlane.from_config(
             config, session=cloud.session(), clients=self.clients
         )
@@ -95,7 +94,7 @@ def env(
 ) -> Iterator[Env]:
     deployment = Env(moto_endpoint)
     # The stack gives each queue-fed function the URL of its own queue's dead-letter queue.
-    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["jobs"])
+    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["commands"])
     yield deployment
     runtime.install(None)
 
@@ -110,7 +109,7 @@ def submission(job_id: str | None = None, **spec: Any) -> JobSubmission:
 
 def submit_job(env: Env, **spec: Any) -> tuple[str, str]:
     sub = submission(**spec)
-    response = submit.handler(
+    response = commands.handler(
         env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
     )
     assert response == {"batchItemFailures": []}
@@ -141,19 +140,19 @@ def test_submit_records_the_job_and_launches_one_tagged_spot_instance(env: Env) 
 def test_duplicate_delivery_launches_nothing_more(env: Env) -> None:
     sub = submission()
     body = env.sns_envelope(sub.model_dump_json(), "submit")
-    submit.handler(env.sqs_event(body, body), CONTEXT)
-    submit.handler(env.sqs_event(body), CONTEXT)
+    commands.handler(env.sqs_event(body, body), CONTEXT)
+    commands.handler(env.sqs_event(body), CONTEXT)
     assert len(env.instances(sub.job_id)) == 1
 
 
 def test_poison_message_goes_to_the_dlq_with_its_reason(env: Env) -> None:
     # GIVEN the sample SQS event as AWS documents it: its body is not a job at all
     sample = aws_event("lambda-sqs-event")
-    response = submit.handler(sample, CONTEXT)
+    response = commands.handler(sample, CONTEXT)
     # THEN the batch succeeds (the poison is not retried) and the DLQ holds it with the reason
     assert response == {"batchItemFailures": []}
     messages = env.clients["sqs"].receive_message(
-        QueueUrl=env.local.dlq_urls["jobs"], MessageAttributeNames=["All"]
+        QueueUrl=env.local.dlq_urls["commands"], MessageAttributeNames=["All"]
     )["Messages"]
     assert messages[0]["Body"] == "Message Body"
     assert "JSON" in messages[0]["MessageAttributes"]["reason"]["StringValue"]
@@ -168,9 +167,9 @@ def test_invalid_spec_is_poison_with_field_level_reason(env: Env) -> None:
             "spec": {"name": "x", "entry_point": "nope"},
         }
     )
-    submit.handler(env.sqs_event(env.sns_envelope(message, "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(message, "submit")), CONTEXT)
     (dead,) = env.clients["sqs"].receive_message(
-        QueueUrl=env.local.dlq_urls["jobs"], MessageAttributeNames=["All"]
+        QueueUrl=env.local.dlq_urls["commands"], MessageAttributeNames=["All"]
     )["Messages"]
     assert "entry_point" in dead["MessageAttributes"]["reason"]["StringValue"]
 
@@ -191,7 +190,7 @@ def test_a_transient_failure_fails_only_its_record(
         env.sns_envelope(good.model_dump_json(), "submit"),
         env.sns_envelope(bad.model_dump_json(), "submit"),
     )
-    response = submit.handler(event, CONTEXT)
+    response = commands.handler(event, CONTEXT)
     assert response == {"batchItemFailures": [{"itemIdentifier": "m1"}]}
     assert env.control.jobs.get(good.job_id) is not None
 
@@ -267,13 +266,51 @@ def test_cancel_terminates_every_instance(env: Env) -> None:
     job_id, _ = submit_job(env)
     # The owner cancels: the submission and the cancel name the same (here: no) principal.
     command = CancelCommand(job_id=job_id, requested_at=datetime.now(UTC))
-    response = cancel.handler(
+    response = commands.handler(
         env.sqs_event(env.sns_envelope(command.model_dump_json(), "cancel")), CONTEXT
     )
     assert response == {"batchItemFailures": []}
     record = env.control.jobs.get(job_id)
     assert record is not None and record.state is JobState.CANCELLED
     assert env.live_instances(job_id) == []
+
+
+def test_one_queue_carries_every_command_each_to_its_own_path(env: Env) -> None:
+    # GIVEN one batch off the commands queue: a cancel of a running job, a new submission,
+    # and a message whose command respot does not know
+    running, _ = submit_job(env)
+    fresh = submission()
+    cancel = CancelCommand(job_id=running, requested_at=datetime.now(UTC))
+    unknown = json.dumps({"command": "frobnicate", "job_id": "j-1"})
+    response = commands.handler(
+        env.sqs_event(
+            env.sns_envelope(cancel.model_dump_json(), "cancel"),
+            env.sns_envelope(fresh.model_dump_json(), "submit"),
+            env.sns_envelope(unknown, "frobnicate"),
+        ),
+        CONTEXT,
+    )
+    # THEN each went its own way: cancelled, submitted, dead-lettered with the reason
+    assert response == {"batchItemFailures": []}
+    cancelled, submitted = env.control.jobs.get(running), env.control.jobs.get(fresh.job_id)
+    assert cancelled is not None and cancelled.state is JobState.CANCELLED
+    assert submitted is not None and submitted.state is JobState.REQUESTED
+    (dead,) = env.clients["sqs"].receive_message(
+        QueueUrl=env.local.dlq_urls["commands"], MessageAttributeNames=["All"]
+    )["Messages"]
+    assert "frobnicate" in dead["MessageAttributes"]["reason"]["StringValue"]
+
+
+def test_the_topic_filter_lets_in_exactly_the_commands_that_have_a_path() -> None:
+    from infra.wiring import WIRING
+    from respot.sweep.model import SweepStopCommand, SweepSubmission
+
+    (intake,) = [q for q in WIRING.queues if q.topic_filter is not None]
+    kinds = {
+        model.model_fields["command"].default
+        for model in (JobSubmission, CancelCommand, SweepSubmission, SweepStopCommand)
+    }
+    assert set(intake.topic_filter["command"]) == set(commands.PATHS) == kinds
 
 
 def test_reconcile_looks_at_live_jobs_only(env: Env) -> None:

@@ -59,9 +59,10 @@ def arns(template: dict[str, Any]) -> dict[str, str]:
     return {
         "bucket": f"arn:aws:s3:::{lid('StoreBucket').lower()}",
         "table": f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{lid('StoreTable')}",
-        "jobs_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingJobsQueue')}",
+        "commands_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingCommandsQueue')}",
         "agent_queue": f"arn:aws:sqs:{REGION}:{ACCOUNT}:{lid('MessagingAgentEventsQueue')}",
-        "secret": lid("SlackSecret"),
+        "slack_token": f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/respot/slack-token",
+        "kms_key": f"arn:aws:kms:{REGION}:{ACCOUNT}:key/0123abcd-0000-4000-8000-0123456789ab",
         "template": f"{ec2}:launch-template/{lid('FleetLaunchTemplate')}",
         "instance": f"{ec2}:instance/i-0123456789abcdef0",
         "volume": f"{ec2}:volume/vol-0123456789abcdef0",
@@ -78,7 +79,7 @@ def test_the_instance_role_may_prune_checkpoints_and_delete_nothing_else(policie
 
 
 def test_run_instances_only_from_the_template_and_only_allowed_types(policies, arns):
-    submit = policies["function:submit"]
+    submit = policies["function:commands"]
     ctx = {"ec2:LaunchTemplate": arns["template"], "ec2:InstanceType": "g5.xlarge"}
     assert allowed(submit, "ec2:RunInstances", arns["instance"], ctx)
     assert allowed(
@@ -111,7 +112,7 @@ def test_one_role_cannot_do_another_roles_work(policies, arns):
     assert not allowed(instance, "dynamodb:PutItem", arns["table"])
     tagged = {"aws:ResourceTag/respot:managed": "Respot"}
     assert not allowed(instance, "ec2:TerminateInstances", arns["instance"], tagged)
-    assert not allowed(instance, "sqs:SendMessage", arns["jobs_queue"])
+    assert not allowed(instance, "sqs:SendMessage", arns["commands_queue"])
     assert allowed(instance, "sqs:SendMessage", arns["agent_queue"])  # its own channel
     # Researchers: no terminating instances, no table writes, no speaking for agents
     assert not allowed(researcher, "ec2:TerminateInstances", arns["instance"], tagged)
@@ -119,8 +120,9 @@ def test_one_role_cannot_do_another_roles_work(policies, arns):
     assert not allowed(researcher, "sqs:SendMessage", arns["agent_queue"])
     assert allowed(researcher, "dynamodb:GetItem", arns["table"])  # following jobs
     # Functions: only notify reads the Slack token; notify launches nothing
-    assert not allowed(reconcile, "secretsmanager:GetSecretValue", arns["secret"])
-    assert allowed(notify, "secretsmanager:GetSecretValue", arns["secret"])
+    assert not allowed(reconcile, "ssm:GetParameter", arns["slack_token"])
+    assert allowed(notify, "ssm:GetParameter", arns["slack_token"])
+    assert not allowed(notify, "ssm:GetParameter", arns["slack_token"] + "-other")
     assert not allowed(notify, "ec2:RunInstances", arns["instance"], ctx)
     # Terminating: only this deployment's instances
     assert allowed(reconcile, "ec2:TerminateInstances", arns["instance"], tagged)
@@ -132,5 +134,21 @@ def test_every_principal_has_policies_and_counts_are_small(policies):
     # Numbers for docs/security.md: distinct actions per role (printed with -s).
     counts = {p: action_count(docs) for p, docs in policies.items()}
     print(counts)
-    assert set(counts) >= {"instance", "researcher", "function:submit", "function:notify"}
+    assert set(counts) >= {"instance", "researcher", "function:commands", "function:notify"}
     assert all(0 < n <= 30 for n in counts.values())
+
+
+def test_the_slack_token_is_decrypted_only_through_ssm_and_only_for_that_parameter(policies, arns):
+    notify, sweep, submit = (policies[f"function:{f}"] for f in ("notify", "sweep", "commands"))
+    through_ssm = {
+        "kms:ViaService": f"ssm.{REGION}.amazonaws.com",
+        "kms:EncryptionContext:PARAMETER_ARN": arns["slack_token"],
+    }
+    for reader in (notify, sweep):
+        assert allowed(reader, "kms:Decrypt", arns["kms_key"], through_ssm)
+        # directly (not through SSM), or another parameter's value: no
+        direct = {k: v for k, v in through_ssm.items() if k != "kms:ViaService"}
+        assert not allowed(reader, "kms:Decrypt", arns["kms_key"], direct)
+        other = {**through_ssm, "kms:EncryptionContext:PARAMETER_ARN": arns["slack_token"] + "x"}
+        assert not allowed(reader, "kms:Decrypt", arns["kms_key"], other)
+    assert not allowed(submit, "kms:Decrypt", arns["kms_key"], through_ssm)

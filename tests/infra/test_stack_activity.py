@@ -16,7 +16,7 @@ from tests.infra.test_stack_template import (
     statements,
 )
 
-SWITCHERS = {"lambdas.submit.handler", "lambdas.reconcile.handler"}
+SWITCHERS = {"lambdas.commands.handler", "lambdas.reconcile.handler"}
 SWITCH_ACTIONS = {
     "events:EnableRule",
     "events:DisableRule",

@@ -239,7 +239,7 @@ def test_a_fifo_queue_gets_a_fifo_dead_letter_queue(new_stack):
 
 
 def test_a_fifo_queue_cannot_be_fed_by_the_standard_topic(new_stack):
-    bad = Queue("fifo-jobs", "submit", topic_filter={"command": ["submit"]}, fifo=True)
+    bad = Queue("fifo-jobs", "commands", topic_filter={"command": ["submit"]}, fifo=True)
     wiring = dataclasses.replace(WIRING, queues=(*WIRING.queues, bad))
     with pytest.raises(ValueError, match="not FIFO"):
         Messaging(new_stack(), "Messaging", wiring=wiring)
@@ -529,7 +529,7 @@ def test_a_visibility_timeout_shorter_than_the_function_is_refused(new_stack):
     wiring = dataclasses.replace(
         WIRING,
         queues=tuple(
-            dataclasses.replace(q, visibility_timeout_seconds=30) if q.name == "jobs" else q
+            dataclasses.replace(q, visibility_timeout_seconds=30) if q.name == "commands" else q
             for q in WIRING.queues
         ),
     )

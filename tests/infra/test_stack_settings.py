@@ -17,6 +17,7 @@ def test_defaults_need_no_context():
     assert s.vpc_id is None and not s.subnets
     assert s.stack_name == "Respot"
     assert s.deployment_parameter_name == "/respot/deployment"
+    assert s.slack_token_parameter_name == "/respot/slack-token"
 
 
 def test_json_context_from_cdk_json():
@@ -36,6 +37,10 @@ def test_json_context_from_cdk_json():
     assert s.on_demand_prices == {"g6.xlarge": 0.805}
     assert s.stack_name == "Respot-prod"
     assert s.deployment_parameter_name == "/respot/prod/deployment"
+    assert s.slack_token_parameter_name == "/respot/prod/slack-token"
+    assert settings(slack_token_parameter="/team/slack").slack_token_parameter_name == (
+        "/team/slack"
+    )
 
 
 def test_string_context_from_the_command_line():
@@ -78,6 +83,7 @@ def test_string_context_from_the_command_line():
         ({"on_demand_prices": "{not json"}, "not valid JSON"),
         ({"stage": "has space"}, "stage"),
         ({"deployment_parameter": "no-leading-slash"}, "deployment_parameter"),
+        ({"slack_token_parameter": "xoxb-a-token-not-a-name"}, "slack_token_parameter"),
     ],
 )
 def test_bad_context_is_refused_with_the_key_named(context, message):

@@ -87,7 +87,7 @@ def test_every_function_gets_the_configuration_respot_config_reads(resources):
         config.ENV_SUBNETS,
         config.ENV_INSTANCE_TYPES,
         config.ENV_AGENT_QUEUE_URL,
-        config.ENV_SLACK_SECRET_ARN,
+        config.ENV_SLACK_TOKEN_PARAMETER,
         "POWERTOOLS_SERVICE_NAME",
     }
     for spec in WIRING.functions:
@@ -334,19 +334,21 @@ def test_bucket_encryption_versioning_public_access_block_and_tls(respot, resour
     )
 
 
-def test_deployment_parameter_and_slack_secret_exist(resources):
+def test_deployment_parameter_exists_and_the_slack_token_is_only_named(resources):
     (parameter,) = of_type(resources, "AWS::SSM::Parameter").values()
     assert parameter["Properties"]["Name"] == "/respot/deployment"
-    (secret,) = of_type(resources, "AWS::SecretsManager::Secret").values()
-    assert json.loads(secret["Properties"]["SecretString"]) == {"bot_token": ""}
+    # The token is a SecureString the platform team creates (CloudFormation cannot): the
+    # template holds no secret, no Secrets Manager secret (billed $0.40 a month at rest).
+    assert not of_type(resources, "AWS::SecretsManager::Secret")
+    for function in of_type(resources, "AWS::Lambda::Function").values():
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables[config.ENV_SLACK_TOKEN_PARAMETER] == "/respot/slack-token"
 
 
 def test_nothing_retained_or_recoverable_has_a_fixed_name(resources, template):
     outputs = template.to_json()["Outputs"]
-    # A failed first deploy (or a destroyed stage) leaves retained resources and a secret in
-    # its recovery window behind; a fixed name would block the retry with "already exists".
-    (secret,) = of_type(resources, "AWS::SecretsManager::Secret").values()
-    assert "Name" not in secret["Properties"]
+    # A failed first deploy (or a destroyed stage) leaves retained resources behind; a fixed
+    # name would block the retry with "already exists".
     for group in of_type(resources, "AWS::Logs::LogGroup").values():
         assert "LogGroupName" not in group["Properties"]
     name_keys = ("TableName", "BucketName", "LogGroupName", "Name")
@@ -355,7 +357,7 @@ def test_nothing_retained_or_recoverable_has_a_fixed_name(resources, template):
             fixed = [k for k in name_keys if k in resource.get("Properties", {})]
             assert not fixed, f"{logical} is retained and has a fixed {fixed}"
     # ... and both stay discoverable: stack outputs (and the deployment parameter)
-    assert {"SlackSecretArn", "LogGroup"} <= set(outputs)
+    assert {"SlackTokenParameter", "LogGroup"} <= set(outputs)
 
 
 # ---- deployment choices --------------------------------------------------------------------
@@ -449,32 +451,42 @@ def test_notifications_flow_through_a_fifo_queue_to_the_notify_function(respot, 
             if s["Action"] == "sqs:SendMessage" and s["Resource"] == queue_arn
         ]
         assert bool(sends) == (Grant.NOTIFY_SEND in spec.grants), spec.name
-    # AND notify gets the Slack secret, the channel setting and its own dead-letter queue
+    # AND notify gets the Slack token's parameter name, the channel and its own dead letters
     variables = notify["Properties"]["Environment"]["Variables"]
-    assert config.ENV_SLACK_SECRET_ARN in variables
+    assert config.ENV_SLACK_TOKEN_PARAMETER in variables
     assert variables[config.ENV_DLQ_URL] == {"Ref": dlq_id}
 
 
-def test_only_the_slack_posting_functions_read_the_token_and_only_that_secret(resources):
+def _parameter_arn(resource: Any) -> str:
+    """The parameter ARN in a statement, as text (it is an Fn::Join of pseudo parameters)."""
+    return json.dumps(resource, sort_keys=True)
+
+
+def test_only_the_slack_posting_functions_read_the_token_and_only_that_parameter(resources):
     # notify posts job threads; sweep posts sweep threads. No other function reads it.
-    (secret_id,) = of_type(resources, "AWS::SecretsManager::Secret")
     readers = [
         (name, s)
         for name, s in statements(resources)
-        if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
-        and s.get("Resource") == {"Ref": secret_id}
+        if "slack-token" in _parameter_arn(s.get("Resource"))
     ]
-    assert len(readers) == 2
+    decrypters = [
+        (name, s) for name, s in statements(resources) if "kms:Decrypt" in as_list(s.get("Action"))
+    ]
+    assert len(readers) == len(decrypters) == 2
     by_handler = functions_by_handler(resources)
     for handler in ("lambdas.notify.handler", "lambdas.sweep.handler"):
         role = by_handler[handler][1]["Properties"]["Role"]["Fn::GetAtt"][0]
-        (statement,) = [
-            s
-            for s in role_statements(resources, role)
-            if "secretsmanager:GetSecretValue" in as_list(s.get("Action"))
-        ]
-        assert statement["Resource"] == {"Ref": secret_id}
-        assert as_list(statement["Action"]) == ["secretsmanager:GetSecretValue"]
+        mine = role_statements(resources, role)
+        (read,) = [s for s in mine if "slack-token" in _parameter_arn(s.get("Resource"))]
+        assert as_list(read["Action"]) == ["ssm:GetParameter"]
+        arn = _parameter_arn(read["Resource"])
+        assert ":parameter/respot/slack-token" in arn
+        # Decrypt only through SSM, only for this parameter (SSM's encryption context)
+        (decrypt,) = [s for s in mine if "kms:Decrypt" in as_list(s.get("Action"))]
+        assert as_list(decrypt["Action"]) == ["kms:Decrypt"]
+        equals = decrypt["Condition"]["StringEquals"]
+        assert _parameter_arn(equals["kms:EncryptionContext:PARAMETER_ARN"]) == arn
+        assert "ssm." in json.dumps(equals["kms:ViaService"])
 
 
 def test_a_grant_without_iam_fails_the_synth():

@@ -1,8 +1,7 @@
-"""A job table and the Slack token secret on the moto server, the local Slack, and notifiers."""
+"""A job table and the Slack token parameter on the moto server, the local Slack, and notifiers."""
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -25,20 +24,22 @@ class Bench:
     def __init__(self, endpoint: str, slack: LocalSlack) -> None:
         self.local = cloud.provision(endpoint, prefix=f"n{secrets.token_hex(4)}")
         self.jobs = JobTable(self.local.table_name, self.local.client("dynamodb"))
-        self.secrets = self.local.client("secretsmanager")
+        self.ssm = self.local.client("ssm")
         self.slack = slack
         self.channel_id = slack.add_channel(CHANNEL)
         self.put_token(slack.token)
 
-    def put_token(self, token: str) -> None:
-        """What the platform team does (docs/slack.md)."""
-        self.secrets.put_secret_value(
-            SecretId=self.local.slack_secret_arn, SecretString=json.dumps({"bot_token": token})
-        )
+    def put_token(self, token: str | None) -> None:
+        """What the platform team does (docs/slack.md); None deletes the parameter."""
+        name = self.local.slack_token_parameter
+        if token is None:
+            self.ssm.delete_parameter(Name=name)
+            return
+        self.ssm.put_parameter(Name=name, Type="SecureString", Value=token, Overwrite=True)
 
     def notifier(self, **kwargs: Any) -> SlackNotifier:
         tokens = kwargs.pop(
-            "tokens", SlackTokenSource(self.local.slack_secret_arn, self.secrets, ttl_seconds=300)
+            "tokens", SlackTokenSource(self.local.slack_token_parameter, self.ssm, ttl_seconds=300)
         )
         return SlackNotifier(
             jobs=kwargs.pop("jobs", self.jobs),

@@ -100,11 +100,9 @@ def test_without_a_token_notifications_are_off_and_nothing_fails(bench: Bench) -
     calls = len(bench.slack.calls)
     no_secret = bench.notifier(tokens=SlackTokenSource(None))
     assert no_secret.deliver(note).skipped == "Slack notifications are off (no token)"
-    missing = SlackTokenSource(
-        "arn:aws:secretsmanager:us-east-1:123456789012:secret:gone", bench.secrets
-    )
+    missing = SlackTokenSource(f"{bench.local.slack_token_parameter}-gone", bench.ssm)
     assert bench.notifier(tokens=missing).deliver(note).skipped is not None
-    bench.put_token("")
+    bench.put_token(None)  # deleted: notifications are off, nothing fails
     try:
         assert bench.notifier().deliver(note).skipped is not None
     finally:
@@ -215,31 +213,32 @@ def test_the_token_is_cached_for_its_ttl(bench: Bench) -> None:
     now = [0.0]
     calls: list[Any] = []
 
-    class CountingSecrets:
-        def get_secret_value(self, **kwargs: Any) -> dict[str, str]:
+    class CountingSsm:
+        def get_parameter(self, **kwargs: Any) -> dict[str, Any]:
             calls.append(kwargs)
-            return bench.secrets.get_secret_value(**kwargs)
+            return bench.ssm.get_parameter(**kwargs)
 
     tokens = SlackTokenSource(
-        bench.local.slack_secret_arn, CountingSecrets(), ttl_seconds=300, clock=lambda: now[0]
+        bench.local.slack_token_parameter, CountingSsm(), ttl_seconds=300, clock=lambda: now[0]
     )
     for _ in range(5):
         assert tokens.get() == bench.slack.token
     now[0] = 301.0
     tokens.get()
     assert len(calls) == 2
+    assert all(c["WithDecryption"] is True for c in calls)
 
 
 @pytest.mark.parametrize(
-    ("secret", "token"),
+    ("value", "token"),
     [('{"bot_token": "xoxb-1"}', "xoxb-1"), ("xoxb-2", "xoxb-2"), ('{"bot_token": ""}', None)],
 )
-def test_the_secret_may_hold_json_or_the_bare_token(
-    bench: Bench, secret: str, token: str | None
+def test_the_parameter_may_hold_the_bare_token_or_json(
+    bench: Bench, value: str, token: str | None
 ) -> None:
-    name = f"{bench.local.table_name}-{abs(hash(secret))}"
-    arn = bench.secrets.create_secret(Name=name, SecretString=secret)["ARN"]
-    assert SlackTokenSource(arn, bench.secrets).get() == token
+    name = f"/{bench.local.table_name}/{abs(hash(value))}"
+    bench.ssm.put_parameter(Name=name, Type="SecureString", Value=value)
+    assert SlackTokenSource(name, bench.ssm).get() == token
 
 
 def test_channel_comes_from_the_stack_configuration() -> None:
@@ -248,13 +247,13 @@ def test_channel_comes_from_the_stack_configuration() -> None:
     config = NotifyConfig.from_env(
         {
             "RESPOT_TABLE": "jobs",
-            "RESPOT_SLACK_SECRET_ARN": "arn:secret",
+            "RESPOT_SLACK_TOKEN_PARAMETER": "/respot/slack-token",
             "RESPOT_SLACK_CHANNEL": CHANNEL,
         }
     )
-    assert (config.table_name, config.slack_secret_arn, config.slack_channel) == (
+    assert (config.table_name, config.slack_token_parameter, config.slack_channel) == (
         "jobs",
-        "arn:secret",
+        "/respot/slack-token",
         CHANNEL,
     )
     assert config.slack_api_url is None

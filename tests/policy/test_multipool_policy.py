@@ -21,6 +21,7 @@ from respot.policy import (
     simulate,
     simulate_pools,
 )
+from respot.policy.multipool import PoolsDecision
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pools import NOTHING, ON_DEMAND
 
@@ -162,6 +163,42 @@ def test_a_transfer_fee_keeps_it_at_home_when_lives_are_alike():
     # home is us-east-1: pool 1 is at home, pool 0 would move the checkpoint
     assert MultiPoolPolicy().place(obs) == Placement.spot(1)
     assert MultiPoolPolicy().place(replace(obs, home="us-west-2")) == Placement.spot(0)
+
+
+def test_with_hours_of_slack_it_waits_for_the_checkpoints_region_rather_than_pay_the_fee():
+    # GIVEN the checkpoint's region (us-east-1) has a pool whose outages last one tick and
+    # which went down this tick, and another region's pool is up
+    home = ([1] * 29 + [0]) * 6 + [1] * 19
+    away = [1] * 199
+    zones = ["us-east-1a", "us-west-2a"]
+    obs = observation(NOTHING, [False, True], [home, away], zones=zones, done=199 * 600 - 6000)
+    assert obs.slack_seconds > 20 * 3600
+    # THEN it waits a tick: the home pool is likely back, and a tick of slack is worth little
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # without a fee to save it takes the other pool at once
+    assert MultiPoolPolicy().place(replace(obs, home="us-west-2")) == Placement.spot(1)
+    # the live placement (no wait rules: a pool not seen this tick looks new every tick)
+    assert MultiPoolPolicy(waits=False).place(obs) == Placement.spot(1)
+    # and with little slack left (a tick of waiting is still safe) it pays the fee
+    tight = replace(obs, work_seconds=obs.work_seconds + 20 * 3600)
+    assert 600 + 180 < tight.slack_seconds < 3600
+    assert MultiPoolPolicy().place(tight) == Placement.spot(1)
+
+
+def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_changeover():
+    # GIVEN pool 0's runs mostly last one tick and one of them starts now; pool 1, which the
+    # job held, was just lost
+    flicker = ([1, 0, 0] * 10 + [1] * 20 + [0] * 10) * 3 + [0] * 19
+    steady = [1] * 199
+    obs = observation(NOTHING, [True, False], [flicker, steady], done=199 * 600 - 6000)
+    # THEN it waits a tick rather than start an instance that likely lives one tick
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # but not when the slack is short: then a tick of waiting costs more than the risk
+    tight = replace(obs, work_seconds=obs.work_seconds + 18 * 3600)
+    assert MultiPoolPolicy().place(tight) == Placement.spot(0)
+    # nor at the first tick: with nothing seen, a run's age is unknown, not zero
+    first = replace(obs, tick=0, done_seconds=0, histories=((), ()))
+    assert MultiPoolPolicy().place(first) == Placement.spot(0)
 
 
 def test_the_safety_net_overrides_every_wish():

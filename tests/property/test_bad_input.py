@@ -22,11 +22,10 @@ import lambdas._runtime as runtime
 from infra.local.dispatcher import LambdaContext
 from lambdas import (
     agent_events,
-    cancel,
+    commands,
     instance_state,
     spot_fulfillment,
     spot_interruption,
-    submit,
 )
 from respot.control.service import Applied
 from respot.exceptions import SpecError
@@ -166,7 +165,7 @@ def test_truncated_messages_are_dead_lettered_and_never_fail_the_batch(
         ).model_dump_json(),
     }[kind]
     body = good[: cut % len(good)]  # every strict prefix is broken JSON
-    handler = {"submit": submit, "cancel": cancel, "agent": agent_events}[kind].handler
+    handler = {"submit": commands, "cancel": commands, "agent": agent_events}[kind].handler
     response = handler(sqs_event(body, good), CONTEXT)
     assert response == {"batchItemFailures": []}
     assert [d[0] for d in dead] == [body] and dead[0][1]
@@ -182,10 +181,10 @@ def test_foreign_json_on_the_queues_is_dead_lettered_with_a_reason(
     control.calls.clear()
     dead.clear()
     body = json.dumps(value)
-    for module in (submit, cancel, agent_events):
+    for module in (commands, agent_events):
         assert module.handler(sqs_event(body), CONTEXT) == {"batchItemFailures": []}
     assert control.calls == []
-    assert len(dead) == 3 and all(reason for _, reason, _ in dead)
+    assert len(dead) == 2 and all(reason for _, reason, _ in dead)
 
 
 def test_oversize_agent_message_is_dead_lettered(

@@ -16,6 +16,6 @@ def env(
     moto_endpoint: str, aws_credentials: None, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Env]:
     deployment = Env(moto_endpoint)
-    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["jobs"])
+    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["commands"])
     yield deployment
     runtime.install(None)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
-from lambdas import agent_events, cancel, instance_state, spot_interruption, submit
+from lambdas import agent_events, commands, instance_state, spot_interruption
 from respot import layout
 from respot.core.events import AgentReport
 from respot.core.states import JobState
@@ -23,7 +23,7 @@ from respot.spec import TrainingEnvVar
 from tests.handlers.test_handlers import CONTEXT, Env, submit_job
 
 
-def dead_letters(env: Env, queue: str = "jobs") -> list[dict[str, Any]]:
+def dead_letters(env: Env, queue: str = "commands") -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     while True:
         page = (
@@ -79,7 +79,7 @@ HOSTILE_IDS = [
 def test_invalid_ids_are_dead_lettered_and_never_launched(env: Env, job_id: str) -> None:
     before = len(all_instances(env))
     body = env.sns_envelope(raw_submission(job_id), "submit")
-    response = submit.handler(env.sqs_event(body), CONTEXT)
+    response = commands.handler(env.sqs_event(body), CONTEXT)
     assert response == {"batchItemFailures": []}
     (reason,) = reasons(env)
     assert reason.startswith("submit.job_id:") and "is not a job id" in reason
@@ -96,7 +96,7 @@ def test_cancel_with_an_invalid_id_is_dead_lettered(env: Env) -> None:
             "requested_at": datetime.now(UTC).isoformat(),
         }
     )
-    cancel.handler(env.sqs_event(env.sns_envelope(body, "cancel")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(body, "cancel")), CONTEXT)
     (reason,) = reasons(env)
     assert "job_id" in reason and "is not a job id" in reason
 
@@ -114,7 +114,7 @@ def test_deeply_nested_bodies_are_dead_lettered_at_once_with_the_reason(
         "submit",
     )
     bodies = [as_message, nested] if len(nested) < 200_000 else [nested]
-    response = submit.handler(env.sqs_event(*bodies), CONTEXT)
+    response = commands.handler(env.sqs_event(*bodies), CONTEXT)
     assert response == {"batchItemFailures": []}  # not retried: poison, at once
     found = reasons(env)
     assert len(found) == len(bodies)
@@ -123,7 +123,7 @@ def test_deeply_nested_bodies_are_dead_lettered_at_once_with_the_reason(
 
 def test_an_oversize_body_is_dead_lettered_with_the_reason(env: Env) -> None:
     body = env.sns_envelope(raw_submission("job-1", provenance={"host": "x" * 300_000}), "submit")
-    submit.handler(env.sqs_event(body), CONTEXT)
+    commands.handler(env.sqs_event(body), CONTEXT)
     (reason,) = reasons(env)
     assert "bytes; at most" in reason
 
@@ -166,7 +166,7 @@ def test_a_reused_id_from_another_owner_replaces_nothing_and_is_reported(env: En
     # GIVEN alice's job, recorded and launched
     job_id = f"job-{secrets.token_hex(4)}"
     alice = _sub(job_id, "arn:aws:iam::123456789012:user/alice", hyperparameters={"lr": 0.1})
-    submit.handler(env.sqs_event(env.sns_envelope(alice.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(alice.model_dump_json(), "submit")), CONTEXT)
     spec_before = _stored_spec(env, job_id)
     record_before = env.control.jobs.get(job_id)
     # WHEN mallory publishes a submission with the same id and her own hyperparameters
@@ -176,7 +176,7 @@ def test_a_reused_id_from_another_owner_replaces_nothing_and_is_reported(env: En
         hyperparameters={"lr": 99},
         environment={"EVIL": "1"},
     )
-    response = submit.handler(
+    response = commands.handler(
         env.sqs_event(env.sns_envelope(mallory.model_dump_json(), "submit")), CONTEXT
     )
     # THEN it is dead-lettered with the reason; alice's spec, record and instance are untouched
@@ -194,10 +194,10 @@ def test_a_reused_id_from_another_owner_replaces_nothing_and_is_reported(env: En
 def test_the_same_owner_cannot_replace_a_job_either(env: Env) -> None:
     job_id = f"job-{secrets.token_hex(4)}"
     first = _sub(job_id, "arn:aws:iam::123456789012:user/alice")
-    submit.handler(env.sqs_event(env.sns_envelope(first.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(first.model_dump_json(), "submit")), CONTEXT)
     spec_before = _stored_spec(env, job_id)
     second = _sub(job_id, "arn:aws:iam::123456789012:user/alice", seed=7)
-    submit.handler(env.sqs_event(env.sns_envelope(second.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(second.model_dump_json(), "submit")), CONTEXT)
     (reason,) = reasons(env)
     assert "already exists with a different submission" in reason
     assert _stored_spec(env, job_id) == spec_before
@@ -206,9 +206,9 @@ def test_the_same_owner_cannot_replace_a_job_either(env: Env) -> None:
 def test_a_true_redelivery_is_a_no_op(env: Env) -> None:
     sub = _sub(f"job-{secrets.token_hex(4)}", "arn:aws:iam::123456789012:user/alice")
     body = env.sns_envelope(sub.model_dump_json(), "submit")
-    submit.handler(env.sqs_event(body), CONTEXT)
+    commands.handler(env.sqs_event(body), CONTEXT)
     version = env.control.jobs.get(sub.job_id).version  # type: ignore[union-attr]
-    submit.handler(env.sqs_event(body, body), CONTEXT)
+    commands.handler(env.sqs_event(body, body), CONTEXT)
     assert reasons(env) == []
     assert env.control.jobs.get(sub.job_id).version == version  # type: ignore[union-attr]
     assert len(env.instances(sub.job_id)) == 1
@@ -232,10 +232,10 @@ def test_the_record_is_written_before_the_spec_and_a_crash_between_is_repaired(
     monkeypatch.setattr(env.control.s3, "put_object", crash_once)
     body = env.sns_envelope(sub.model_dump_json(), "submit")
     with pytest.raises(BatchProcessingError):  # the whole batch failed: SQS delivers it again
-        submit.handler(env.sqs_event(body), CONTEXT)
+        commands.handler(env.sqs_event(body), CONTEXT)
     assert env.instances(sub.job_id) == []  # nothing launched without the spec in S3
     # WHEN SQS delivers it again
-    submit.handler(env.sqs_event(body), CONTEXT)
+    commands.handler(env.sqs_event(body), CONTEXT)
     # THEN the spec is stored and no dead letter was written
     assert JobSubmission.model_validate_json(_stored_spec(env, sub.job_id)).job_id == sub.job_id
     assert reasons(env) == []
@@ -243,7 +243,7 @@ def test_the_record_is_written_before_the_spec_and_a_crash_between_is_repaired(
 
 def test_environment_values_are_not_in_the_record(env: Env) -> None:
     sub = _sub(f"job-{secrets.token_hex(4)}", None, environment={"WANDB_KEY": "s3cr3t"})
-    submit.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
     item = env.clients["dynamodb"].get_item(
         TableName=env.local.table_name, Key={"pk": {"S": f"JOB#{sub.job_id}"}, "sk": {"S": "JOB"}}
     )["Item"]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-import lambdas._commands as commands
-from lambdas import cancel, submit
+import lambdas._commands as reading
+from lambdas import commands
 from respot.core.states import JobState
 from respot.identity import DynamoProofLedger, Verifier, prove, sts_url
 from respot.messages import CancelCommand, JobSubmission
@@ -25,7 +25,7 @@ from tests.security.test_identity import REGION, Person, person
 
 @pytest.fixture
 def verified(env: Env, moto_endpoint: str) -> Iterator[Env]:
-    commands.install_verifier(
+    reading.install_verifier(
         Verifier(
             sts_url=sts_url(REGION, moto_endpoint),
             region=REGION,
@@ -33,7 +33,7 @@ def verified(env: Env, moto_endpoint: str) -> Iterator[Env]:
         )
     )
     yield env
-    commands.uninstall_verifier()
+    reading.uninstall_verifier()
 
 
 def publish(env: Env, command: Any, who: Person, endpoint: str, *, message_id: str = "") -> Any:
@@ -42,8 +42,7 @@ def publish(env: Env, command: Any, who: Person, endpoint: str, *, message_id: s
         env.sns_envelope(command.model_copy(update={"proof": proof}).model_dump_json(), "x")
     )
     envelope["MessageId"] = message_id or secrets.token_hex(8)
-    handler = submit if isinstance(command, JobSubmission) else cancel
-    return handler.handler(env.sqs_event(json.dumps(envelope)), CONTEXT)
+    return commands.handler(env.sqs_event(json.dumps(envelope)), CONTEXT)
 
 
 def new_job(env: Env, who: Person, endpoint: str, **claims: Any) -> str:
@@ -105,7 +104,7 @@ def test_a_submission_without_a_proof_is_dead_lettered(verified: Env) -> None:
         spec=TrainingEnvVar(name="x", entry_point="a.b:C"),
         submitted_at=datetime.now(UTC),
     )
-    submit.handler(
+    commands.handler(
         verified.sqs_event(verified.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
     )
     (reason,) = reasons(verified)
@@ -126,7 +125,7 @@ def test_a_republished_message_is_a_replay(verified: Env, moto_endpoint: str) ->
     )
     for message_id in ("first", "first", "second"):
         body["MessageId"] = message_id
-        submit.handler(verified.sqs_event(json.dumps(body)), CONTEXT)
+        commands.handler(verified.sqs_event(json.dumps(body)), CONTEXT)
     (reason,) = reasons(verified)  # the redelivery of "first" passed, "second" did not
     assert "replayed identity proof" in reason
     assert len(verified.instances(sub.job_id)) == 1

@@ -81,7 +81,7 @@ def test_a_launch_retried_after_a_crash_before_the_record_write_makes_one_instan
     clients = {n: local.client(n) for n in ("dynamodb", "ec2", "s3", "sqs")}
     now = [datetime.now(UTC)]
     control = ControlPlane.from_config(
-        ControlPlaneConfig.from_env(local.function_env("submit")),
+        ControlPlaneConfig.from_env(local.function_env("commands")),
         session=cloud.session(),
         clients=clients,
         clock=lambda: now[0],

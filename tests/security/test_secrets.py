@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
-from lambdas import submit
+from lambdas import commands
 from respot.agent.exceptions import SetupError
 from respot.agent.secrets import resolve_secrets
 from respot.exceptions import SpecError
@@ -66,7 +66,7 @@ def test_only_the_reference_is_stored(env: Env) -> None:
         spec=validate_spec({"name": "x", "entry_point": "a.b:C", "secrets": {"WANDB_KEY": ARN}}),
         submitted_at=datetime.now(UTC),
     )
-    submit.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT)
     item: dict[str, Any] = env.clients["dynamodb"].get_item(
         TableName=env.local.table_name, Key={"pk": {"S": f"JOB#{sub.job_id}"}, "sk": {"S": "JOB"}}
     )["Item"]

@@ -16,7 +16,7 @@ import lambdas._runtime as runtime
 import lambdas.sweep as sweep_lambda
 from infra.local import cloud
 from infra.local.dispatcher import LambdaContext
-from lambdas import agent_events, cancel, submit
+from lambdas import agent_events, commands
 from respot import layout
 from respot.config import ControlPlaneConfig
 from respot.control.service import ControlPlane
@@ -101,7 +101,7 @@ def test_a_sweep_command_is_recorded_once_kicked_and_runs_its_trials(env: Env) -
     # GIVEN a sweep published on the jobs topic (delivered twice, as SQS may)
     sub = with_code(env, submission(n_trials=3, parallelism=2, pruner={"name": "none"}))
     body = env.sns(sub.model_dump_json(), "sweep")
-    submit.handler(env.sqs_event(body, body), CONTEXT)
+    commands.handler(env.sqs_event(body, body), CONTEXT)
     # THEN one kick is queued for it (FIFO deduplication by id), and the record exists once
     kicks = env.drain_sweep_queue()
     assert kicks[0] == {"kind": "kick", "sweep_id": sub.sweep_id}
@@ -127,7 +127,7 @@ def test_a_sweep_command_is_recorded_once_kicked_and_runs_its_trials(env: Env) -
 
 def test_a_trial_report_reaches_the_sweep_queue(env: Env) -> None:
     sub = with_code(env, submission(n_trials=2, parallelism=1, pruner={"name": "none"}))
-    submit.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
     sweep_lambda.handler(env.sqs_event(json.dumps(env.drain_sweep_queue()[0]), fifo=True), CONTEXT)
     job_id = trial_job_id(sub.sweep_id, 0)
     record = env.control.jobs.get(job_id)
@@ -157,7 +157,7 @@ def test_a_published_job_cannot_claim_to_be_a_trial(env: Env) -> None:
         submitted_at=datetime.now(UTC),
         sweep=TrialRef(sweep_id="someone-elses-sweep", trial=0),
     )
-    submit.handler(env.sqs_event(env.sns(forged.model_dump_json(), "submit")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns(forged.model_dump_json(), "submit")), CONTEXT)
     assert env.control.jobs.get(forged.job_id) is None
     assert env.dead and "only respot's sweep function submits trials" in env.dead[0][1]
 
@@ -168,7 +168,7 @@ def test_a_sweep_cannot_borrow_code_from_elsewhere(env: Env) -> None:
         update={"s3_uri": f"s3://{env.local.bucket}/jobs/victim-job/code/abc.zip"}
     )
     forged = sub.model_copy(update={"code": other})
-    submit.handler(env.sqs_event(env.sns(forged.model_dump_json(), "sweep")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns(forged.model_dump_json(), "sweep")), CONTEXT)
     assert env.drain_sweep_queue() == []
     assert "code must be at" in env.dead[-1][1]
 
@@ -177,7 +177,7 @@ def test_bad_sweep_messages_are_dead_lettered_with_the_reason(env: Env) -> None:
     sub = submission()
     broken = json.loads(sub.model_dump_json())
     broken["spec"]["search_space"]["lr"]["low"] = 5.0  # above high
-    submit.handler(env.sqs_event(env.sns(json.dumps(broken), "sweep")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns(json.dumps(broken), "sweep")), CONTEXT)
     sweep_lambda.handler(env.sqs_event("not json", fifo=True), CONTEXT)
     sweep_lambda.handler(
         env.sqs_event(json.dumps({"kind": "kick", "sweep_id": "nope"}), fifo=True), CONTEXT
@@ -190,14 +190,14 @@ def test_bad_sweep_messages_are_dead_lettered_with_the_reason(env: Env) -> None:
 
 def test_only_the_owner_stops_a_sweep(env: Env) -> None:
     sub = with_code(env, submission(n_trials=2, parallelism=1))
-    submit.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
+    commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
     env.drain_sweep_queue()
 
     def stop(by: str) -> None:
         command = SweepStopCommand(
             sweep_id=sub.sweep_id, requested_at=datetime.now(UTC), requested_by=by
         )
-        cancel.handler(env.sqs_event(env.sns(command.model_dump_json(), "sweep-stop")), CONTEXT)
+        commands.handler(env.sqs_event(env.sns(command.model_dump_json(), "sweep-stop")), CONTEXT)
 
     stop("arn:aws:sts::123456789012:assumed-role/researcher/mallory")
     assert env.drain_sweep_queue() == []

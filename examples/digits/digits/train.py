@@ -60,30 +60,42 @@ def weights_digest(state_dict: dict[str, torch.Tensor]) -> str:
 
 
 class DigitsSession(TrainingSession):
-    """Classify 8x8 digits with an MLP; checkpoints every `checkpoint_every` steps."""
+    """Classify 8x8 digits with an MLP; checkpoints every `checkpoint_every` steps.
 
-    def train(self) -> None:
+    `prepare()` does everything that does not depend on the checkpoint (data, split, model,
+    optimizer), so with warm start it runs while the replacement waits for the hand-off and
+    `train()` only loads the restored state and trains. The same order runs with or without
+    warm start, so the weights do not depend on it.
+    """
+
+    def prepare(self) -> None:
         torch.use_deterministic_algorithms(True)
         torch.set_num_threads(1)
         hp = {**DEFAULTS, **self.hparams}
-        epochs, batch_size = int(hp["epochs"]), int(hp["batch_size"])
-        checkpoint_every = int(hp["checkpoint_every"])
+        self.epochs, self.batch_size = int(hp["epochs"]), int(hp["batch_size"])
+        self.checkpoint_every = int(hp["checkpoint_every"])
 
         data = np.load(self.data_dir / "digits" / "digits.npz")
         x_all, y_all = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
         order = np.random.default_rng(self.seed).permutation(len(y_all))
         n_test = int(len(order) * float(hp["test_fraction"]))
         test_idx, train_idx = torch.from_numpy(order[:n_test]), torch.from_numpy(order[n_test:])
-        x_train, y_train = x_all[train_idx], y_all[train_idx]
-        x_test, y_test = x_all[test_idx], y_all[test_idx]
-        steps_per_epoch = math.ceil(len(y_train) / batch_size)
-        self.total_steps = epochs * steps_per_epoch
+        self.x_train, self.y_train = x_all[train_idx], y_all[train_idx]
+        self.x_test, self.y_test = x_all[test_idx], y_all[test_idx]
+        self.steps_per_epoch = math.ceil(len(self.y_train) / self.batch_size)
+        self.total_steps = self.epochs * self.steps_per_epoch
 
         torch.manual_seed(self.seed)
-        model = build_model(int(hp["hidden"]), float(hp["dropout"]))
-        optimizer = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]))
+        self.model = build_model(int(hp["hidden"]), float(hp["dropout"]))
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=float(hp["lr"]))
+        self.data_order = torch.Generator().manual_seed(self.seed + 1)
+
+    def train(self) -> None:
+        model, optimizer, data_order = self.model, self.optimizer, self.data_order
+        x_train, y_train, x_test, y_test = self.x_train, self.y_train, self.x_test, self.y_test
+        epochs, batch_size = self.epochs, self.batch_size
+        steps_per_epoch, checkpoint_every = self.steps_per_epoch, self.checkpoint_every
         loss_fn = nn.CrossEntropyLoss()
-        data_order = torch.Generator().manual_seed(self.seed + 1)
         epoch, batch_index, step = 0, 0, 0
         perm: torch.Tensor | None = None
         last_loss = float("nan")  # none yet in this attempt (e.g. resumed at an epoch's end)

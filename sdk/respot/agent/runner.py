@@ -488,6 +488,7 @@ class _AttemptRun:
         self.shipper: LogShipper | None = None
         self.warm: WarmSession | None = None  # the warm session process, until it resumes
         self.warm_failure: str | None = None
+        self.warm_capable: bool | None = None  # the replacement starts warm (known on a notice)
         self.slowest_upload: float | None = None  # of this attempt (the notice hold's estimate)
         self.job_python = job_env.JobPython(str(self.config.framework_python or sys.executable))
         self.phases: dict[str, float] = {}  # seconds of each step of the start (bench.boot)
@@ -517,6 +518,9 @@ class _AttemptRun:
             if self.warm is not None:
                 self.warm.stop()
             return AgentResult("failed", self.job_id, self.attempt, reason=reason)
+        if self.warm is not None and self.warm.gone is not None:
+            # Ready once, then ended while the agent restored: start cold (and say so).
+            self.warm_failure, self.warm = self.warm.gone, None
         setup_seconds = time.monotonic() - self.started
         self.messenger.send(
             AgentStarted(
@@ -588,8 +592,8 @@ class _AttemptRun:
                 framework_name=os.environ.get(ENV_FRAMEWORK_PYTHON),
             )
         self.phases["environment"] = time.monotonic() - t0
-        if spec.warm_start and not self._launcher(spec, session_entry(spec)[1]).named_pipes:
-            self._start_warm(submission)  # (not yet for multi-process or container launchers)
+        if self._warm_capable(spec):
+            self._start_warm(submission)
         previous = self.identity.await_handoff
         if previous is not None:
             if self.warm is not None or self.warm_failure is not None:
@@ -702,6 +706,14 @@ class _AttemptRun:
     def _train(self, submission: JobSubmission, uploader: CheckpointUploader) -> AgentResult:
         spec = submission.spec
         events = self.agent._events
+        train_started = time.monotonic()
+        # The session first (its events wait in the queue): the rest is off the pause.
+        resumed = self.warm.resume(self.restored_step) if self.warm is not None else None
+        if resumed is not None:
+            process = resumed
+        else:  # no warm session, or it ended since AgentStarted: a cold one
+            process = self._process(submission, events.put, warm=False)
+            process.start()
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
         telemetry = GpuTelemetry(
@@ -709,12 +721,6 @@ class _AttemptRun:
         ).start()
         self.progress.gpus = telemetry.take
         heartbeat = Heartbeat(self.messenger, self.progress, self.config.heartbeat_seconds)
-        train_started = time.monotonic()
-        if self.warm is not None:
-            process = self.warm.resume(self.restored_step)
-        else:
-            process = self._process(submission, events.put, warm=False)
-            process.start()
         hold = NoticeHold(self.s3, self.config.bucket, self.job_id, self.attempt)
         heartbeat.start()
         logger.info("session %s started (pid %s)", spec.entry_point, process.pid)
@@ -801,13 +807,14 @@ class _AttemptRun:
 
     def _hand_off_early(self, uploader: CheckpointUploader, done: DoneLine, end_by: float) -> None:
         """train() returned on a notice, so no checkpoint comes after the ones queued: once
-        they are uploaded, release the replacement now, not after the process has exited
-        (tearing down a PyTorch process takes seconds); `_preempted` writes it again."""
+        they are in S3, release the replacement now, not after the process has exited
+        (tearing down a PyTorch process takes seconds) nor after the report and the TensorBoard
+        sync that follow an upload; `_preempted` writes it again."""
         notice = self.agent._notice
         assert notice is not None
 
         def run() -> None:
-            if uploader.wait_idle(max(1.0, end_by - time.monotonic())):
+            if uploader.wait_uploaded(max(1.0, end_by - time.monotonic())):
                 step = _max(done.step, self.progress.step)
                 checkpoint_step = _max(uploader.last_step, self.restored_step)
                 manifest = uploader.last_manifest_key
@@ -815,9 +822,23 @@ class _AttemptRun:
 
         threading.Thread(target=run, name="early-handoff", daemon=True).start()
 
+    def _warm_capable(self, spec: Any) -> bool:
+        """Does this job start warm? Not when it opted out, nor (yet) under torchrun or in a
+        container: their replacement starts cold, so its old instance does not hold a notice
+        for it either (docs/agent.md, "The notice hold")."""
+        if not spec.warm_start:
+            return False
+        return not self._launcher(spec, session_entry(spec)[1]).named_pipes
+
     def _may_tell(self, notice: _InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
-        """Pass the notice on now? With warm start, a spot notice waits for the replacement."""
-        if notice.notice != "spot-interruption" or not spec.warm_start:
+        """Pass the notice on now? A spot notice waits for a replacement that starts warm."""
+        if notice.notice != "spot-interruption":
+            return True
+        if self.warm_capable is None:
+            self.warm_capable = self._warm_capable(spec)
+            if not self.warm_capable:
+                logger.info("no notice hold: this job's replacement starts cold")
+        if not self.warm_capable:
             return True
         if not hold.started:
             hold.start(notice.at, DEFAULT_NOTICE_SECONDS, self.slowest_upload)

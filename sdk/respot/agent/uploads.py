@@ -5,6 +5,11 @@ one thread uploads them in order. If snapshots arrive faster than they upload, o
 newest waiting one is uploaded (an older one would be superseded at once anyway). After
 each upload it reports the checkpoint, prunes S3 to `keep` and deletes staging directories
 older than the uploaded one (the newest snapshot is kept: the next one hard-links from it).
+
+A checkpoint taken on a notice (or a rebalance) is not followed by a prune: the attempt hands
+off as soon as it is in S3 (`wait_uploaded`), and from then on the next attempt is the job's
+only writer, so a prune here could delete the blobs of the next attempt's first upload. The
+next upload (of this attempt or the next) prunes.
 """
 
 from __future__ import annotations
@@ -56,7 +61,8 @@ class CheckpointUploader:
         self._on_uploaded = on_uploaded
         self._cond = threading.Condition()
         self._pending: list[PendingCheckpoint] = []
-        self._busy = False
+        self._busy = False  # uploading, reporting or pruning
+        self._uploading = False  # uploading: the manifest is not written yet
         self._stopped = False
         self.last_step: int | None = None
         self.last_manifest_key: str | None = None
@@ -81,6 +87,20 @@ class CheckpointUploader:
                 self._cond.wait(remaining)
         return True
 
+    def wait_uploaded(self, timeout: float) -> bool:
+        """Wait until every queued snapshot is in S3 (or given up); False on timeout.
+
+        Unlike `wait_idle`, it does not wait for the report and prune after an upload.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._uploading:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
     def stop(self) -> None:
         """Stop the thread after the current upload (pending snapshots are dropped)."""
         with self._cond:
@@ -98,7 +118,7 @@ class CheckpointUploader:
                 # Newest wins: older waiting snapshots are superseded.
                 item, dropped = self._pending[-1], self._pending[:-1]
                 self._pending = []
-                self._busy = True
+                self._busy = self._uploading = True
             for old in dropped:
                 logger.info("skipping checkpoint step %d: step %d is newer", old.step, item.step)
                 shutil.rmtree(old.path, ignore_errors=True)
@@ -106,7 +126,7 @@ class CheckpointUploader:
                 self._upload(item)
             finally:
                 with self._cond:
-                    self._busy = False
+                    self._busy = self._uploading = False
                     self._cond.notify_all()
 
     def _upload(self, item: PendingCheckpoint) -> None:
@@ -129,8 +149,11 @@ class CheckpointUploader:
             self.failures += 1
             logger.error("checkpoint step %d was not uploaded", item.step)
             return
-        self.last_step = item.step if self.last_step is None else max(self.last_step, item.step)
-        self.last_manifest_key = result.manifest_key
+        with self._cond:
+            self.last_step = item.step if self.last_step is None else max(self.last_step, item.step)
+            self.last_manifest_key = result.manifest_key
+            self._uploading = False
+            self._cond.notify_all()
         logger.info(
             "checkpoint step %d uploaded: %d of %d bytes sent in %.2fs",
             item.step,
@@ -142,10 +165,13 @@ class CheckpointUploader:
             self._on_uploaded(item, result)
         except Exception:
             logger.exception("reporting checkpoint step %d failed", item.step)
-        try:
-            self._store.prune(self._keep)
-        except Exception as exc:
-            logger.warning("pruning checkpoints failed (%s); trying again next time", exc)
+        if item.reason == "notice":
+            logger.info("checkpoint step %d: no prune after a notice checkpoint", item.step)
+        else:
+            try:
+                self._store.prune(self._keep)
+            except Exception as exc:
+                logger.warning("pruning checkpoints failed (%s); trying again next time", exc)
         self._remove_older_snapshots(item.path)
 
     def _remove_older_snapshots(self, uploaded: Path) -> None:

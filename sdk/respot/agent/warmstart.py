@@ -49,9 +49,10 @@ HOLD_MIN_RESERVE_SECONDS = 3.0
 HOLD_MIN_SECONDS = 0.5  # a hold shorter than this is not worth it: tell the session at once
 HOLD_POLL_SECONDS = 1.0  # the old instance looks for the successor marker this often (off the
 # pause: it only decides how long the old instance trains on)
-# The replacement looks for the handoff marker this often once it is warm (the old instance
-# saves and uploads within its reserve, so this costs at most ~120 S3 GETs an interruption).
-WARM_HANDOFF_POLL_SECONDS = 0.25
+# The replacement looks for the handoff marker this often once it is warm: half of it, on
+# average, is in the pause. The old instance saves and uploads within its reserve (at most
+# 30 s), so this costs at most ~300 HEADs an interruption ($0.00012 at S3's list price).
+WARM_HANDOFF_POLL_SECONDS = 0.1
 WARMUP_TIMEOUT_SECONDS = 1800.0  # a warm-up (import + prepare) still going after this failed
 
 
@@ -112,9 +113,24 @@ class WarmSession:
         self.stop()
         return False
 
-    def resume(self, resume_step: int | None) -> SessionProcess:
-        """Let the waiting session train from `resume_step`; its events go to the agent now."""
+    @property
+    def gone(self) -> str | None:
+        """Why the warm process can no longer be resumed (it failed or ended after being
+        ready), else None."""
         with self._lock:
+            return None if self._resumed else self.failure
+
+    def resume(self, resume_step: int | None) -> SessionProcess | None:
+        """Let the waiting session train from `resume_step`; its events go to the agent now.
+
+        None if the process failed or ended while it waited (after it was ready): its exit
+        was the warm-up's to see, so the agent would wait forever for a session that is
+        gone, heartbeating all the while. The caller starts the session cold instead.
+        """
+        with self._lock:
+            if self.failure is not None:
+                logger.warning("the warm session is gone (%s); starting cold", self.failure)
+                return None
             self._resumed = True
         self.process.resume(resume_step)
         return self.process

@@ -74,7 +74,7 @@ def _local_target() -> tuple[Target, ClientFactory]:
         vpc_id=facts.get("vpc_id"),
         subnets=facts.get("subnets", {}),
         stack_name="the local runtime",
-        slack_secret_id=facts.get("slack_secret_arn"),
+        slack_token_parameter=facts.get("slack_token_parameter") or "/respot/slack-token",
         slack_configured=True,
         local=True,
     )
@@ -113,6 +113,7 @@ def _aws_target(cdk_json: Path, context: list[str], region: str | None) -> tuple
         vpc_id=settings.vpc_id,
         subnets=dict(settings.subnets),
         stack_name=settings.stack_name,
+        slack_token_parameter=settings.slack_token_parameter_name,
         slack_configured=bool(settings.slack_channel),
     )
     return target, session.client

@@ -84,7 +84,9 @@ def _rank(
     ranked: list[Placement] = []
     first: PoolsDecision | None = None
     for _ in pools:
-        decision = MultiPoolPolicy().decide(_observation(base, pools, seen, tuple(up), held))
+        decision = MultiPoolPolicy(waits=False).decide(
+            _observation(base, pools, seen, tuple(up), held)
+        )
         first = first or decision
         if decision.placement.choice is not Choice.SPOT or decision.placement.pool is None:
             break

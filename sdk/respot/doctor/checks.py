@@ -6,7 +6,6 @@ that AWS does not let the caller run (AccessDenied) says so as a warning instead
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -526,50 +525,46 @@ def _via(route: dict[str, Any]) -> str:
 # ---- Slack -------------------------------------------------------------------------------
 
 
-def deployed_slack_secret(cfn: Any, stack_name: str) -> str | None:
-    """The ARN of the deployed stack's Slack secret, or None if the stack is not deployed."""
-    try:
-        paginator = cfn.get_paginator("list_stack_resources")
-        for page in paginator.paginate(StackName=stack_name):
-            for resource in page["StackResourceSummaries"]:
-                if resource["ResourceType"] == "AWS::SecretsManager::Secret":
-                    return str(resource["PhysicalResourceId"])
-    except ClientError as exc:
-        if error_code(exc) == "ValidationError":  # "Stack ... does not exist"
-            return None
-        raise
-    return None
+def check_slack_token(ssm: Any, *, parameter_name: str, slack_configured: bool) -> Finding:
+    """The Slack token parameter exists, is a SecureString and holds a bot token (never printed).
 
+    CloudFormation cannot create SecureString parameters: the platform team creates it, before
+    or after `cdk deploy` (docs/deploy.md); the stack only names it.
+    """
+    from respot.notify.token import token_of
 
-def check_slack_secret(
-    secrets: Any, *, secret_id: str | None, slack_configured: bool, stack_name: str
-) -> Finding:
-    """The Slack secret holds a bot token (never printed)."""
     name = "Slack token"
-    if secret_id is None:
-        return skipped(
-            name,
-            f"{stack_name} is not deployed yet: the stack creates the secret empty; put the bot "
-            "token in after `cdk deploy` (docs/deploy.md) and run the doctor again",
-        )
     put = (
-        f"aws secretsmanager put-secret-value --secret-id {secret_id} "
-        '--secret-string \'{"bot_token": "xoxb-..."}\''
+        f"aws ssm put-parameter --name {parameter_name} --type SecureString "
+        "--value xoxb-... (add --overwrite to replace a token)"
     )
     try:
-        text = secrets.get_secret_value(SecretId=secret_id).get("SecretString") or "{}"
+        parameter = ssm.get_parameter(Name=parameter_name, WithDecryption=True)["Parameter"]
     except ClientError as exc:
-        if error_code(exc) != "ResourceNotFoundException":
+        if error_code(exc) != "ParameterNotFound":
             raise
-        return warn(name, f"the secret {secret_id} does not exist", "redeploy the stack")
-    try:
-        token = str(json.loads(text).get("bot_token") or "")
-    except (ValueError, AttributeError):
-        return warn(name, f"{secret_id} does not hold JSON with a bot_token", put)
+        if not slack_configured:
+            return ok(name, f"no parameter {parameter_name} and no slack_channel: Slack is off")
+        return warn(
+            name,
+            f"the SecureString parameter {parameter_name} does not exist: the team gets no "
+            "Slack message",
+            put,
+        )
+    if parameter.get("Type") != "SecureString":
+        return warn(
+            name,
+            f"{parameter_name} is a {parameter.get('Type')} parameter: the token is stored "
+            "unencrypted",
+            f"aws ssm delete-parameter --name {parameter_name}; then {put}",
+        )
+    token = token_of(str(parameter.get("Value") or "")) or ""
     if not token:
         if not slack_configured:
             return ok(name, "no token and no slack_channel: Slack is off")
-        return warn(name, f"{secret_id} holds no bot token: the team gets no Slack message", put)
+        return warn(
+            name, f"{parameter_name} holds no bot token: the team gets no Slack message", put
+        )
     if not token.startswith("xoxb-"):
-        return warn(name, f"{secret_id} holds a token that is not a bot token (xoxb-...)", put)
-    return ok(name, f"{secret_id} holds a bot token")
+        return warn(name, f"{parameter_name} holds a token that is not a bot token (xoxb-...)", put)
+    return ok(name, f"{parameter_name} is a SecureString holding a bot token")

@@ -103,29 +103,15 @@ def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
             ec2, vpc_id=target.vpc_id, subnets=target.subnets, region=region
         ),
     )
-    secret_id = target.slack_secret_id
-    if secret_id is None and not target.local:
-        found = _guarded_value(
-            lambda: checks.deployed_slack_secret(client("cloudformation"), target.stack_name)
-        )
-        secret_id = found
     findings += _guarded(
         "Slack token",
-        lambda: checks.check_slack_secret(
-            client("secretsmanager"),
-            secret_id=secret_id,
+        lambda: checks.check_slack_token(
+            ssm,
+            parameter_name=target.slack_token_parameter,
             slack_configured=target.slack_configured,
-            stack_name=target.stack_name,
         ),
     )
     return findings
-
-
-def _guarded_value(get: Callable[[], str | None]) -> str | None:
-    try:
-        return get()
-    except (ClientError, BotoCoreError):
-        return None
 
 
 def blocks(findings: list[Finding]) -> bool:

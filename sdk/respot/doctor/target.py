@@ -23,7 +23,8 @@ class Target:
     vpc_id: str | None = None
     subnets: Mapping[str, str] = field(default_factory=dict)  # subnet id -> zone
     stack_name: str = "Respot"
-    slack_secret_id: str | None = None  # known once deployed (or in the local runtime)
+    # The SecureString parameter the functions read the Slack bot token from (by name).
+    slack_token_parameter: str = "/respot/slack-token"  # noqa: S105 - a name, not a token
     slack_configured: bool = False  # a slack_channel is set: the team expects messages
     bootstrap_qualifier: str = CDK_QUALIFIER
     local: bool = False  # the local runtime's emulator, not AWS

@@ -160,11 +160,11 @@ class SlackNotifier:
             import boto3
 
             session = boto3.session.Session()
-        for name in ("dynamodb", "secretsmanager"):
+        for name in ("dynamodb", "ssm"):
             clients.setdefault(name, session.client(name))
         return cls(
             jobs=JobTable(config.table_name, clients["dynamodb"]),
-            tokens=SlackTokenSource(config.slack_secret_arn, clients["secretsmanager"]),
+            tokens=SlackTokenSource(config.slack_token_parameter, clients["ssm"]),
             default_channel=config.slack_channel,
             base_url=config.slack_api_url,
             prices=config.on_demand_prices,
@@ -188,7 +188,7 @@ class SlackNotifier:
         except SlackApiError as exc:
             if exc.response.get("error") not in AUTH_ERRORS:
                 raise classify(note.job_id, exc) from exc
-            # A rotated token: read the secret again and try once more with the new one.
+            # A rotated token: read the parameter again and try once more with the new one.
             self.tokens.invalidate()
             fresh = self.tokens.get()
             if fresh is None or fresh == token:

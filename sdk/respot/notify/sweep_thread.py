@@ -130,13 +130,13 @@ class SlackSweepNews:
 
     @classmethod
     def from_config(cls, config: NotifyConfig, *, session: Any = None) -> SlackSweepNews:
-        """Build from the Lambda configuration (the same Slack secret as job threads)."""
+        """Build from the Lambda configuration (the same Slack token as job threads)."""
         if session is None:
             import boto3
 
             session = boto3.session.Session()
         return cls(
-            tokens=SlackTokenSource(config.slack_secret_arn, session.client("secretsmanager")),
+            tokens=SlackTokenSource(config.slack_token_parameter, session.client("ssm")),
             default_channel=config.slack_channel,
             base_url=config.slack_api_url,
         )

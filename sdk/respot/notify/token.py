@@ -1,10 +1,13 @@
-"""The Slack bot token, read from AWS Secrets Manager once per container and cached briefly.
+"""The Slack bot token, read from SSM Parameter Store once per container and cached briefly.
 
-The stack creates the secret (`<prefix>/slack`) with `{"bot_token": ""}`; the platform team
-puts the token in (docs/slack.md). A plain string secret holding the token is accepted too.
-No secret, an empty token or a secret that does not exist: notifications are off (logged
-once per cache period); anything else Secrets Manager says is raised, so the message is
-retried rather than dropped.
+The token is a SecureString parameter (standard tier: no charge; encrypted under KMS, by
+default the account's `aws/ssm` key) that the platform team creates with `aws ssm
+put-parameter --type SecureString` (CloudFormation cannot create SecureString parameters;
+docs/deploy.md). The stack only names it: functions get the parameter's name, never its
+value, and read it with decryption. A plain token is expected; `{"bot_token": "xoxb-..."}`
+is accepted too. No parameter name, a parameter that does not exist or an empty token:
+notifications are off (logged once per cache period); anything else SSM or KMS says is
+raised, so the message is retried rather than dropped.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
-    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_ssm import SSMClient
 
 log = logging.getLogger("respot.notify")
 
 TOKEN_TTL_SECONDS = 300.0  # a rotated token is picked up within five minutes
-TOKEN_KEY = "bot_token"  # noqa: S105 - the JSON key of the secret, not a secret
-_MISSING = ("ResourceNotFoundException",)
+TOKEN_KEY = "bot_token"  # noqa: S105 - a JSON key, not a secret
+_MISSING = ("ParameterNotFound",)
 
 
 class SlackTokenSource:
@@ -33,13 +36,13 @@ class SlackTokenSource:
 
     def __init__(
         self,
-        secret_arn: str | None,
-        client: SecretsManagerClient | Any = None,
+        parameter_name: str | None,
+        client: SSMClient | Any = None,
         *,
         ttl_seconds: float = TOKEN_TTL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.secret_arn = secret_arn
+        self.parameter_name = parameter_name
         self._client = client
         self.ttl_seconds = ttl_seconds
         self._clock = clock
@@ -57,38 +60,40 @@ class SlackTokenSource:
             return self._token
 
     def invalidate(self) -> None:
-        """Forget the cached token: the next `get()` reads the secret again."""
+        """Forget the cached token: the next `get()` reads the parameter again."""
         with self._lock:
             self._read_at = None
 
     def _read(self) -> str | None:
-        if not self.secret_arn:
-            log.warning("Slack notifications are off: no Slack secret is configured")
+        if not self.parameter_name:
+            log.warning("Slack notifications are off: no Slack token parameter is configured")
             return None
         if self._client is None:
             import boto3
 
-            self._client = boto3.client("secretsmanager")
+            self._client = boto3.client("ssm")
         try:
-            value = self._client.get_secret_value(SecretId=self.secret_arn)
+            value = self._client.get_parameter(Name=self.parameter_name, WithDecryption=True)
         except ClientError as exc:
             if exc.response["Error"]["Code"] in _MISSING:
                 log.warning(
-                    "Slack notifications are off: secret %s does not exist", self.secret_arn
+                    "Slack notifications are off: parameter %s does not exist (docs/slack.md)",
+                    self.parameter_name,
                 )
                 return None
             raise
-        token = _token_of(str(value.get("SecretString") or ""))
+        token = token_of(str(value.get("Parameter", {}).get("Value") or ""))
         if not token:
             log.warning(
-                "Slack notifications are off: secret %s holds no bot token (docs/slack.md)",
-                self.secret_arn,
+                "Slack notifications are off: parameter %s holds no bot token (docs/slack.md)",
+                self.parameter_name,
             )
         return token
 
 
-def _token_of(secret: str) -> str | None:
-    text = secret.strip()
+def token_of(value: str) -> str | None:
+    """The bot token in a parameter's value: the value itself, or JSON's `bot_token`."""
+    text = value.strip()
     if text.startswith("{"):
         try:
             data = json.loads(text)

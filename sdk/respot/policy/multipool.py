@@ -12,19 +12,26 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    policy's Lindy prior, less the changeover), d * (p_spot + lambda) is what the changeover
    costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
    if k is in another region. A long-lived pool in another region wins over a flickering
-   one at home only when its expected work pays for the transfer.
-2. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
+   one at home only when its expected work pays for the transfer. Here lambda is the slack
+   value of `_slack_value`: the single-zone price weighted by the chance that the slack
+   binds at all.
+2. **Whether to wait instead** (`_worth_waiting`): with nothing running, hold nothing for a
+   tick when that tick of slack is worth less than what it likely saves: the changeover on
+   a run that has not proven itself yet, or the transfer when the checkpoint's region is
+   likely back next tick.
+3. **Whether to hold it, on-demand, or nothing.** The single-zone `RespotPolicy` decides,
    seeing spot as the union of the pools: available when any pool is; its availability
    (prior 1 - 2^-K for K pools, `_union_prior`), outage hazards, run rate, and the age,
    hazard and survival of the current run (a trip off on-demand ends only when no pool has
    spot) learned from the union's past; plus the transfer fee lost if the run ends at once
    after a move to another region.
-3. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
+4. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
 
-With one pool the union is the pool, there is no fee and no choice of pool, so the decisions
-are exactly `RespotPolicy`'s (a test compares them tick by tick).
+With one pool the union is the pool, there is no fee, no choice of pool and no waiting rule,
+and the slack value is the single-zone price, so the decisions are exactly `RespotPolicy`'s
+(a test compares them tick by tick).
 
 No constant here is fitted to a trace set: the priors are `RespotParameters`', the prices
 and the fee are the benchmark's, and the overhead rule has no free parameter.
@@ -38,16 +45,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from respot.policy.history import RunStatistics
-from respot.policy.model import HistoryView
+from respot.policy.model import Choice, HistoryView
 from respot.policy.pool_baselines import single_view, to_placement
 from respot.policy.pools import NOTHING, Placement, PoolsObservation
 from respot.policy.respot_policy import (
+    ON_DEMAND_PRICE_PER_SECOND,
     SPOT_PRICE_PER_SECOND,
     Mode,
     RespotParameters,
     RespotPolicy,
 )
-from respot.policy.safety import guard
+from respot.policy.safety import guard, is_safe
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +96,14 @@ def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
     return itertools.islice(history, start, stop)
 
 
-def _expected_progress(obs: PoolsObservation, stats: RunStatistics, prior: float) -> float:
+def _expected_progress(
+    obs: PoolsObservation, stats: RunStatistics, prior: float, *, later: int = 0
+) -> float:
     """Seconds of work a new instance on this pool is expected to do before the pool's run ends.
+
+    `later` > 0: the same for an instance started `later` ticks from now, given that the run
+    is still up then (its age is then `later` ticks more: what waiting for it to prove itself
+    would buy).
 
     The run is up now and has lasted `age` ticks before; L' ticks remain (this one included),
     with P(L' > t) = S(age + t) / S(age) from the pool's past runs and the Lindy prior. The
@@ -98,11 +112,11 @@ def _expected_progress(obs: PoolsObservation, stats: RunStatistics, prior: float
     the sum being P(L' > m) times the expected residual life at age + m (capped at the
     horizon H). With d <= G this is G E[min(L', H)] - d.
     """
-    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left
+    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left - later
     steps = max(1, -(-changeover // gap))
     if horizon < steps:
         return 0.0
-    age = stats.current_age(1)
+    age = stats.current_age(1) + later
     alive = stats.survival(1, age, prior)
 
     def lasting(more: int) -> float:  # P(L' > more)
@@ -121,8 +135,12 @@ class MultiPoolPolicy:
 
     name = "respot"
 
-    def __init__(self, parameters: RespotParameters | None = None) -> None:
+    def __init__(self, parameters: RespotParameters | None = None, *, waits: bool = True) -> None:
         self.core = RespotPolicy(parameters)
+        # The wait rules need each run's age. Live, a pool not seen this tick is assumed up
+        # (asking is how to find out), so its "run" would look new every tick and a job
+        # would wait for it indefinitely: the live placement passes waits=False.
+        self.waits = waits
         self._pools: list[_Cached] = []
         self._union = RunStatistics()
         self._union_sources: tuple[tuple[int, ...], ...] | None = None
@@ -137,7 +155,10 @@ class MultiPoolPolicy:
             return PoolsDecision(NOTHING, Mode.DONE)
         pools = self._statistics(obs)
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
-        candidate = self._candidate(obs, pools, supply)
+        slack_value = self._slack_value(obs, supply)
+        candidate = self._candidate(obs, pools, slack_value)
+        if candidate is not None and self._worth_waiting(obs, pools, candidate, slack_value):
+            return PoolsDecision(NOTHING, Mode.WAIT)
         view = single_view(obs, pool=candidate)
         # A trip off on-demand ends when no pool has spot any more (a lost pool is replaced
         # by another that has spot): the union's run is the one whose hazard and survival
@@ -151,8 +172,97 @@ class MultiPoolPolicy:
         mode = wanted.mode if choice is wanted.choice else Mode.SAFETY_NET
         return PoolsDecision(to_placement(choice, candidate), mode)
 
+    def _slack_value(self, obs: PoolsObservation, supply: RunStatistics) -> float:
+        """Dollars a second of slack is worth when choosing where and when to start spot.
+
+        The single-zone price (`RespotPolicy.slack_price`) is the fluid model's: the lock-in
+        price when the expected outage time (1 - f) R exceeds the slack s, else p_spot. Here it
+        is weighted by the probability that the slack binds at all, P(U > s) for the outage
+        time U still to come, and capped by that price. U is taken as normal with mean
+        (1 - f) R and variance f (1 - f) R^2 / (n + 1): availability is observed in cycles (an
+        up-run and an outage), not in independent ticks, so n counts cycles, those seen
+        (completed outages, plus the policy's one prior cycle) and those still to come (the
+        union's outage rate times R), combined as 1 / n = 1 / n_seen + 1 / n_ahead. With
+        hours of slack and a union that is rarely down, a second of slack is worth almost
+        nothing and waiting for a better start is free; near the lock-in it is worth the full
+        price. Used only across pools (the pool choice and `_worth_waiting`); with one pool
+        the policy is the single-zone one.
+        """
+        view = single_view(obs, pool=None)
+        prior = self._union_prior(obs)
+        price = self.core.slack_price(view, supply, prior=prior)
+        if len(obs.pools) == 1:
+            return price
+        p = self.core.parameters
+        gap = obs.gap_seconds
+        horizon = obs.ticks_left * gap
+        available = supply.availability(gap, prior, p.availability_prior_seconds)
+        if available >= 1.0 or horizon <= 0:
+            return min(price, SPOT_PRICE_PER_SECOND)
+        seen = supply.runs[0] + p.cycle_prior_runs
+        rate = seen / (supply.ticks * gap + p.availability_prior_seconds)
+        ahead = rate * horizon
+        cycles = 1 / (1 / seen + 1 / ahead) if ahead > 0 else seen
+        spread = math.sqrt(available * (1 - available) / (cycles + 1)) * horizon
+        mean = (1 - available) * horizon
+        z = (mean - obs.slack_seconds) / spread if spread > 0 else math.copysign(math.inf, mean)
+        binds = 0.5 * math.erfc(-z / math.sqrt(2))
+        fluid = (ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND * available) / (1 - available)
+        return min(binds * fluid, price)
+
+    def _worth_waiting(
+        self,
+        obs: PoolsObservation,
+        pools: Sequence[RunStatistics],
+        candidate: int,
+        slack_value: float,
+    ) -> bool:
+        """Whether to hold nothing this tick rather than start the candidate pool's spot.
+
+        Only across pools, only when nothing runs (idle or just preempted) and a tick of
+        waiting is safe. Two one-tick lookaheads, each pricing the tick of slack at
+        `slack_value`:
+        - the run: a run that has just begun is the likeliest to end (falling hazards), so
+          starting it a tick later, if it survives (1 - h), buys more expected work P' for
+          the same overhead c = d (p_spot + value) + fee. Wait iff the overhead per second of
+          work is lower that way: (value G + (1 - h) c) / ((1 - h) P') < c / P;
+        - the region: a move to another region pays the fee; wait iff the tick of slack costs
+          less than the fee times the chance that a pool in the checkpoint's region is back
+          next tick (1 - prod(1 - h_k) over its pools' outage hazards).
+        """
+        if not self.waits or len(obs.pools) == 1 or obs.held.choice is not Choice.NONE:
+            return False
+        if obs.tick == 0 or not obs.histories[0]:
+            return False  # nothing seen yet: a run's age is unknown, not zero
+        if not is_safe(single_view(obs, pool=None), Choice.NONE):
+            return False
+        prior = self.core.parameters.lindy_prior_runs
+        gap = obs.gap_seconds
+        fee = obs.transfer_fee(candidate)
+        stats = pools[candidate]
+        overhead = obs.changeover_seconds * (SPOT_PRICE_PER_SECOND + slack_value) + fee
+        now = min(_expected_progress(obs, stats, prior), obs.remaining_seconds)
+        ends = stats.hazard(1, stats.current_age(1), prior)
+        later = min(_expected_progress(obs, stats, prior, later=1), obs.remaining_seconds)
+        if now > 0 and later > 0 and ends < 1:
+            waiting = (slack_value * gap + (1 - ends) * overhead) / ((1 - ends) * later)
+            if waiting < overhead / now:
+                return True
+        if fee > 0:
+            home = [
+                k
+                for k, pool in enumerate(obs.pools)
+                if pool.region == obs.home and not obs.available[k]
+            ]
+            stays_down = 1.0
+            for k in home:
+                stays_down *= 1 - pools[k].hazard(0, pools[k].current_age(0), prior)
+            if home and slack_value * gap < (1 - stays_down) * fee:
+                return True
+        return False
+
     def _candidate(
-        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], slack_value: float
     ) -> int | None:
         """The pool whose spot the job would take this tick (None: no pool has spot)."""
         held = obs.held.pool
@@ -162,12 +272,7 @@ class MultiPoolPolicy:
         if len(up) <= 1:
             return up[0] if up else None
         prior = self.core.parameters.lindy_prior_runs
-        changeover_cost = obs.changeover_seconds * (
-            SPOT_PRICE_PER_SECOND
-            + self.core.slack_price(
-                single_view(obs, pool=None), supply, prior=self._union_prior(obs)
-            )
-        )
+        changeover_cost = obs.changeover_seconds * (SPOT_PRICE_PER_SECOND + slack_value)
         best: tuple[float, float, int] | None = None
         for k in up:
             progress = min(_expected_progress(obs, pools[k], prior), obs.remaining_seconds)

@@ -28,6 +28,7 @@ from respot.policy.model import (
     Job,
     on_demand_cost,
 )
+from respot.policy.multipool import MultiPoolPolicy
 from respot.policy.omniscient_pools import optimal_pool_normalized_costs
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pools import (
@@ -193,7 +194,12 @@ def predict(plan: ReplayPlan) -> Prediction:
     window = plan.window()
     outcomes = {
         name: simulate_pools(
-            make_pools_policy(name), plan.pool_set.pools, window, plan.job, plan.gap
+            # the live placement's configuration (no wait rules: `MultiPoolPolicy`)
+            MultiPoolPolicy(waits=False) if name == "respot" else make_pools_policy(name),
+            plan.pool_set.pools,
+            window,
+            plan.job,
+            plan.gap,
         )
         for name in ("respot", *REFERENCE_POLICIES)
     }

@@ -96,7 +96,7 @@ class SweepHandle:
                 if status.record is None:
                     raise SweepNotFoundError(
                         f"sweep {self.sweep_id} was published but never recorded; check the "
-                        "jobs queue's dead-letter queue for the reason"
+                        "commands queue's dead-letter queue for the reason"
                     )
                 raise TimeoutError(f"sweep {self.sweep_id} is still {status.state}")
             time.sleep(poll_seconds)

@@ -1,0 +1,106 @@
+"""Lambda `commands`: every researcher's command, off one queue, each to its own path below.
+
+Trigger: SQS `commands` (SNS envelope bodies from the jobs topic, filter command=submit|
+cancel|sweep|sweep-stop), batches with partial failures. One queue, not one per command:
+at rest an event source mapping's pollers long-poll an empty queue all month, and that is
+most of what an idle deployment pays (docs/decisions.md, "One commands queue").
+
+Each message goes by its `command` field to one path:
+- `submit`: record the job (create-only by job id) and request its first capacity;
+- `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
+- `sweep`: record a sweep and kick it (`lambdas.sweep.start_sweep`);
+- `sweep-stop`: stop a sweep (`lambdas.sweep.stop_sweep`).
+Every path reads its command the same way (`lambdas._commands`: size and depth limits,
+validation, the identity proof verified by STS). A message that can never succeed (unreadable,
+unknown command, forged proof, not the owner) is dead-lettered with the reason; anything else
+is retried by SQS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lambdas import _activity
+from lambdas._commands import admin_principals, published_command, read_command
+from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
+from respot.exceptions import DuplicateJobError, NotOwnerError
+from respot.messages import CancelCommand, JobSubmission
+
+
+def submit(body: str) -> None:
+    """A job: recorded once (a redelivery changes nothing), its capacity requested."""
+    command = read_command(body, JobSubmission)
+    if command.sweep is not None:
+        # Trial jobs are submitted by the sweep Lambda itself, never through the topic.
+        raise PoisonMessageError(
+            f"job {command.job_id} claims to be trial {command.sweep.trial} of sweep "
+            f"{command.sweep.sweep_id}; only respot's sweep function submits trials"
+        )
+    try:
+        result = control_plane().submit(command)
+    except DuplicateJobError as exc:
+        logger.warning("duplicate job id", extra={"job_id": command.job_id, "reason": str(exc)})
+        raise PoisonMessageError(str(exc)) from exc
+    logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
+    _ensure_pollers_on()
+
+
+def cancel(body: str) -> None:
+    """A cancellation, applied only for the job's owner or an admin."""
+    command = read_command(body, CancelCommand)
+    try:
+        result = control_plane().cancel(command, admins=admin_principals())
+    except NotOwnerError as exc:
+        logger.warning("cancel refused", extra={"job_id": command.job_id, "reason": str(exc)})
+        raise PoisonMessageError(str(exc)) from exc
+    logger.info("cancel", extra={"job_id": command.job_id, "outcome": result.outcome})
+
+
+def sweep(body: str) -> None:
+    """A sweep: recorded and kicked; its trials are live jobs, so the pollers go on."""
+    from lambdas.sweep import start_sweep
+
+    start_sweep(body)
+    _ensure_pollers_on()
+
+
+def sweep_stop(body: str) -> None:
+    """A sweep's stop: no new trials, its running trials cancelled."""
+    from lambdas.sweep import stop_sweep
+
+    stop_sweep(body)
+
+
+PATHS: dict[str, Callable[[str], None]] = {
+    "submit": submit,
+    "cancel": cancel,
+    "sweep": sweep,
+    "sweep-stop": sweep_stop,
+}
+
+
+def _ensure_pollers_on() -> None:
+    switch = _activity.switch()
+    if switch is not None:  # a live job needs the pollers: always ensure "on" (raises to retry)
+        switch.ensure_on()
+
+
+def _command(body: str) -> None:
+    kind = published_command(body)
+    if kind is None:
+        # Unreadable, or no `command` field: the parser names what is wrong (and raises).
+        read_command(body, JobSubmission)
+        raise PoisonMessageError("not a respot command")
+    path = PATHS.get(kind)
+    if path is None:
+        raise PoisonMessageError(
+            f"unknown command {kind!r}: the commands queue takes {', '.join(PATHS)}"
+        )
+    path(body)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """SQS batch -> one command per record, each to its path."""
+    return sqs_batch(event, context, _command, source="commands")
