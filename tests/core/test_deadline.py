@@ -182,3 +182,24 @@ def test_the_measured_rate_is_as_of_the_report_not_as_of_now() -> None:
     # THEN the job still needs 6000 s (600 s per 10%), not 660 s / 10% = 6600 s
     work, done = work_estimate(d.job, at(720)) or (0, 0)
     assert (work, done) == (6000, 600)
+
+
+def test_a_new_spot_instance_needs_slack_for_its_boot_and_on_demand_s() -> None:
+    # GIVEN a job due in 75 min that needs 60 (15 min of slack; d is 6 min)
+    d = deadline_job(1.25, 1)
+    assert d.job is not None
+    d_seconds = SETTINGS.changeover_estimate.total_seconds()
+    policy = DeadlinePolicy()
+    # THEN with two changeovers of slack or more, spot (the policy's own answer)
+    early = policy.choose(d.job, at(0), SETTINGS)
+    obs = observe(d.job, at(0), SETTINGS)
+    assert obs is not None and obs.slack_seconds >= 2 * d_seconds
+    assert early.market is Market.SPOT, early.reason
+    # AND with less (but enough for the benchmark policy's guard), on-demand: a booting spot
+    # instance is not abandoned live, so losing spot in its boot would cost both changeovers
+    later = at(5 * 60)
+    obs = observe(d.job, later, SETTINGS)
+    assert obs is not None and d_seconds + TICK <= obs.slack_seconds < 2 * d_seconds
+    late = policy.choose(d.job, later, SETTINGS)
+    assert late.market is Market.ON_DEMAND, late.reason
+    assert "a booting spot instance is not abandoned" in late.reason

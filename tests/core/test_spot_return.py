@@ -274,12 +274,6 @@ def test_the_stop_s_messages_out_of_order_launch_spot_once_and_keep_the_checkpoi
     assert job.attempts[0].checkpoint_step == stop_step
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (closing note, issue 13): live, a booting spot instance is not abandoned "
-    "for on-demand; the policy's guard assumes it can be, so a spot placement from waiting "
-    "with between one and two changeovers of slack can miss when spot is lost during boot",
-)
 def test_a_first_spot_placement_with_little_slack_survives_losing_spot_during_boot() -> None:
     def market(pool: PoolKey, now: int, sim: Sim) -> bool:
         ours = [i for i in sim.instances.values() if i.market is Market.SPOT]

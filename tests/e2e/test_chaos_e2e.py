@@ -138,7 +138,10 @@ def rt() -> Iterator[LocalRuntime]:
 @pytest.mark.xfail(
     strict=False,
     reason="timed out with a job still RUNNING in full runs since warm start (seen by two "
-    "engineers); not yet diagnosed",
+    "engineers); not reproduced in 6 runs alone at load 30-40 (one other failure there, the "
+    "attempt after the killed one noticed before its restore: fixed below). A warm session "
+    "that ended after ready used to hang its agent RUNNING (fixed, tests/agent/"
+    "test_warm_session_gone.py) but is not shown to be this timeout's cause",
 )
 def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
     # GIVEN a handler that will die once between its write and its replacement launch
@@ -192,8 +195,12 @@ def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
     killed = results[0].record
     assert killed is not None
     lost = next(a for a in killed.attempts if a.instance_id == killer.killed_instance)
-    after = killed.attempt(lost.number + 1)
-    assert lost.end is AttemptEnd.LOST and after is not None
-    # the half-uploaded checkpoint was never restored: the one before it was
-    assert after.restored_step is not None and after.restored_step < killer.killed_step
+    assert lost.end is AttemptEnd.LOST
+    # the half-uploaded checkpoint was never restored: the one before it was, by the first
+    # attempt after the lost one whose agent got as far as its restore (under chaos the next
+    # attempt may itself be noticed or lost before its agent reports; it restores nothing)
+    after = next(a for a in killed.attempts if a.number > lost.number and a.started_at)
+    assert after.restored_step is not None and after.restored_step < killer.killed_step, [
+        (a.number, a.end, a.started_at, a.restored_step) for a in killed.attempts
+    ]
     assert crashed, "no replacement launch happened, so the crash was never injected"

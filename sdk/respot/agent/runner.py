@@ -368,6 +368,9 @@ class _AttemptRun:
             if self.warm is not None:
                 self.warm.stop()
             return AgentResult("failed", self.job_id, self.attempt, reason=reason)
+        if self.warm is not None and self.warm.gone is not None:
+            # Ready once, then ended while the agent restored: start cold (and say so).
+            self.warm_failure, self.warm = self.warm.gone, None
         setup_seconds = time.monotonic() - self.started
         self.messenger.send(
             AgentStarted(
@@ -547,9 +550,10 @@ class _AttemptRun:
         events = self.agent._events
         train_started = time.monotonic()
         # The session first (its events wait in the queue): the rest is off the pause.
-        if self.warm is not None:
-            process = self.warm.resume(self.restored_step)
-        else:
+        resumed = self.warm.resume(self.restored_step) if self.warm is not None else None
+        if resumed is not None:
+            process = resumed
+        else:  # no warm session, or it ended since AgentStarted: a cold one
             process = self._process(submission, events.put, warm=False)
             process.start()
         self.scalars.resume_step = self.restored_step

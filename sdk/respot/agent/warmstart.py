@@ -113,9 +113,24 @@ class WarmSession:
         self.stop()
         return False
 
-    def resume(self, resume_step: int | None) -> SessionProcess:
-        """Let the waiting session train from `resume_step`; its events go to the agent now."""
+    @property
+    def gone(self) -> str | None:
+        """Why the warm process can no longer be resumed (it failed or ended after being
+        ready), else None."""
         with self._lock:
+            return None if self._resumed else self.failure
+
+    def resume(self, resume_step: int | None) -> SessionProcess | None:
+        """Let the waiting session train from `resume_step`; its events go to the agent now.
+
+        None if the process failed or ended while it waited (after it was ready): its exit
+        was the warm-up's to see, so the agent would wait forever for a session that is
+        gone, heartbeating all the while. The caller starts the session cold instead.
+        """
+        with self._lock:
+            if self.failure is not None:
+                logger.warning("the warm session is gone (%s); starting cold", self.failure)
+                return None
             self._resumed = True
         self.process.resume(resume_step)
         return self.process

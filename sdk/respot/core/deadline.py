@@ -151,6 +151,22 @@ def observe(job: JobRecord, now: datetime, settings: ControlSettings) -> Observa
     )
 
 
+def boot_unguarded(obs: Observation) -> bool:
+    """Whether a new spot instance now could leave the deadline uncovered while it boots.
+
+    The policy's guard lets a spot changeover be cut short by on-demand at any tick; live, a
+    booting instance is not abandoned (the safety net moves a running one), so spot lost
+    during the boot costs its whole changeover before on-demand's. A new spot instance needs
+    slack for both: s - d >= d. Below that the live control plane takes on-demand.
+    """
+    if obs.remaining_seconds <= 0:
+        return False
+    return obs.slack_seconds - obs.changeover_seconds < obs.changeover_seconds
+
+
+BOOT_GUARD = "; less than two changeovers of slack: a booting spot instance is not abandoned"
+
+
 class DeadlinePolicy:
     """The market for a job that needs capacity: the deadline policy where it applies.
 
@@ -170,6 +186,8 @@ class DeadlinePolicy:
         decision = RespotPolicy().decide(obs)
         reason = f"deadline policy: {decision.mode.value}"
         if decision.choice is Choice.SPOT:
+            if boot_unguarded(obs) and job.spec.on_demand_fallback:
+                return MarketChoice(Market.ON_DEMAND, reason + BOOT_GUARD)
             return MarketChoice(Market.SPOT, reason)
         if decision.choice is Choice.ON_DEMAND:
             return self._finish_late(job, reason)

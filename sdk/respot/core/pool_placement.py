@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
 
-from respot.core.deadline import DeadlinePolicy, observe
+from respot.core.deadline import BOOT_GUARD, DeadlinePolicy, boot_unguarded, observe
 from respot.core.job import JobRecord, Market, Placement
 from respot.core.placement import ControlSettings, MarketChoice, SpotFirstPolicy, candidates
 from respot.core.pool_watch import PoolKey, PoolRecord, PoolsView, absolute_tick, view
@@ -128,6 +128,8 @@ class PoolPlacementPolicy:
         first, ranked = _rank(base, pools, seen, available, _held(job, base, pools))
         reason = f"deadline policy across pools: {first.mode.value}"
         if first.placement.choice is Choice.SPOT:
+            if boot_unguarded(base) and job.spec.on_demand_fallback:
+                return MarketChoice(Market.ON_DEMAND, reason + BOOT_GUARD)
             best = ranked[0]
             reason += f", {best.instance_type} in {best.availability_zone} first of {len(ranked)}"
             return MarketChoice(Market.SPOT, reason, pools=tuple(ranked))
@@ -177,9 +179,9 @@ class PoolPlacementPolicy:
         if not ranked:
             return None
         if base.slack_seconds - base.changeover_seconds < base.changeover_seconds:
-            # The policy's guard lets spot's changeover be cut short by on-demand at any tick;
-            # live, a booting instance is not abandoned (the safety net moves a running one),
-            # so the return must leave slack for its whole changeover and the one back.
+            # As `boot_unguarded`: live, a booting instance is not abandoned (the safety net
+            # moves a running one), so the return must leave slack for its whole changeover
+            # and the one back.
             return None
         best = ranked[0]
         reason = (
