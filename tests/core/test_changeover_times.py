@@ -92,3 +92,21 @@ def test_a_preempted_message_after_the_instance_is_gone_still_gives_the_last_ste
     assert d.job.attempts[0].last_step_at == at(23)
     again = d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 26)
     assert again.record is None  # a duplicate changes nothing
+
+
+def test_a_stop_report_after_the_instance_is_gone_keeps_the_later_step() -> None:
+    # GIVEN an attempt last heard at step 160 that keeps training through its notice
+    d = started_job()
+    assert d.job is not None
+    d.apply(AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=160), seq=2)), 15)
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(19)), 20)
+    # WHEN EC2's instance-gone event is handled before the agent's stop report
+    d.apply(InstanceDown("i-1", 1, "terminated"), 40)
+    body = AgentPreempted(
+        step=183, checkpoint_step=183, notice="spot-interruption", last_step_at=at(38)
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5)), 41)
+    # THEN the attempt keeps where training really stopped, the step the next one restores
+    old = d.job.attempts[0]
+    assert old.last_step == 183 and old.checkpoint_step == 183
+    assert old.last_step_at == at(38)

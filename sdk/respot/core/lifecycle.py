@@ -830,14 +830,19 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
         case AgentPreempted():
             if att.end is not None:
                 # The instance-gone event came first: still keep where and when training
-                # stopped.
-                late = (att.last_step is None and body.step is not None) or (
-                    att.last_step_at is None and body.last_step_at is not None
-                )
-                if not late:
+                # stopped. The agent trains on through its notice (the warm-start hold), so
+                # its stop report can be ahead of the last heartbeat recorded.
+                later = body.step is not None and (att.last_step or 0) < body.step
+                late_at = att.last_step_at is None and body.last_step_at is not None
+                newer_ckpt = (body.checkpoint_step or 0) > (att.checkpoint_step or 0)
+                if not (later or late_at or newer_ckpt):
                     return _unchanged("duplicate")
-                att.last_step = att.last_step if att.last_step is not None else body.step
-                att.last_step_at = att.last_step_at or body.last_step_at
+                if later:
+                    att.last_step = body.step
+                    att.last_step_at = body.last_step_at or att.last_step_at
+                else:
+                    att.last_step_at = att.last_step_at or body.last_step_at
+                att.checkpoint_step = max(att.checkpoint_step or 0, body.checkpoint_step or 0)
                 return d.decision()
             if body.step is not None:  # none: stopped before training began
                 att.last_step = max(att.last_step or 0, body.step)
