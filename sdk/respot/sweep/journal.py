@@ -117,7 +117,9 @@ class DynamoJournalBackend(BaseJournalBackend):
                 code = exc.response["Error"]["Code"]
                 if code not in ("TransactionCanceledException", "ConditionalCheckFailedException"):
                     raise
-                self._next = start + 1  # someone took `start`: look further on
+                # Someone took `start`, or a conflict cancelled every contender (DynamoDB may
+                # cancel both of two racing transactions). The tail is re-read from where it
+                # was: skipping `start` here would leave a gap that stops every reader.
                 time.sleep(random.uniform(0, APPEND_BACKOFF_SECONDS * (attempt + 1)))  # noqa: S311
                 continue
             self._next = start + len(bodies)
