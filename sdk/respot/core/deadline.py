@@ -18,9 +18,10 @@ job's submission, and the observation is assembled here from the record:
 
 What the live system does with the answer: for a job that needs capacity, the market to
 ask for (or to wait); for a job running on spot, whether to leave spot for on-demand now
-(the safety net, or the job falling behind). Going back from on-demand to spot in the middle
-of a run would need a spot probe next to the running instance; it is not done: a job that
-went on-demand stays there (see docs/policy.md, "Live use").
+(the safety net, or the job falling behind). This single-pool policy keeps a job that went
+on-demand there; across pools, `core/pool_placement.PoolPlacementPolicy.switch_running`
+moves it back to spot once some job has seen spot up and the slack pays both changeovers
+(see docs/policy.md, "Live use").
 """
 
 from __future__ import annotations
