@@ -55,13 +55,15 @@ def test_a_tight_deadline_without_spot_buys_on_demand_in_time(rt: LocalRuntime) 
 def test_a_spot_job_falling_behind_moves_to_on_demand_without_losing_work(
     rt: LocalRuntime,
 ) -> None:
-    # GIVEN a job estimated at 3 s, due in 16 s, that really needs ~8 s of training on spot
+    # GIVEN a job estimated at 3 s, due in 24 s, that really needs ~16 s of training on spot
+    # (the estimate leaves 21 s of slack, more than two 8-s changeovers, so it starts on spot;
+    # with less, live placement takes on-demand at once: docs/policy.md, "Live use")
     handle = rt.run(
         counting_spec(
             "slower-than-said",
-            deadline="+16s",
+            deadline="+24s",
             estimated_runtime="3s",
-            hyperparameters={"steps": 400, "step_seconds": 0.02, "checkpoint_every": 50},
+            hyperparameters={"steps": 800, "step_seconds": 0.02, "checkpoint_every": 50},
         )
     )
     status = handle.wait(timeout=90, poll_seconds=0.3)
@@ -76,5 +78,5 @@ def test_a_spot_job_falling_behind_moves_to_on_demand_without_losing_work(
     assert first.end is AttemptEnd.INTERRUPTED and second.restored_step == first.last_step
     kinds = [e.kind for e in record.timeline]
     assert "fallback" in kinds and "switched" in kinds and "preempted" in kinds
-    assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(400, 2)
+    assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(800, 2)
     wait_no_live_instances(rt, handle.job_id)
