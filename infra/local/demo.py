@@ -25,7 +25,7 @@ from infra.local.fleet import FleetTiming
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot import layout
 from respot.client import JobHandle
-from respot.core.job import JobRecord, TimelineEntry
+from respot.core.job import AttemptEnd, JobRecord, TimelineEntry
 from respot.spec import DataSourceEnvVar, TrainingEnvVar, parse_deadline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,8 +67,14 @@ class DemoResult:
 
 
 def interruption_points(count: int) -> list[float]:
-    """Fractions of the job's steps at which to interrupt it: evenly spread, e.g. 1/3, 2/3."""
-    return [(k + 1) / (count + 1) for k in range(count)]
+    """Fractions of the job's steps at which to interrupt it: evenly spread before the last
+    stretch, e.g. 1/4, 2/4.
+
+    With warm start an instance trains on through its notice until the replacement is warm
+    (the notice hold, `docs/agent.md`), a few seconds of the scaled demo: at 1/3 and 2/3 the
+    second hold could finish the job, leaving nothing to resume.
+    """
+    return [(k + 1) / (count + 2) for k in range(count)]
 
 
 class ProgressChaos:
@@ -164,7 +170,9 @@ def interruptions_of(
         if old.notice_at is None and old.end is None:
             continue
         lost = None
-        if new.restored_step is not None or old.last_step is not None:
+        if old.end is AttemptEnd.COMPLETED:
+            lost = 0  # it finished the job during its notice: nothing to resume
+        elif new.restored_step is not None or old.last_step is not None:
             lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
         gone = old.notice_at or old.ended_at
         to_request = (new.requested_at - gone).total_seconds() if gone else None
