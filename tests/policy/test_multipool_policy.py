@@ -201,6 +201,23 @@ def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_chan
     assert MultiPoolPolicy().place(first) == Placement.spot(0)
 
 
+def test_starting_in_a_union_outage_with_hours_of_slack_it_waits_rather_than_buy_on_demand():
+    # GIVEN a job that started an hour ago into an outage of all three pools, 21 h of slack
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    obs = observation(NOTHING, [False] * 3, [[0] * 6] * 3, zones=zones)
+    assert obs.slack_seconds == 21 * 3600
+    # THEN it waits: the outage's likely remainder plus the union's prior outage share of
+    # the rest (about 13 h) is below the slack, so on-demand now would likely be wasted
+    # (the single-zone pace rule alone, counting the outage as the union's availability,
+    # buys on-demand here)
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # but when the window's past before this outage says spot is scarce (up 1 tick in 6),
+    # the outage time ahead exceeds the slack and it buys on-demand
+    scarce = [1, 0, 0, 0, 0, 0] * 10 + [0] * 6
+    behind = observation(NOTHING, [False] * 3, [scarce] * 3, zones=zones, done=10 * 600)
+    assert MultiPoolPolicy().decide(behind) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
+
+
 def test_the_safety_net_overrides_every_wish():
     # no slack left for a new spot instance's changeover: on-demand
     obs = observation(NOTHING, [True, False], [[1] * 10, [0] * 10])

@@ -51,6 +51,7 @@ from respot.policy.pools import NOTHING, Placement, PoolsObservation
 from respot.policy.respot_policy import (
     ON_DEMAND_PRICE_PER_SECOND,
     SPOT_PRICE_PER_SECOND,
+    Decision,
     Mode,
     RespotParameters,
     RespotPolicy,
@@ -168,9 +169,43 @@ class MultiPoolPolicy:
         wanted = self.core.wanted(
             view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
         )
+        if (
+            wanted.mode is Mode.CATCH_UP
+            and obs.held.choice is Choice.NONE
+            and len(obs.pools) > 1
+            and not self._outage_outlasts_slack(obs, supply)
+        ):
+            wanted = Decision(Choice.NONE, Mode.WAIT)
         choice = guard(view, wanted.choice)
         mode = wanted.mode if choice is wanted.choice else Mode.SAFETY_NET
         return PoolsDecision(to_placement(choice, candidate), mode)
+
+    def _outage_outlasts_slack(self, obs: PoolsObservation, supply: RunStatistics) -> bool:
+        """Whether the union's outage time still to come is expected to exceed the slack.
+
+        Asked only when no pool has spot, nothing runs, and the single-zone rule would start
+        on-demand (behind the pace, lock-in price). On-demand bought now is wasted whenever
+        spot later covers the work; waiting costs only slack, which matters only if the
+        outages ahead use it all. Expected outage time ahead: the current outage's remainder
+        E[min(L - a, R) | L > a] (the union's completed outages with the Lindy prior, a its
+        age so far) plus (1 - f) times the rest of the window, f the union's availability
+        *before* the current outage began (shrunk to the union prior as usual). Counting
+        the current outage's ticks in f too would count it twice (its future is the
+        remainder term), and a job that starts in an outage would conclude from its first
+        hours that spot is scarce for the whole window; that is what bought on-demand early
+        in windows whose outage then ended (docs/policy.md, "Across pools").
+        """
+        p = self.core.parameters
+        gap = obs.gap_seconds
+        horizon = obs.ticks_left * gap
+        age = supply.current_age(0)
+        remainder = gap * supply.expected_residual(0, age, obs.ticks_left, p.lindy_prior_runs)
+        before = (supply.ticks - age) * gap + p.availability_prior_seconds
+        available = (
+            supply.up_ticks * gap + self._union_prior(obs) * p.availability_prior_seconds
+        ) / before
+        outage = remainder + (1 - available) * max(horizon - remainder, 0.0)
+        return outage > obs.slack_seconds
 
     def _slack_value(self, obs: PoolsObservation, supply: RunStatistics) -> float:
         """Dollars a second of slack is worth when choosing where and when to start spot.
