@@ -56,7 +56,7 @@ GROUPS = {
     "heldout": [name for name in SETS if name.startswith("heldout")],
 }
 GROUPS["all"] = GROUPS["dev"] + GROUPS["heldout"]
-CELLS = [Cell(48.0, deadline, changeover) for deadline in (52, 60, 70) for changeover in (0.05, 0.2)]
+CELLS = [Cell(48.0, deadline, change) for deadline in (52, 60, 70) for change in (0.05, 0.2)]
 
 
 def _ensure(name: str) -> list[Path]:
@@ -74,7 +74,7 @@ def _ensure(name: str) -> list[Path]:
 
 def run_set(name: str, out: Path | None, workers: int) -> list[float]:
     """Run respot on one set; print its cells; return the gap closed per cell."""
-    paths, windows, _ = SETS[name]
+    _, windows, _ = SETS[name]
     saved = [
         json.loads(line)
         for line in (HERE / f"results-{name}.jsonl").read_text().splitlines()
@@ -104,8 +104,7 @@ def run_set(name: str, out: Path | None, workers: int) -> list[float]:
             f"misses {new.misses}  gap closed {gap:6.1%} (saved "
             f"{(rr - old['mean']) / (rr - best):6.1%}){'  ABOVE RR' if new.mean >= rr else ''}"
         )
-        row = dict(row, results=dict(row["results"], respot=new.to_json()))
-        merged.append(row)
+        merged.append(dict(row, results=dict(row["results"], respot=new.to_json())))
     print(f"  mean gap closed {statistics.fmean(closed):.1%}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -140,7 +140,9 @@ class MultiPoolPolicy:
         self.core = RespotPolicy(parameters)
         # The wait rules need each run's age. Live, a pool not seen this tick is assumed up
         # (asking is how to find out), so its "run" would look new every tick and a job
-        # would wait for it indefinitely: the live placement passes waits=False.
+        # would wait for it indefinitely: the live placement passes waits=False. The same
+        # flag keeps the outage rule (`_buy_in_outage`) off live: it reads the union's
+        # outage lengths and the pools' run lengths, which such histories do not give.
         self.waits = waits
         self._pools: list[_Cached] = []
         self._union = RunStatistics()
@@ -170,30 +172,39 @@ class MultiPoolPolicy:
             view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
         )
         if (
-            wanted.mode is Mode.CATCH_UP
+            self.waits
+            and wanted.mode is Mode.CATCH_UP
             and obs.held.choice is Choice.NONE
             and len(obs.pools) > 1
-            and not self._outage_outlasts_slack(obs, supply)
+            and not self._buy_in_outage(obs, pools, supply)
         ):
             wanted = Decision(Choice.NONE, Mode.WAIT)
         choice = guard(view, wanted.choice)
         mode = wanted.mode if choice is wanted.choice else Mode.SAFETY_NET
         return PoolsDecision(to_placement(choice, candidate), mode)
 
-    def _outage_outlasts_slack(self, obs: PoolsObservation, supply: RunStatistics) -> bool:
-        """Whether the union's outage time still to come is expected to exceed the slack.
+    def _buy_in_outage(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> bool:
+        """Whether to start on-demand now in an outage of every pool, rather than wait a tick.
 
-        Asked only when no pool has spot, nothing runs, and the single-zone rule would start
-        on-demand (behind the pace, lock-in price). On-demand bought now is wasted whenever
-        spot later covers the work; waiting costs only slack, which matters only if the
-        outages ahead use it all. Expected outage time ahead: the current outage's remainder
-        E[min(L - a, R) | L > a] (the union's completed outages with the Lindy prior, a its
-        age so far) plus (1 - f) times the rest of the window, f the union's availability
-        *before* the current outage began (shrunk to the union prior as usual). Counting
-        the current outage's ticks in f too would count it twice (its future is the
-        remainder term), and a job that starts in an outage would conclude from its first
-        hours that spot is scarce for the whole window; that is what bought on-demand early
-        in windows whose outage then ended (docs/policy.md, "Across pools").
+        Asked only when nothing runs and the single-zone rule would start on-demand (behind
+        the pace, at the lock-in price). On-demand bought in an outage keeps a tick of slack,
+        which is worth something only if the slack binds later; if it does not (spot covers
+        the rest of the work), that on-demand was wasted. While the slack binds, a tick of
+        it kept now or later in the window is worth the same, but later the job knows more
+        (this outage may end, the outages ahead may be short). So buy as late as possible:
+        only when both
+        1. the outage time still to come is expected to exceed the slack: the current
+           outage's remainder E[min(L - a, R) | L > a] (the union's completed outages with
+           the Lindy prior, a its age) plus (1 - f) times the rest of the window, f the
+           union's availability *before* this outage began (its own ticks are in the
+           remainder term; counting them in f too made a job that starts in an outage
+           conclude that spot is scarce for the whole window); and
+        2. another tick of waiting would leave less slack than the changeovers still ahead
+           need (`_changeover_reserve`), so later would be too late: below that reserve
+           the job can no longer afford the restarts that take spot back, and the safety
+           net ends in on-demand to the deadline.
         """
         p = self.core.parameters
         gap = obs.gap_seconds
@@ -205,7 +216,33 @@ class MultiPoolPolicy:
             supply.up_ticks * gap + self._union_prior(obs) * p.availability_prior_seconds
         ) / before
         outage = remainder + (1 - available) * max(horizon - remainder, 0.0)
-        return outage > obs.slack_seconds
+        if outage <= obs.slack_seconds:
+            return False
+        return obs.slack_seconds - gap < self._changeover_reserve(obs, pools, supply)
+
+    def _changeover_reserve(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> float:
+        """Slack the rest of the window's changeovers are expected to use, plus the net's margin.
+
+        Every start (spot or on-demand) costs d of slack. Expected starts ahead: one per spot
+        run the remaining work needs, W / (mean up-run of the pools: their up time over their
+        up-runs, with the prior's availability_prior_seconds of up time per cycle_prior_runs
+        run), plus two per union outage ahead (on-demand through it, spot again after), at the
+        union's outage rate as in `_slack_value`. The net's margin is d + min(d, G): below it
+        no new spot instance is safe (`safety.is_safe`).
+        """
+        p = self.core.parameters
+        gap = obs.gap_seconds
+        changeover = obs.changeover_seconds
+        up_runs = sum(s.runs[1] + (s.last == 1) for s in pools) + p.cycle_prior_runs
+        up_time = sum(s.up_ticks for s in pools) * gap + p.availability_prior_seconds
+        outages = (supply.runs[0] + p.cycle_prior_runs) / (
+            supply.ticks * gap + p.availability_prior_seconds
+        )
+        starts = obs.remaining_seconds * up_runs / up_time
+        starts += 2 * outages * obs.ticks_left * gap
+        return changeover + min(changeover, gap) + changeover * starts
 
     def _slack_value(self, obs: PoolsObservation, supply: RunStatistics) -> float:
         """Dollars a second of slack is worth when choosing where and when to start spot.
