@@ -25,13 +25,17 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    hazard and survival of the current run (a trip off on-demand ends only when no pool has
    spot) learned from the union's past; plus the transfer fee lost if the run ends at once
    after a move to another region.
+   In an outage of every pool (benchmark configuration), on-demand from idle is bought as
+   late as possible (`_buy_in_outage`): only when the outage time expected ahead exceeds
+   the slack and another tick of waiting would leave less slack than the restarts ahead
+   need.
 4. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
 
-With one pool the union is the pool, there is no fee, no choice of pool and no waiting rule,
-and the slack value is the single-zone price, so the decisions are exactly `RespotPolicy`'s
-(a test compares them tick by tick).
+With one pool the union is the pool, there is no fee, no choice of pool, no waiting rule
+and no outage rule, and the slack value is the single-zone price, so the decisions are
+exactly `RespotPolicy`'s (a test compares them tick by tick).
 
 No constant here is fitted to a trace set: the priors are `RespotParameters`', the prices
 and the fee are the benchmark's, and the overhead rule has no free parameter.
