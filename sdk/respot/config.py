@@ -50,6 +50,10 @@ ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
 ENV_MAX_BOOT_FAILURES = "RESPOT_MAX_BOOT_FAILURES"
 # Comma-separated instance types jobs may use (empty: any); IAM enforces the same list.
 ENV_ALLOWED_INSTANCE_TYPES = "RESPOT_ALLOWED_INSTANCE_TYPES"
+# Comma-separated regions with a satellite stack (docs/deploy.md, "Extra regions"), and the
+# SSM parameter each of them holds (launch template, subnets, bucket, instance role id).
+ENV_SATELLITE_REGIONS = "RESPOT_SATELLITE_REGIONS"
+ENV_SATELLITE_PARAMETER = "RESPOT_SATELLITE_PARAMETER"
 
 
 class ConfigError(RespotError):
