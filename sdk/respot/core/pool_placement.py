@@ -151,14 +151,14 @@ class PoolPlacementPolicy:
     def switch_running(
         self, job: JobRecord, now: datetime, settings: ControlSettings
     ) -> MarketChoice | None:
-        """For a job training now: the other market if the policy says so, else None.
+        """For a job training on on-demand: spot if the policy says so, else None.
 
-        Spot -> on-demand as `DeadlinePolicy.switch_running` (the safety net, or falling
-        behind). On-demand -> spot when the multi-pool policy switches (a spot run seen by
-        the account, old enough to be worth two changeovers) and the slack pays for the
-        whole changeover to spot and the one back (tests/core/test_spot_return.py), at most
+        On-demand -> spot when the multi-pool policy switches (a spot run seen by the
+        account, old enough to be worth two changeovers) and the slack pays for the whole
+        changeover to spot and the one back (tests/core/test_spot_return.py), at most
         `MAX_SPOT_RETURNS` times per job: a return that finds no spot after all costs a
-        changeover.
+        changeover. A job training on spot stays there: leaving a running spot instance for
+        on-demand never finishes sooner (`respot.core.deadline`'s docstring).
         """
         att = job.current
         if att is None or att.end is not None or att.notice_at is not None:
@@ -166,7 +166,7 @@ class PoolPlacementPolicy:
         if att.started_at is None or att.instance_id is None:
             return None
         if att.placement.market is Market.SPOT:
-            return self._deadline.switch_running(job, now, settings)
+            return None
         returns = int(job.policy.get("spot_returns", 0))
         if returns >= MAX_SPOT_RETURNS:
             return None
