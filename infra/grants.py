@@ -18,6 +18,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 
+from infra.regions import SATELLITE_TAG, checkpoint_bucket_name, instance_role_name
 from infra.wiring import Grant
 from respot import layout
 from respot.core.lifecycle import MANAGED_TAG
@@ -58,6 +59,19 @@ class GrantTargets:
     sweep_queue: sqs.IQueue | None = None
     # function name -> the dead-letter queue of the queue that feeds it
     dead_letter_queues: Mapping[str, sqs.IQueue] = field(default_factory=dict)
+    # Regions with a satellite stack (infra/satellite.py) and the parameter each holds.
+    satellite_regions: tuple[str, ...] = ()
+    satellite_parameter: str = ""
+
+    def regional_arn(self, service: str, region: str, resource: str, name: str) -> str:
+        """arn:<partition>:<service>:<region>:<account>:<resource>/<name> in another region."""
+        return self.stack.format_arn(
+            service=service,
+            region=region,
+            resource=resource,
+            resource_name=name,
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
 
     def ec2_arn(self, resource: str, name: str, *, account: str | None = None) -> str:
         """arn:<partition>:ec2:<region>:<account>:<resource>/<name>."""
@@ -81,6 +95,10 @@ class GrantPolicy:
     statements: list[iam.PolicyStatement]
     # (regex over cdk-nag's "Resource::..." finding, the reason written into the suppression)
     wildcards: tuple[tuple[str, str], ...] = ()
+    # What the grant needs in satellite regions (extra_regions), kept in a policy of its own
+    # so that the home-only policy stays as it is; with its wildcards' reasons.
+    satellite: list[iam.PolicyStatement] = field(default_factory=list)
+    satellite_wildcards: tuple[tuple[str, str], ...] = ()
 
 
 _JOB_OBJECTS = (
@@ -97,6 +115,28 @@ _LAUNCHED = (
     "respot's launch template (condition ec2:LaunchTemplate), CreateTags only inside "
     "RunInstances (ec2:CreateAction), TerminateInstances only on instances tagged "
     "respot:managed=<this stack's name> (aws:ResourceTag).",
+)
+_SATELLITE = (
+    r"^Resource::arn:<AWS::Partition>:ec2:[a-z]+(-[a-z]+)+-\d:<AWS::AccountId>:"
+    r"(instance|volume|network-interface|spot-instances-request|launch-template|subnet|"
+    r"security-group)/\*$",
+    "Satellite regions (extra_regions): their stacks are deployed after this one and refer "
+    "to it, so their resources' ids cannot be named here. RunInstances there needs a launch "
+    "template tagged respot:managed=<this stack> (aws:ResourceTag), subnets and security "
+    "groups tagged respot:satellite-of=<this stack>, and every other resource to come with "
+    "a launch template (ec2:LaunchTemplate); CreateTags only inside RunInstances; "
+    "TerminateInstances only on instances tagged respot:managed=<this stack>.",
+)
+_SATELLITE_IMAGES = (
+    r"^Resource::arn:<AWS::Partition>:ec2:[a-z]+(-[a-z]+)+-\d::image/\*$",
+    "A satellite region's launch template resolves its own image from the public AMI "
+    "parameter at its deploy; RunInstances may use an image only together with a launch "
+    "template (ec2:LaunchTemplate) tagged as this stack's.",
+)
+_SATELLITE_OBJECTS = (
+    r"^Resource::arn:<AWS::Partition>:s3:::.*-<AWS::AccountId>-[a-z]+(-[a-z]+)+-\d/jobs/\*$",
+    "The control plane copies a job's objects into the checkpoint bucket of the satellite "
+    "region its next attempt runs in (and back), for every job: objects under jobs/ only.",
 )
 _QUOTAS = (
     r"^Resource::arn:<AWS::Partition>:servicequotas:<AWS::Region>:<AWS::AccountId>:ec2/\*$",
@@ -158,7 +198,106 @@ def _bucket(t: GrantTargets, function: str) -> GrantPolicy:
         job_objects(t.bucket, "ReadWriteJobObjects", *BUCKET_OBJECT_ACTIONS),
         list_job_objects(t.bucket),
     ]
-    return GrantPolicy(statements, (_JOB_OBJECTS,))
+    if not t.satellite_regions:
+        return GrantPolicy(statements, (_JOB_OBJECTS,))
+    buckets = [_satellite_bucket_arn(t, region) for region in t.satellite_regions]
+    satellite = [
+        iam.PolicyStatement(
+            sid="CopyJobObjectsToSatellites",
+            actions=list(BUCKET_OBJECT_ACTIONS),
+            resources=[f"{arn}/{layout.JOBS_PREFIX}*" for arn in buckets],
+        ),
+        iam.PolicyStatement(
+            sid="ListSatelliteJobObjects", actions=["s3:ListBucket"], resources=buckets
+        ),
+    ]
+    return GrantPolicy(statements, (_JOB_OBJECTS,), satellite, (_SATELLITE_OBJECTS,))
+
+
+def _satellite_bucket_arn(t: GrantTargets, region: str) -> str:
+    name = checkpoint_bucket_name(t.stack.stack_name, Aws.ACCOUNT_ID, region)
+    return f"arn:{Aws.PARTITION}:s3:::{name}"
+
+
+def _satellite_launch(t: GrantTargets) -> list[iam.PolicyStatement]:
+    """RunInstances in satellite regions: only from launch templates tagged as this stack's."""
+    regions = t.satellite_regions
+
+    def arns(kind: str) -> list[str]:
+        return [t.regional_arn("ec2", region, kind, "*") for region in regions]
+
+    from_template: dict[str, dict[str, object]] = {
+        "ArnLike": {"ec2:LaunchTemplate": arns("launch-template")}
+    }
+    mine = {"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}}
+    satellite_of = {"StringEquals": {f"aws:ResourceTag/{SATELLITE_TAG}": t.stack.stack_name}}
+    instance_conditions: dict[str, dict[str, object]] = dict(from_template)
+    if t.allowed_instance_types:
+        instance_conditions["StringEquals"] = {"ec2:InstanceType": list(t.allowed_instance_types)}
+    return [
+        iam.PolicyStatement(
+            sid="RunFromSatelliteTemplates",
+            actions=["ec2:RunInstances"],
+            resources=arns("launch-template"),
+            conditions=mine,
+        ),
+        iam.PolicyStatement(
+            sid="RunInSatelliteNetworks",
+            actions=["ec2:RunInstances"],
+            resources=[*arns("subnet"), *arns("security-group")],
+            conditions={**from_template, **satellite_of},
+        ),
+        iam.PolicyStatement(
+            sid="RunSatelliteResources",
+            actions=["ec2:RunInstances"],
+            resources=[
+                *(
+                    arn
+                    for kind in LAUNCHED_RESOURCE_TYPES
+                    if kind != "instance"
+                    for arn in arns(kind)
+                ),
+                *(f"arn:{Aws.PARTITION}:ec2:{region}::image/*" for region in regions),
+            ],
+            conditions=from_template,
+        ),
+        iam.PolicyStatement(
+            sid="RunSatelliteInstanceTypes",
+            actions=["ec2:RunInstances"],
+            resources=arns("instance"),
+            conditions=instance_conditions,
+        ),
+        iam.PolicyStatement(
+            sid="TagSatelliteLaunches",
+            actions=["ec2:CreateTags"],
+            resources=[arn for kind in LAUNCHED_RESOURCE_TYPES for arn in arns(kind)],
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        ),
+        iam.PolicyStatement(
+            sid="PassSatelliteRoles",
+            actions=["iam:PassRole"],
+            resources=[
+                f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/"
+                f"{instance_role_name(t.stack.stack_name, region)}"
+                for region in regions
+            ],
+            conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+        ),
+        iam.PolicyStatement(
+            sid="ReadSatelliteParameters",
+            actions=["ssm:GetParameter"],
+            resources=[
+                t.stack.format_arn(
+                    service="ssm",
+                    region=region,
+                    resource="parameter",
+                    resource_name=t.satellite_parameter.lstrip("/"),
+                    arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+                )
+                for region in regions
+            ],
+        ),
+    ]
 
 
 def _launch(t: GrantTargets, function: str) -> GrantPolicy:
@@ -213,6 +352,10 @@ def _launch(t: GrantTargets, function: str) -> GrantPolicy:
             conditions={"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}},
         ),
     ]
+    if t.satellite_regions:
+        return GrantPolicy(
+            statements, (_LAUNCHED,), _satellite_launch(t), (_SATELLITE, _SATELLITE_IMAGES)
+        )
     return GrantPolicy(statements, (_LAUNCHED,))
 
 
@@ -225,7 +368,17 @@ def _terminate(t: GrantTargets, function: str) -> GrantPolicy:
             conditions={"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}},
         )
     ]
-    return GrantPolicy(statements, (_LAUNCHED,))
+    if not t.satellite_regions:
+        return GrantPolicy(statements, (_LAUNCHED,))
+    satellite = [
+        iam.PolicyStatement(
+            sid="TerminateSatelliteInstances",
+            actions=["ec2:TerminateInstances"],
+            resources=[t.regional_arn("ec2", r, "instance", "*") for r in t.satellite_regions],
+            conditions={"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}},
+        )
+    ]
+    return GrantPolicy(statements, (_LAUNCHED,), satellite, (_SATELLITE,))
 
 
 def _describe(t: GrantTargets, function: str) -> GrantPolicy:

@@ -14,6 +14,20 @@ from aws_cdk import cx_api
 from cdk_nag import AwsSolutionsChecks, NagPackSuppression, NagSuppressions, RegexAppliesTo
 from constructs import IConstruct
 
+# Suppression patterns name the region and account as CDK renders them in an env-agnostic
+# stack; a stack with a concrete env (what `cdk deploy` gives it from the shell's credentials,
+# and every stack of a deployment with extra_regions) renders the values themselves.
+_CONCRETE = {
+    "<AWS::Region>": r"(?:<AWS::Region>|[a-z]{2}(?:-[a-z]+)+-\d)",
+    "<AWS::AccountId>": r"(?:<AWS::AccountId>|\d{12})",
+}
+
+
+def _pattern(pattern: str) -> str:
+    for token, alternatives in _CONCRETE.items():
+        pattern = pattern.replace(token, alternatives)
+    return pattern
+
 
 def add_checks(app: cdk.App) -> None:
     """Run the AwsSolutions pack over everything in `app` when it synthesizes."""
@@ -35,7 +49,10 @@ def suppress(
             NagPackSuppression(
                 id=f"AwsSolutions-{rule}",
                 reason=reason,
-                applies_to=[RegexAppliesTo(regex=f"/{pattern}/") for pattern in applies_to] or None,
+                applies_to=[
+                    RegexAppliesTo(regex=f"/{_pattern(pattern)}/") for pattern in applies_to
+                ]
+                or None,
             )
         ],
         apply_to_children=children,

@@ -49,6 +49,7 @@ CONTEXT_KEYS = (
     "alarm_topic_arn",
     "max_boot_failures",
     "allowed_instance_types",
+    "extra_regions",
 )
 
 _TEXT_KEYS = {
@@ -69,6 +70,7 @@ _LIST_KEYS = {
     "allowed_publisher_role_arns",
     "admin_principal_arns",
     "data_bucket_arns",
+    "extra_regions",
 }
 
 _STAGE = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,24}")
@@ -81,6 +83,7 @@ _BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _ARN = re.compile(r"arn:aws[a-z-]*:\S+")
 _PARAMETER = re.compile(r"/[A-Za-z0-9_./-]{1,1000}")
 _ABS_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,255}")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
 
 
 class DeploySettingsError(ValueError):
@@ -116,6 +119,9 @@ class DeploySettings:
     # Instance types jobs may use (IAM ec2:InstanceType and the submit check); empty: the
     # default instance_types are the only ones allowed.
     allowed_instance_types: tuple[str, ...] = ()
+    # Regions with a satellite stack (infra/satellite.py): instances may run there, the
+    # control plane stays in the home region. Empty: the one home stack, as before.
+    extra_regions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.fullmatch(self.stage):
@@ -185,6 +191,21 @@ class DeploySettings:
         if not 1 <= self.max_boot_failures <= 100:
             raise DeploySettingsError(
                 f"max_boot_failures {self.max_boot_failures}: give 1..100 (default 3)"
+            )
+        for region in self.extra_regions:
+            if not _REGION.fullmatch(region):
+                raise DeploySettingsError(
+                    f"extra_regions: {region!r} is not a region name; give e.g. "
+                    "extra_regions=us-west-2,eu-west-1"
+                )
+        if len(set(self.extra_regions)) != len(self.extra_regions):
+            raise DeploySettingsError(
+                f"extra_regions {list(self.extra_regions)!r} names a region twice"
+            )
+        if self.extra_regions and self.ami_id is not None:
+            raise DeploySettingsError(
+                "ami_id is one region's image id; with extra_regions give ami_parameter "
+                "instead (a public SSM parameter each region resolves to its own image)"
             )
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")

@@ -14,6 +14,7 @@ from typing import Any
 
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sqs as sqs
@@ -32,8 +33,10 @@ from infra.constructs import (
     SelftestExperiment,
 )
 from infra.constructs.activity import wire_activity
+from infra.constructs.naming import pascal_id
 from infra.grants import GrantTargets, policy_for
 from infra.nag import suppress
+from infra.regions import satellite_parameter_name
 from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring
 from respot import config
@@ -179,6 +182,9 @@ class RespotStack(Stack):
         env[ENV_STS_URL] = f"https://sts.{self.region}.amazonaws.com/"
         if settings.admin_principal_arns:
             env[ENV_ADMINS] = ",".join(settings.admin_principal_arns)
+        if settings.extra_regions:
+            env[config.ENV_SATELLITE_REGIONS] = ",".join(settings.extra_regions)
+            env[config.ENV_SATELLITE_PARAMETER] = satellite_parameter_name(settings.name_prefix)
         return env
 
     def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:
@@ -201,17 +207,33 @@ class RespotStack(Stack):
             notify_queue=notify_queue,
             sweep_queue=self.messaging.queues.get(SWEEP_QUEUE),
             dead_letter_queues=dead_letters_of,
+            satellite_regions=self.settings.extra_regions,
+            satellite_parameter=satellite_parameter_name(self.settings.name_prefix),
         )
         for spec in wiring.functions:
             role = self.functions.roles[spec.name]
             wildcards: dict[str, str] = {}
+            satellite: list[iam.PolicyStatement] = []
+            satellite_wildcards: dict[str, str] = {}
             for grant in sorted(spec.grants):
                 policy = policy_for(grant, function=spec.name, targets=targets)
                 for statement in policy.statements:
                     role.add_to_policy(statement)
                 wildcards.update(policy.wildcards)
+                satellite.extend(policy.satellite)
+                satellite_wildcards.update(policy.satellite_wildcards)
             for pattern, reason in sorted(wildcards.items()):
                 suppress(role, "IAM5", reason, applies_to=[pattern])
+            if satellite:
+                # Satellite regions' statements in a policy of their own (infra/satellite.py).
+                extra = iam.Policy(
+                    self.functions,
+                    f"{pascal_id(spec.name)}SatellitePolicy",
+                    roles=[role],
+                    statements=satellite,
+                )
+                for pattern, reason in sorted(satellite_wildcards.items()):
+                    suppress(extra, "IAM5", reason, applies_to=[pattern])
             if Grant.DLQ_SEND in spec.grants:
                 self.functions.functions[spec.name].add_environment(
                     config.ENV_DLQ_URL, dead_letters_of[spec.name].queue_url

@@ -81,9 +81,15 @@ class Fleet(Construct):
         log_group_name: str | None = None,
         agent_asset: LocalAsset | None = None,
         framework_python: str = DEFAULT_FRAMEWORK_PYTHON,
+        managed_by: str | None = None,
+        role_name: str | None = None,
     ) -> None:
+        """`managed_by`: the deployment whose control plane launches and terminates these
+        instances (default: this stack; a satellite stack names its home stack). `role_name`:
+        a fixed name for the instance role (a satellite's, which the home stack may pass)."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        managed_by = managed_by or stack.stack_name
         jobs = layout.JOBS_PREFIX  # "jobs/"
 
         self.log_group = logs.LogGroup(
@@ -102,6 +108,7 @@ class Fleet(Construct):
             self,
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            role_name=role_name,
             description="respot GPU instances: read jobs/, write checkpoints and outputs",
         )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
@@ -281,7 +288,7 @@ class Fleet(Construct):
             version_description="respot GPU worker",
         )
         # Instances (and volumes) carry the tag the control plane may terminate by.
-        Tags.of(self.launch_template).add(MANAGED_TAG, stack.stack_name)
+        Tags.of(self.launch_template).add(MANAGED_TAG, managed_by)
         template_id = self.launch_template.launch_template_id
         if template_id is None:  # only imported templates lack one
             raise RuntimeError("the launch template has no id")

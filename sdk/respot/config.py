@@ -50,6 +50,10 @@ ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
 ENV_MAX_BOOT_FAILURES = "RESPOT_MAX_BOOT_FAILURES"
 # Comma-separated instance types jobs may use (empty: any); IAM enforces the same list.
 ENV_ALLOWED_INSTANCE_TYPES = "RESPOT_ALLOWED_INSTANCE_TYPES"
+# Comma-separated regions with a satellite stack (docs/deploy.md, "Extra regions"), and the
+# SSM parameter each of them holds (launch template, subnets, bucket, instance role id).
+ENV_SATELLITE_REGIONS = "RESPOT_SATELLITE_REGIONS"
+ENV_SATELLITE_PARAMETER = "RESPOT_SATELLITE_PARAMETER"
 
 
 class ConfigError(RespotError):
@@ -80,6 +84,9 @@ class ControlPlaneConfig:
     deployment_name: str = "respot"
     max_boot_failures: int = 3
     allowed_instance_types: tuple[str, ...] = ()
+    # Satellite regions (ENV_SATELLITE_REGIONS) and the parameter each one publishes.
+    satellite_regions: tuple[str, ...] = ()
+    satellite_parameter: str = "/respot/satellite"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -141,6 +148,10 @@ class ControlPlaneConfig:
                 for t in (env.get(ENV_ALLOWED_INSTANCE_TYPES) or "").split(",")
                 if t.strip()
             ),
+            satellite_regions=tuple(
+                r.strip() for r in (env.get(ENV_SATELLITE_REGIONS) or "").split(",") if r.strip()
+            ),
+            satellite_parameter=env.get(ENV_SATELLITE_PARAMETER) or "/respot/satellite",
         )
 
     def settings(self) -> ControlSettings:

@@ -3,9 +3,9 @@
 It plays the control plane (`decide` with `PoolPlacementPolicy` read from the pools' records,
 sightings folded in as `respot.control.service` does), EC2 (launches answered from a market
 of pools, terminations, instance-down events) and the agent (boot = the settings' changeover
-estimate, one step per second, a checkpoint and `AgentPreempted` the tick after a stop
-request, a notice checkpoint on an interruption). It records what the safety properties need:
-which instances were alive when, and where every attempt resumed from.
+estimate unless `boot` says otherwise, one step per second, a checkpoint and `AgentPreempted`
+the tick after a stop request, a notice checkpoint on an interruption). It records what the
+safety properties need: which instances were alive when, and where every attempt resumed from.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class Sim:
     market: Market_
     records: dict[PoolKey, PoolRecord] = field(default_factory=dict)
     others_see: bool = True  # other jobs of the account see every pool's spot each minute
+    boot: int = BOOT  # launch -> training; more than the estimate when EC2 or the agent is slow
     job: JobRecord | None = None
     t: int = 0
     instances: dict[str, Instance] = field(default_factory=dict)
@@ -175,7 +176,7 @@ class Sim:
             self._pending.append(InstanceDown(inst.instance_id, inst.attempt, "terminated"))
             return
         if not inst.started:
-            if self.t - inst.launched >= BOOT:
+            if self.t - inst.launched >= self.boot:
                 inst.started = True
                 inst.step = self.checkpoint
                 self.resumes.append((inst.attempt, self.checkpoint, self._last_step))

@@ -54,22 +54,7 @@ def tick_seconds() -> int:
     return 2 if per_core < 2.5 else 5
 
 
-LATE_SAFETY_NET = pytest.mark.xfail(
-    strict=False,
-    reason="open defect (closing note, issue 13): in one full run the live job's changeovers "
-    "ran 6% over d, and right after its resume on pool 2 (step ~92 of 100) the safety net moved "
-    "it to on-demand, whose changeover outlasted the work left: finished at tick 16.0 of 16, "
-    "deadline missed; staying on spot would have finished at ~12.8. Passed in other runs.",
-)
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=LATE_SAFETY_NET) if name == "aws-2023-04-19" else name
-        for name in WINDOWS
-    ],
-)
+@pytest.mark.parametrize("name", list(WINDOWS))
 def test_the_live_cost_of_a_window_is_the_simulators(name: str) -> None:
     paths, start, job = WINDOWS[name]
     pool_set = load_pool_set(list(map(Path, paths)))

@@ -3,8 +3,8 @@
 EventBridge delivers a cross-region event unchanged: the original `source` (aws.ec2),
 `account`, `detail-type` and `detail`, with `region` the region where it happened (AWS,
 "Sending and receiving events between AWS Regions"). The handlers find the job from the
-instance id alone, so a satellite region's notice is acted on like the home region's. (The
-satellite stack that would forward them is not built: docs/deploy.md.)
+instance id alone, so a satellite region's notice is acted on like the home region's. The
+satellite stack's rules forward them (infra/satellite.py, tests/infra/test_satellite.py).
 """
 
 from __future__ import annotations

@@ -17,11 +17,23 @@ job's submission, and the observation is assembled here from the record:
   run-length pairs (`policy["avail"]`), a few dozen bytes for a job of days.
 
 What the live system does with the answer: for a job that needs capacity, the market to
-ask for (or to wait); for a job running on spot, whether to leave spot for on-demand now
-(the safety net, or the job falling behind). This single-pool policy keeps a job that went
-on-demand there; across pools, `core/pool_placement.PoolPlacementPolicy.switch_running`
+ask for (or to wait). A job *training* on spot is never moved to on-demand: the move never
+finishes sooner than staying (below). This single-pool policy keeps a job
+that went on-demand there; across pools, `core/pool_placement.PoolPlacementPolicy.switch_running`
 moves it back to spot once some job has seen spot up and the slack pays both changeovers
 (see docs/policy.md, "Live use").
+
+Why a running spot instance stays (the benchmark's guard would move it when s < d with more
+than a tick of work left): leaving it for on-demand finishes in d + W (the new instance's
+whole changeover, then the work left W; the planned stop's checkpoint comes on top). Staying
+finishes in W, or, interrupted at any moment t, in t + d + (W - t) = d + W: the running
+instance has no changeover left and its progress up to the notice is kept (the notice-time
+checkpoint; the benchmark's preemption keeps the tick's work too). So staying is never later
+and never dearer. In `is_safe`'s arithmetic the same fact reads: on-demand is safe iff
+s >= d, and then continuing on spot is safe too, so the guard answers on-demand for a running
+spot instance only when on-demand cannot make the deadline either (the benchmark's invariant
+already broken: live, by a changeover longer than d, a pace slower than C, or whole-second
+rounding), where the move would make a late job later (tests/core/test_deadline.py).
 """
 
 from __future__ import annotations
@@ -201,20 +213,3 @@ class DeadlinePolicy:
         if job.spec.on_demand_fallback:
             return MarketChoice(Market.ON_DEMAND, reason)
         return MarketChoice(Market.SPOT, f"{reason}, but on_demand_fallback is off: spot only")
-
-    def switch_running(
-        self, job: JobRecord, now: datetime, settings: ControlSettings
-    ) -> MarketChoice | None:
-        """For a job training on spot: on-demand now if the policy says so, else None."""
-        att = _held(job)
-        if att is None or att.placement.market is not Market.SPOT or att.started_at is None:
-            return None
-        if not job.spec.on_demand_fallback:
-            return None
-        obs = observe(job, now, settings)
-        if obs is None or obs.ticks_left <= 0:
-            return None
-        decision = RespotPolicy().decide(obs)
-        if decision.choice is Choice.ON_DEMAND:
-            return MarketChoice(Market.ON_DEMAND, f"deadline policy: {decision.mode.value}")
-        return None

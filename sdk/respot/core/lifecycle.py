@@ -1141,11 +1141,11 @@ def _tick(
         spec.deadline is not None
         and job.state is JobState.RUNNING
         and "switching" not in job.policy
+        and isinstance(policy, SwitchPolicy)
     ):
-        # The deadline policy may want the job off spot before the deadline is at risk (or,
-        # across pools, back on spot from on-demand).
-        switcher = policy if isinstance(policy, SwitchPolicy) else DeadlinePolicy()
-        switch = switcher.switch_running(job, now, settings)
+        # Across pools, the deadline policy may move a job on on-demand back to spot (a job
+        # training on spot is never moved to on-demand: respot.core.deadline says why).
+        switch = policy.switch_running(job, now, settings)
         if switch is not None and switch.market is not None:
             if switch.market is Market.SPOT:
                 job.policy["spot_returns"] = int(job.policy.get("spot_returns", 0)) + 1

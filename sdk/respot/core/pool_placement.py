@@ -25,13 +25,13 @@ from respot.core.deadline import BOOT_GUARD, DeadlinePolicy, boot_unguarded, obs
 from respot.core.job import JobRecord, Market, Placement
 from respot.core.placement import ControlSettings, MarketChoice, SpotFirstPolicy, candidates
 from respot.core.pool_watch import PoolKey, PoolRecord, PoolsView, absolute_tick, view
+from respot.core.transfer import checkpoint_gb, checkpoint_region
 from respot.policy import Choice, MultiPoolPolicy, Observation, Pool, PoolsObservation
 from respot.policy import Placement as PoolChoice
 from respot.policy.multipool import PoolsDecision
-from respot.policy.pools import NOTHING, ON_DEMAND
+from respot.policy.pools import NOTHING, ON_DEMAND, region_of
 
 MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover)
-HOME = "home"  # every subnet of the stack is in its one region: no transfer fee between pools
 
 
 def _observation(
@@ -40,7 +40,12 @@ def _observation(
     seen: PoolsView,
     available: tuple[bool, ...],
     held: PoolChoice,
+    job: JobRecord,
 ) -> PoolsObservation:
+    # Pools in satellite regions (docs/deploy.md) are in other regions than the checkpoint's:
+    # a move there pays the transfer. With one region every pool is where the checkpoint is.
+    regions = [region_of(p.availability_zone) for p in pools]
+    size = checkpoint_gb(job)
     return PoolsObservation(
         tick=base.tick,
         gap_seconds=base.gap_seconds,
@@ -50,10 +55,11 @@ def _observation(
         done_seconds=base.done_seconds,
         remaining_changeover_seconds=base.remaining_changeover_seconds,
         held=held,
-        home=HOME,
-        pools=tuple(Pool(PoolKey.of(p).name, HOME) for p in pools),
+        home=checkpoint_region(job, default=regions[0]),
+        pools=tuple(Pool(PoolKey.of(p).name, r) for p, r in zip(pools, regions, strict=True)),
         available=available,
         histories=seen.histories,
+        **({"checkpoint_gb": size} if size is not None else {}),
     )
 
 
@@ -74,6 +80,7 @@ def _rank(
     seen: PoolsView,
     available: list[bool],
     held: PoolChoice,
+    job: JobRecord,
 ) -> tuple[PoolsDecision, list[Placement]]:
     """The policy's decision, and the spot pools in the order it would take them.
 
@@ -85,7 +92,7 @@ def _rank(
     first: PoolsDecision | None = None
     for _ in pools:
         decision = MultiPoolPolicy(waits=False).decide(
-            _observation(base, pools, seen, tuple(up), held)
+            _observation(base, pools, seen, tuple(up), held, job)
         )
         first = first or decision
         if decision.placement.choice is not Choice.SPOT or decision.placement.pool is None:
@@ -125,7 +132,7 @@ class PoolPlacementPolicy:
                 return replace(choice, pools=tuple(up + down))
             return choice
         available = [s is not False for s in seen.seen_now]  # not seen now: worth asking
-        first, ranked = _rank(base, pools, seen, available, _held(job, base, pools))
+        first, ranked = _rank(base, pools, seen, available, _held(job, base, pools), job)
         reason = f"deadline policy across pools: {first.mode.value}"
         if first.placement.choice is Choice.SPOT:
             if boot_unguarded(base) and job.spec.on_demand_fallback:
@@ -144,14 +151,14 @@ class PoolPlacementPolicy:
     def switch_running(
         self, job: JobRecord, now: datetime, settings: ControlSettings
     ) -> MarketChoice | None:
-        """For a job training now: the other market if the policy says so, else None.
+        """For a job training on on-demand: spot if the policy says so, else None.
 
-        Spot -> on-demand as `DeadlinePolicy.switch_running` (the safety net, or falling
-        behind). On-demand -> spot when the multi-pool policy switches (a spot run seen by
-        the account, old enough to be worth two changeovers) and the slack pays for the
-        whole changeover to spot and the one back (tests/core/test_spot_return.py), at most
+        On-demand -> spot when the multi-pool policy switches (a spot run seen by the
+        account, old enough to be worth two changeovers) and the slack pays for the whole
+        changeover to spot and the one back (tests/core/test_spot_return.py), at most
         `MAX_SPOT_RETURNS` times per job: a return that finds no spot after all costs a
-        changeover.
+        changeover. A job training on spot stays there: leaving a running spot instance for
+        on-demand never finishes sooner (`respot.core.deadline`'s docstring).
         """
         att = job.current
         if att is None or att.end is not None or att.notice_at is not None:
@@ -159,7 +166,7 @@ class PoolPlacementPolicy:
         if att.started_at is None or att.instance_id is None:
             return None
         if att.placement.market is Market.SPOT:
-            return self._deadline.switch_running(job, now, settings)
+            return None
         returns = int(job.policy.get("spot_returns", 0))
         if returns >= MAX_SPOT_RETURNS:
             return None
@@ -175,7 +182,7 @@ class PoolPlacementPolicy:
         ]
         if not any(available):
             return None
-        first, ranked = _rank(base, pools, seen, available, ON_DEMAND)
+        first, ranked = _rank(base, pools, seen, available, ON_DEMAND, job)
         if not ranked:
             return None
         if base.slack_seconds - base.changeover_seconds < base.changeover_seconds:

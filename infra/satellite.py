@@ -1,0 +1,192 @@
+"""A satellite stack: where respot's instances may also run, in one extra region.
+
+The control plane (functions, table, topic, queues) stays in the home region. A satellite
+region holds only what an instance there needs, made the way the home stack makes it:
+- a VPC of its own (public subnets, S3 gateway endpoint, no NAT; `infra.constructs.Network`);
+- the launch template, instance role/profile and security group of `infra.constructs.Fleet`
+  (the same user data builder, IMDSv2 required, no inbound port, encrypted gp3 root), its
+  agent sending to the home agent queue and writing to this region's checkpoint bucket;
+- a checkpoint bucket in the region (SSE-S3, TLS only, no public access, versioned): a job
+  that moves here gets its `jobs/<id>/` objects copied in before its launch, so the agent
+  restores and checkpoints next to its GPU (docs/decisions.md, "Satellite regions");
+- one EventBridge rule per EC2 rule of the wiring, with the same pattern, forwarding to the
+  home region's default bus through a role that may only `events:PutEvents` there (same
+  account: the role is all EventBridge needs; no bus policy);
+- an SSM parameter `<name_prefix>/satellite` in the region: the launch template id, the
+  subnets and zones, the bucket and the instance role id, which the control plane reads
+  (`respot.aws.satellites`) instead of a deploy-time reference (the home stack cannot
+  reference a stack that references it).
+
+The fixed names below are how the home stack scopes its grants in satellite regions without
+a reference: the instance role's name (iam:PassRole) and the bucket's name (s3 copy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Aws, Duration, Environment, Stack, Tags
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra.bundling import LocalAsset
+from infra.constructs import Fleet, Network
+from infra.constructs.naming import pascal_id
+from infra.constructs.storage import (
+    ACCESS_LOG_DAYS,
+    INCOMPLETE_UPLOAD_DAYS,
+    NONCURRENT_VERSION_DAYS,
+    SERVER_ACCESS_LOGS_USE_BUCKET_POLICY,
+    _private_bucket,
+)
+from infra.regions import (
+    SATELLITE_TAG,
+    checkpoint_bucket_name,
+    instance_role_name,
+    satellite_parameter_name,
+)
+from infra.settings import DeploySettings
+from infra.wiring import WIRING, Wiring
+from respot.core.lifecycle import MANAGED_TAG
+
+
+def home_bus_arn(region: str) -> str:
+    """The home region's default event bus (this account)."""
+    return f"arn:{Aws.PARTITION}:events:{region}:{Aws.ACCOUNT_ID}:event-bus/default"
+
+
+class SatelliteStack(Stack):
+    """The instances' side of respot in one extra region, reporting to the home stack."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        home: Any,  # infra.stack.RespotStack (imported lazily by app.py to avoid a cycle)
+        region: str,
+        settings: DeploySettings,
+        wiring: Wiring = WIRING,
+        agent_asset: LocalAsset | None = None,
+        **kwargs: Any,
+    ) -> None:
+        home_region = home.region
+        if region == home_region:
+            raise ValueError(f"extra_regions: {region} is the home region; name only other regions")
+        super().__init__(
+            scope,
+            construct_id,
+            env=Environment(account=home.account, region=region),
+            # The agent queue's URL and ARN come from the home stack (CDK carries them across
+            # regions in SSM parameters it manages).
+            cross_region_references=True,
+            **kwargs,
+        )
+        home_name: str = home.stack_name
+
+        self.node.set_context(SERVER_ACCESS_LOGS_USE_BUCKET_POLICY, True)
+        self.log_bucket = _private_bucket(
+            self,
+            "LogBucket",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="expire-logs",
+                    expiration=Duration.days(ACCESS_LOG_DAYS),
+                    abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
+                )
+            ],
+        )
+        self.bucket = _satellite_bucket(self, home_name, region, self.log_bucket)
+
+        self.network = Network(self, "Network", flow_log_bucket=self.log_bucket)
+        self.fleet = Fleet(
+            self,
+            "Fleet",
+            vpc=self.network.vpc,
+            bucket=self.bucket,
+            agent_queue=home.messaging.agent_queue,
+            machine_image=ec2.MachineImage.from_ssm_parameter(settings.ami_parameter),
+            data_buckets=settings.data_bucket_arns,
+            root_volume_gb=settings.root_volume_gb,
+            root_device_name=settings.root_device_name,
+            agent_asset=agent_asset,
+            framework_python=settings.framework_python,
+            managed_by=home_name,
+            role_name=instance_role_name(home_name, region),
+        )
+
+        self.forwarding_role = iam.Role(
+            self,
+            "ForwardingRole",
+            assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
+            description=f"EventBridge: forward EC2 events of respot's instances to {home_region}",
+        )
+        bus_arn = home_bus_arn(home_region)
+        self.forwarding_role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PutOnHomeBus", actions=["events:PutEvents"], resources=[bus_arn]
+            )
+        )
+        home_bus = events.EventBus.from_event_bus_arn(self, "HomeBus", bus_arn)
+        self.rules: dict[str, events.Rule] = {}
+        for rule in wiring.rules:
+            pattern = rule.pattern
+            self.rules[rule.name] = events.Rule(
+                self,
+                f"Forward{pascal_id(rule.name)}",
+                description=f"{rule.description} (forwarded to the home bus in {home_region})",
+                event_pattern=events.EventPattern(
+                    source=pattern.get("source"),
+                    detail_type=pattern.get("detail-type"),
+                    detail=pattern.get("detail"),
+                ),
+                targets=[targets.EventBus(home_bus, role=self.forwarding_role)],
+            )
+
+        self.parameter = ssm.StringParameter(
+            self,
+            "SatelliteParameter",
+            parameter_name=satellite_parameter_name(settings.name_prefix),
+            description=f"respot satellite of {home_name}: launch template, subnets, bucket",
+            string_value=self.to_json_string(
+                {
+                    "home_stack": home_name,
+                    "region": region,
+                    "launch_template_id": self.fleet.launch_template_id,
+                    "bucket": self.bucket.bucket_name,
+                    "instance_role_id": self.fleet.role.role_id,
+                    "subnets": [
+                        {"subnet_id": p.subnet_id, "availability_zone": p.availability_zone}
+                        for p in self.network.placements
+                    ],
+                }
+            ),
+        )
+        Tags.of(self).add(SATELLITE_TAG, home_name)
+        Tags.of(self.fleet.launch_template).add(MANAGED_TAG, home_name)
+
+
+def _satellite_bucket(
+    scope: Construct, home_name: str, region: str, log_bucket: s3.IBucket
+) -> s3.Bucket:
+    """The region's checkpoint bucket: as the home jobs bucket, under a fixed name."""
+    return _private_bucket(
+        scope,
+        "CheckpointBucket",
+        bucket_name=checkpoint_bucket_name(home_name, Aws.ACCOUNT_ID, region),
+        versioned=True,
+        server_access_logs_bucket=log_bucket,
+        server_access_logs_prefix="s3-access/checkpoint-bucket/",
+        lifecycle_rules=[
+            s3.LifecycleRule(
+                id="expire-noncurrent-versions",
+                noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
+                abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
+            )
+        ],
+    )

@@ -1,0 +1,340 @@
+"""Satellite stacks (`-c extra_regions=...`): synthesized, checked by cdk-nag and cfn-lint, and
+their IAM evaluated with conditions (`infra.iam_eval`).
+
+Without `extra_regions` the home template is what it was: no satellite statement, variable or
+cross-region export. With it, the home stack gains only a satellite policy per function, two
+variables and CDK's cross-region export writer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import assertions
+
+from infra.iam_eval import allowed
+from infra.local.iam import Resolver, _logical_id
+from infra.nag import add_checks, errors
+from infra.regions import checkpoint_bucket_name, instance_role_name, satellite_stack_name
+from infra.satellite import SatelliteStack
+from infra.settings import DeploySettings, DeploySettingsError
+from infra.stack import RespotStack
+from infra.userdata import BOOTSTRAP_SCRIPT
+from infra.wiring import WIRING
+from tests.infra.conftest import NO_BUNDLING
+
+HOME, ACCOUNT = "us-east-1", "123456789012"
+EXTRA = ("us-west-2", "eu-west-1")
+BIN = Path(sys.executable).parent
+
+
+def _app(settings: DeploySettings, outdir: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    app = cdk.App(context=NO_BUNDLING, outdir=outdir)
+    home = RespotStack(
+        app,
+        settings.stack_name,
+        settings=settings,
+        env=cdk.Environment(account=ACCOUNT, region=HOME),
+    )
+    satellites = {
+        region: SatelliteStack(
+            app,
+            satellite_stack_name(settings.stack_name, region),
+            home=home,
+            region=region,
+            settings=settings,
+        )
+        for region in settings.extra_regions
+    }
+    return app, home, satellites
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("cdk.out")
+    app, home, satellites = _app(DeploySettings(extra_regions=EXTRA), str(out))
+    add_checks(app)
+    assembly = app.synth()
+    return {
+        "out": out,
+        "errors": errors(assembly),
+        "home": assertions.Template.from_stack(home).to_json(),
+        "satellites": {
+            r: assertions.Template.from_stack(s).to_json() for r, s in satellites.items()
+        },
+    }
+
+
+def _resources(template: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [r for r in template["Resources"].values() if r["Type"] == kind]
+
+
+def test_without_extra_regions_the_home_template_is_unchanged(template: assertions.Template):
+    plain = template.to_json()
+    _, empty = _as_settings(extra_regions=())
+    assert empty == plain
+    text = json.dumps(plain)
+    for marker in ("SatellitePolicy", "RESPOT_SATELLITE", "satellite", "ExportsWriter"):
+        assert marker not in text
+
+
+def _as_settings(**values: Any) -> tuple[Any, dict[str, Any]]:
+    from tests.infra.conftest import respot_template
+
+    stack, tmpl = respot_template(**values)
+    return stack, tmpl.to_json()
+
+
+def test_with_extra_regions_the_home_stack_only_gains_satellite_pieces(synthesized):
+    app = cdk.App(context=NO_BUNDLING)
+    alone = RespotStack(
+        app, "Respot", settings=DeploySettings(), env=cdk.Environment(account=ACCOUNT, region=HOME)
+    )
+    before = assertions.Template.from_stack(alone).to_json()["Resources"]
+    after = synthesized["home"]["Resources"]
+    added = set(after) - set(before)
+    assert set(before) <= set(after)
+    kinds = {after[lid]["Type"] for lid in added}
+    assert kinds <= {"AWS::IAM::Policy", "Custom::CrossRegionExportWriter", "AWS::IAM::Role"} | {
+        "AWS::Lambda::Function"
+    }
+    satellite_policies = [lid for lid in added if "SatellitePolicy" in lid]
+    assert len(satellite_policies) == sum(1 for f in WIRING.functions if "ec2-launch" in f.grants)
+    # Variables of the functions: only the two satellite ones are new
+    for lid, resource in before.items():
+        if resource["Type"] != "AWS::Lambda::Function":
+            continue
+        old = resource["Properties"]["Environment"]["Variables"]
+        new = after[lid]["Properties"]["Environment"]["Variables"]
+        assert set(new) - set(old) == {"RESPOT_SATELLITE_REGIONS", "RESPOT_SATELLITE_PARAMETER"}
+        assert new["RESPOT_SATELLITE_REGIONS"] == ",".join(EXTRA)
+
+
+def test_cdk_nag_finds_nothing_unsuppressed(synthesized):
+    assert synthesized["errors"] == []
+
+
+def test_templates_pass_cfn_lint(synthesized):
+    files = [
+        synthesized["out"] / f"{satellite_stack_name('Respot', r)}.template.json" for r in EXTRA
+    ]
+    files.append(synthesized["out"] / "Respot.template.json")
+    # Two warnings come with any stack of a concrete account and region, not with respot's
+    # resources: W3010 (CDK names the zones of the VPC it makes: with an explicit env it looks
+    # them up, here the placeholders dummy1a..c) and W3005 (a DependsOn inside CDK's own
+    # cross-region export reader/writer). Everything else must pass.
+    result = subprocess.run(
+        [str(BIN / "cfn-lint"), "--ignore-checks", "W3010", "W3005", "--", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_launch_template_is_the_home_one(synthesized):
+    for region, template in synthesized["satellites"].items():
+        (lt,) = _resources(template, "AWS::EC2::LaunchTemplate")
+        data = lt["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"]["HttpTokens"] == "required"
+        assert data["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
+        (device,) = data["BlockDeviceMappings"]
+        assert device["Ebs"]["Encrypted"] is True
+        assert "KeyName" not in data
+        tags = {
+            t["Key"]: t["Value"]
+            for spec in lt["Properties"]["TagSpecifications"]
+            for t in spec["Tags"]
+        }
+        assert tags["respot:managed"] == "Respot"  # the home control plane's tag
+        (sg,) = _resources(template, "AWS::EC2::SecurityGroup")
+        assert "SecurityGroupIngress" not in sg["Properties"]
+        assert not _resources(template, "AWS::EC2::SecurityGroupIngress")
+        # the same user data builder: the env file, then the bootstrap script
+        parts = data["UserData"]["Fn::Base64"]["Fn::Join"][1]
+        text = "".join(p if isinstance(p, str) else json.dumps(p) for p in parts)
+        script = BOOTSTRAP_SCRIPT.read_text()
+        assert script.strip().splitlines()[-1] in text
+        assert 'AWS_REGION={"Ref": "AWS::Region"}' in text  # this (the satellite's) region
+        # the agent reports to the home queue (CDK's cross-region reference), writes here
+        assert "RESPOT_AGENT_QUEUE_URL=" in text and "MessagingAgentEventsQueue" in text
+        assert 'RESPOT_BUCKET={"Ref": "CheckpointBucket' in text
+        role = _resources(template, "AWS::IAM::Role")
+        assert instance_role_name("Respot", region) in [
+            r["Properties"].get("RoleName") for r in role
+        ]
+
+
+def test_the_checkpoint_bucket_is_private_encrypted_and_tls_only(synthesized):
+    for region, template in synthesized["satellites"].items():
+        buckets = {
+            json.dumps(b["Properties"].get("BucketName")): b
+            for b in _resources(template, "AWS::S3::Bucket")
+        }
+        name = checkpoint_bucket_name("Respot", "123456789012", region)
+        (bucket,) = [b for n, b in buckets.items() if region in n and "respot-" in n]
+        props = bucket["Properties"]
+        assert name.endswith(region)
+        assert props["PublicAccessBlockConfiguration"] == {
+            "BlockPublicAcls": True,
+            "BlockPublicPolicy": True,
+            "IgnorePublicAcls": True,
+            "RestrictPublicBuckets": True,
+        }
+        rule = props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+        assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+        denies = [
+            s
+            for p in _resources(template, "AWS::S3::BucketPolicy")
+            for s in p["Properties"]["PolicyDocument"]["Statement"]
+            if s["Effect"] == "Deny"
+        ]
+        assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies)
+
+
+def test_rules_forward_the_home_patterns_to_the_home_bus(synthesized):
+    for template in synthesized["satellites"].values():
+        rules = _resources(template, "AWS::Events::Rule")
+        patterns = sorted(
+            json.dumps(r["Properties"]["EventPattern"], sort_keys=True) for r in rules
+        )
+        assert patterns == sorted(json.dumps(r.pattern, sort_keys=True) for r in WIRING.rules)
+        for rule in rules:
+            (target,) = rule["Properties"]["Targets"]
+            arn = json.dumps(target["Arn"])
+            assert f"events:{HOME}:" in arn and "event-bus/default" in arn
+            assert "RoleArn" in target
+        # the forwarding role may put events on the home bus, and do nothing else
+        resolve = Resolver({}, "us-west-2")
+        forward = _logical_id(template, "ForwardingRole")
+        docs = [
+            resolve(p["Properties"]["PolicyDocument"])
+            for p in _resources(template, "AWS::IAM::Policy")
+            if {"Ref": forward} in p["Properties"]["Roles"]
+        ]
+        bus = f"arn:aws:events:{HOME}:{ACCOUNT}:event-bus/default"
+        assert allowed(docs, "events:PutEvents", bus)
+        assert not allowed(docs, "events:PutEvents", bus.replace(HOME, "us-west-2"))
+        assert not allowed(docs, "sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:x")
+
+
+def _instance_policies(template: dict[str, Any], region: str) -> list[dict[str, Any]]:
+    role = _logical_id(template, "FleetInstanceRole")
+    attrs: dict[str, dict[str, str]] = {}
+    for lid, resource in template["Resources"].items():
+        if resource["Type"] == "AWS::S3::Bucket":
+            name = checkpoint_bucket_name("Respot", ACCOUNT, region)
+            if "CheckpointBucket" in lid:
+                attrs[lid] = {"Ref": name, "Arn": f"arn:aws:s3:::{name}"}
+    resolve = Resolver(attrs, region)
+    return [
+        resolve(p["Properties"]["PolicyDocument"])
+        for p in _resources(template, "AWS::IAM::Policy")
+        if {"Ref": role} in p["Properties"]["Roles"]
+    ]
+
+
+def test_the_satellite_instance_role_reaches_its_region_bucket_only(synthesized):
+    region = "us-west-2"
+    docs = _instance_policies(synthesized["satellites"][region], region)
+    bucket = f"arn:aws:s3:::{checkpoint_bucket_name('Respot', ACCOUNT, region)}"
+    assert allowed(docs, "s3:GetObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
+    assert allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/checkpoints/blobs/ab12")
+    assert not allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/submission.json")
+    assert not allowed(docs, "s3:DeleteObject", f"{bucket}/jobs/j-1/outputs/model.pt")
+    other = f"arn:aws:s3:::{checkpoint_bucket_name('Respot', ACCOUNT, 'eu-west-1')}"
+    assert not allowed(docs, "s3:GetObject", f"{other}/jobs/j-1/checkpoints/0040.json")
+    assert not allowed(docs, "ec2:RunInstances", f"arn:aws:ec2:{region}:{ACCOUNT}:instance/*")
+    assert not allowed(docs, "dynamodb:PutItem", f"arn:aws:dynamodb:{HOME}:{ACCOUNT}:table/x")
+
+
+def _home_policies(template: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    from infra.constructs.naming import pascal_id
+
+    role = _logical_id(template, f"Functions{pascal_id(function)}Role")
+    resolve = Resolver({}, HOME)
+    return [
+        resolve(p["Properties"]["PolicyDocument"])
+        for p in _resources(template, "AWS::IAM::Policy")
+        if {"Ref": role} in p["Properties"].get("Roles", [])
+    ]
+
+
+def test_the_home_control_plane_launches_there_only_from_its_tagged_template(synthesized):
+    docs = _home_policies(synthesized["home"], "reconcile")
+    ec2 = f"arn:aws:ec2:us-west-2:{ACCOUNT}"
+    template = f"{ec2}:launch-template/lt-0123456789abcdef0"
+    ours = {"aws:ResourceTag/respot:managed": "Respot"}
+    assert allowed(docs, "ec2:RunInstances", template, ours)
+    assert not allowed(docs, "ec2:RunInstances", template, {"aws:ResourceTag/respot:managed": "X"})
+    assert not allowed(docs, "ec2:RunInstances", template)
+    ctx = {"ec2:LaunchTemplate": template, "ec2:InstanceType": "g5.xlarge"}
+    assert allowed(docs, "ec2:RunInstances", f"{ec2}:instance/*", ctx)
+    assert not allowed(
+        docs, "ec2:RunInstances", f"{ec2}:instance/*", {**ctx, "ec2:InstanceType": "p5.48xlarge"}
+    )
+    net = {"ec2:LaunchTemplate": template, "aws:ResourceTag/respot:satellite-of": "Respot"}
+    assert allowed(docs, "ec2:RunInstances", f"{ec2}:subnet/subnet-0abc12345", net)
+    assert not allowed(
+        docs,
+        "ec2:RunInstances",
+        f"{ec2}:security-group/sg-0abc12345",
+        {**net, "aws:ResourceTag/respot:satellite-of": "Other"},
+    )
+    # a region without a satellite: nothing
+    ap = template.replace("us-west-2", "ap-south-1")
+    assert not allowed(docs, "ec2:RunInstances", ap, ours)
+    # terminating there: only instances tagged as this deployment's
+    instance = f"{ec2}:instance/i-0123456789abcdef0"
+    assert allowed(docs, "ec2:TerminateInstances", instance, ours)
+    assert not allowed(docs, "ec2:TerminateInstances", instance)
+    # passing the satellite's instance role, and no other
+    role = f"arn:aws:iam::{ACCOUNT}:role/{instance_role_name('Respot', 'us-west-2')}"
+    to_ec2 = {"iam:PassedToService": "ec2.amazonaws.com"}
+    assert allowed(docs, "iam:PassRole", role, to_ec2)
+    assert not allowed(docs, "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/admin", to_ec2)
+    # copying a job's objects into the satellite's bucket, nothing outside jobs/
+    bucket = f"arn:aws:s3:::{checkpoint_bucket_name('Respot', ACCOUNT, 'us-west-2')}"
+    assert allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
+    assert not allowed(docs, "s3:PutObject", f"{bucket}/other/x")
+    assert not allowed(docs, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
+    parameter = f"arn:aws:ssm:us-west-2:{ACCOUNT}:parameter/respot/satellite"
+    assert allowed(docs, "ssm:GetParameter", parameter)
+    assert not allowed(docs, "ssm:GetParameter", parameter.replace("satellite", "slack-token"))
+
+
+def test_notify_gets_no_satellite_reach(synthesized):
+    docs = _home_policies(synthesized["home"], "notify")
+    ec2 = f"arn:aws:ec2:us-west-2:{ACCOUNT}"
+    ours = {"aws:ResourceTag/respot:managed": "Respot"}
+    assert not allowed(docs, "ec2:TerminateInstances", f"{ec2}:instance/i-0", ours)
+
+
+def test_the_parameter_names_what_the_control_plane_needs(synthesized):
+    for region, template in synthesized["satellites"].items():
+        (parameter,) = _resources(template, "AWS::SSM::Parameter")
+        assert parameter["Properties"]["Name"] == "/respot/satellite"
+        text = json.dumps(parameter["Properties"]["Value"])
+        for key in ("launch_template_id", "subnets", "bucket", "instance_role_id", "region"):
+            assert key in text
+        assert region in text
+
+
+def test_bad_extra_regions_are_refused_with_the_fix():
+    with pytest.raises(DeploySettingsError, match="extra_regions: 'us-west2'"):
+        DeploySettings(extra_regions=("us-west2",))
+    with pytest.raises(DeploySettingsError, match="twice"):
+        DeploySettings(extra_regions=("us-west-2", "us-west-2"))
+    with pytest.raises(DeploySettingsError, match="ami_parameter"):
+        DeploySettings(extra_regions=("us-west-2",), ami_id="ami-0123456789abcdef0")
+    settings = DeploySettings.from_context({"extra_regions": "us-west-2, eu-west-1"}.get)
+    assert settings.extra_regions == EXTRA
+    with pytest.raises(ValueError, match="home region"):
+        _app(DeploySettings(extra_regions=(HOME,)))
