@@ -241,6 +241,24 @@ def test_in_a_union_outage_it_buys_on_demand_as_late_as_the_changeovers_ahead_al
     assert MultiPoolPolicy().decide(late) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
 
 
+def test_with_ticks_shorter_than_a_changeover_it_looks_ahead_as_far_as_the_changeover():
+    # GIVEN G = 60 s, d = 180 s, and pool 0's runs are mostly 4 ticks long (one in three
+    # lasts 60); its run is 1 tick old, pool 1 (held) was just lost, and slack is plentiful
+    short = ([1] * 4 + [0] * 2) * 8
+    history = (short + [1] * 60 + [0] * 2) * 2 + [0, 1]
+    obs = observation(NOTHING, [True, False], [history, [1] * len(history)])
+    obs = replace(
+        obs,
+        gap_seconds=60,
+        changeover_seconds=180,
+        deadline_seconds=4000 * 60,
+        work_seconds=2000 * 60,
+    )
+    # the next tick's hazard is small (runs end at age 4) so a one-tick lookahead would start
+    # now; three ticks ahead (d / G) the likely 4-tick run has shown itself: it waits
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+
+
 def test_the_safety_net_overrides_every_wish():
     # no slack left for a new spot instance's changeover: on-demand
     obs = observation(NOTHING, [True, False], [[1] * 10, [0] * 10])

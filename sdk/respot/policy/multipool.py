@@ -296,12 +296,14 @@ class MultiPoolPolicy:
         """Whether to hold nothing this tick rather than start the candidate pool's spot.
 
         Only across pools, only when nothing runs (idle or just preempted) and a tick of
-        waiting is safe. Two one-tick lookaheads, each pricing the tick of slack at
-        `slack_value`:
+        waiting is safe. Two lookaheads, each pricing a tick of slack at `slack_value`:
         - the run: a run that has just begun is the likeliest to end (falling hazards), so
-          starting it a tick later, if it survives (1 - h), buys more expected work P' for
-          the same overhead c = d (p_spot + value) + fee. Wait iff the overhead per second of
-          work is lower that way: (value G + (1 - h) c) / ((1 - h) P') < c / P;
+          starting it k ticks later, if it survives (S_k, the product of 1 - h over those
+          ticks), buys more expected work P_k for the same overhead c = d (p_spot + value) +
+          fee. Wait iff the overhead per second of work is lower that way for some k from 1
+          to ceil(d / G): (value k G + S_k c) / (S_k P_k) < c / P. The horizon is the
+          changeover's length: a run shorter than it yields nothing, and a one-tick horizon
+          would look 34 s ahead on one trace set and 10 min on another;
         - the region: a move to another region pays the fee; wait iff the tick of slack costs
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
@@ -318,12 +320,18 @@ class MultiPoolPolicy:
         stats = pools[candidate]
         overhead = obs.changeover_seconds * (SPOT_PRICE_PER_SECOND + slack_value) + fee
         now = min(_expected_progress(obs, stats, prior), obs.remaining_seconds)
-        ends = stats.hazard(1, stats.current_age(1), prior)
-        later = min(_expected_progress(obs, stats, prior, later=1), obs.remaining_seconds)
-        if now > 0 and later > 0 and ends < 1:
-            waiting = (slack_value * gap + (1 - ends) * overhead) / ((1 - ends) * later)
-            if waiting < overhead / now:
-                return True
+        # Look as far ahead as a changeover lasts (at least a tick): the runs that would
+        # yield nothing are those shorter than it, whatever the tick length.
+        steps = min(max(1, -(-obs.changeover_seconds // gap)), obs.ticks_left)
+        age = stats.current_age(1)
+        lasts = 1.0
+        for k in range(1, steps + 1):
+            lasts *= 1 - stats.hazard(1, age + k - 1, prior)  # P(the run is still up in k ticks)
+            later = min(_expected_progress(obs, stats, prior, later=k), obs.remaining_seconds)
+            if now > 0 and later > 0 and lasts > 0:
+                waiting = (slack_value * k * gap + lasts * overhead) / (lasts * later)
+                if waiting < overhead / now:
+                    return True
         if fee > 0:
             home = [
                 k
