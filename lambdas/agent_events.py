@@ -19,12 +19,21 @@ from respot.core.events import AgentReport
 from respot.messages import AgentMessage
 
 
-def check_sender(message: AgentMessage, sender_id: str | None, role_id: str | None) -> None:
-    """Refuse a message not sent by the instance it names (no check without a role id)."""
+def check_sender(
+    message: AgentMessage,
+    sender_id: str | None,
+    role_id: str | None,
+    satellite_role_ids: tuple[str, ...] = (),
+) -> None:
+    """Refuse a message not sent by the instance it names (no check without a role id).
+
+    The instance's role is the home fleet's or, for an instance in a satellite region, that
+    satellite's (`ControlPlane.satellite_role_ids`, read from the satellites' parameters).
+    """
     if not role_id:
         return
-    expected = f"{role_id}:{message.instance_id}"
-    if sender_id != expected:
+    expected = {f"{role}:{message.instance_id}" for role in (role_id, *satellite_role_ids)}
+    if sender_id not in expected:
         raise PoisonMessageError(
             f"agent message for {message.job_id} names {message.instance_id} but was sent by "
             f"{sender_id!r}; only that instance's role session may speak for it"
@@ -36,8 +45,14 @@ def _report(record: SQSRecord) -> None:
         message = AgentMessage.model_validate_json(record.body)
     except ValidationError as exc:
         raise PoisonMessageError(f"not an agent message: {exc.errors()[0]['msg']}") from exc
-    check_sender(message, record.attributes.sender_id, os.environ.get(ENV_AGENT_ROLE_ID))
-    result = control_plane().apply(message.job_id, AgentReport(message))
+    plane = control_plane()
+    check_sender(
+        message,
+        record.attributes.sender_id,
+        os.environ.get(ENV_AGENT_ROLE_ID),
+        plane.satellite_role_ids,
+    )
+    result = plane.apply(message.job_id, AgentReport(message))
     logger.debug(
         "agent",
         extra={"job_id": message.job_id, "kind": message.body.kind, "outcome": result.outcome},

@@ -84,6 +84,9 @@ class ControlPlaneConfig:
     deployment_name: str = "respot"
     max_boot_failures: int = 3
     allowed_instance_types: tuple[str, ...] = ()
+    # Satellite regions (ENV_SATELLITE_REGIONS) and the parameter each one publishes.
+    satellite_regions: tuple[str, ...] = ()
+    satellite_parameter: str = "/respot/satellite"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -145,6 +148,10 @@ class ControlPlaneConfig:
                 for t in (env.get(ENV_ALLOWED_INSTANCE_TYPES) or "").split(",")
                 if t.strip()
             ),
+            satellite_regions=tuple(
+                r.strip() for r in (env.get(ENV_SATELLITE_REGIONS) or "").split(",") if r.strip()
+            ),
+            satellite_parameter=env.get(ENV_SATELLITE_PARAMETER) or "/respot/satellite",
         )
 
     def settings(self) -> ControlSettings:

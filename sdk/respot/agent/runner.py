@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -122,6 +123,15 @@ LOG_SHIP_CLOSE_SECONDS = 10.0  # at the end, wait this long at most for the last
 Outcome = Literal["completed", "preempted", "failed"]
 
 
+_QUEUE_HOST = re.compile(r"^https://sqs\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?/")
+
+
+def queue_region_of(queue_url: str) -> str | None:
+    """The region in an SQS queue URL (`https://sqs.us-east-1.amazonaws.com/...`), or None."""
+    match = _QUEUE_HOST.match(queue_url)
+    return match.group(1) if match else None
+
+
 @dataclass(frozen=True)
 class AgentResult:
     """How the attempt ended."""
@@ -189,7 +199,12 @@ class Agent:
         session = boto3.session.Session(region_name=self.config.region or region)
         url = self.config.endpoint_url
         self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
-        self._sqs = self._sqs or session.client("sqs", endpoint_url=url, config=retry)
+        # The agent queue is in the home region, which an instance in a satellite region is
+        # not in (docs/deploy.md, "Extra regions"): its client goes to the queue's region.
+        queue_region = queue_region_of(self.config.agent_queue_url) if url is None else None
+        self._sqs = self._sqs or session.client(
+            "sqs", endpoint_url=url, config=retry, region_name=queue_region or session.region_name
+        )
         if self.config.log_group and self.logs is None:
             self.logs = session.client("logs", endpoint_url=url, config=retry)
 

@@ -24,6 +24,12 @@ from respot import layout
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.aws.pools import PoolTable
+from respot.aws.satellites import (
+    JobObjects,
+    RegionalCapacity,
+    load_satellites,
+    with_satellite_subnets,
+)
 from respot.config import ControlPlaneConfig
 from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
@@ -51,6 +57,7 @@ from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
 from respot.core.placement import ControlSettings, MarketPolicy, candidates
 from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, Sighting, sightings
+from respot.core.transfer import checkpoint_region
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.identity import principal_matches
 from respot.jobid import is_job_id
@@ -129,8 +136,14 @@ class ControlPlane:
         sweeps: SweepFeed | None = None,
         clock: Callable[[], datetime] = utcnow,
         pools: PoolTable | None = None,
+        objects: JobObjects | None = None,
     ) -> None:
         self.jobs = jobs
+        # With satellite regions: where each job's objects are, and the copies that move
+        # them with the job (respot.aws.satellites); None: one region, one bucket.
+        self.objects = objects
+        # The satellites' instance role ids: their agents' messages are theirs to send too.
+        self.satellite_role_ids: tuple[str, ...] = ()
         self.capacity = capacity
         self.s3 = s3
         self.bucket = bucket
@@ -169,24 +182,70 @@ class ControlPlane:
         for name in ("dynamodb", "ec2", "s3", "sqs", "service-quotas"):
             if name not in clients:
                 clients[name] = session.client(name, config=retrying)
-        return cls(
+        home: dict[str, Any] = {
+            "launch_template_id": config.launch_template_id,
+            "launch_template_version": config.launch_template_version,
+            "on_demand_prices": config.on_demand_prices,
+            "deployment_name": config.deployment_name,
+            "client": clients["ec2"],
+            "quotas_client": clients["service-quotas"],
+        }
+        settings = config.settings()
+        capacity: Ec2Capacity
+        objects: JobObjects | None = None
+        if config.satellite_regions:
+            home_region = str(clients["ec2"].meta.region_name)
+
+            def client_in(service: str, region: str) -> Any:
+                if region == home_region and service in clients:
+                    return clients[service]
+                return session.client(service, region_name=region, config=retrying)
+
+            satellites = load_satellites(
+                config.satellite_regions,
+                config.satellite_parameter,
+                lambda region: client_in("ssm", region),
+            )
+            settings = with_satellite_subnets(settings, satellites)
+            capacity = RegionalCapacity(
+                home_region=home_region,
+                satellites={
+                    region: Ec2Capacity(
+                        **{
+                            **home,
+                            "launch_template_id": sat.launch_template_id,
+                            "launch_template_version": "$Latest",
+                            "client": client_in("ec2", region),
+                            "quotas_client": None,
+                        }
+                    )
+                    for region, sat in satellites.items()
+                },
+                **home,
+            )
+            objects = JobObjects(
+                home_region=home_region,
+                home_bucket=config.bucket,
+                s3_in=lambda region: client_in("s3", region),
+                satellites=satellites,
+            )
+        else:
+            capacity = Ec2Capacity(**home)
+        plane = cls(
             jobs=JobTable(config.table_name, clients["dynamodb"]),
-            capacity=Ec2Capacity(
-                launch_template_id=config.launch_template_id,
-                launch_template_version=config.launch_template_version,
-                on_demand_prices=config.on_demand_prices,
-                deployment_name=config.deployment_name,
-                client=clients["ec2"],
-                quotas_client=clients["service-quotas"],
-            ),
+            capacity=capacity,
+            objects=objects,
             s3=clients["s3"],
             bucket=config.bucket,
-            settings=config.settings(),
+            settings=settings,
             notifications=Notifications(config.notify_queue_url, clients["sqs"]),
             sweeps=SweepFeed(config.sweep_queue_url, clients["sqs"]),
             clock=clock,
             pools=PoolTable(config.table_name, clients["dynamodb"]),
         )
+        if config.satellite_regions:
+            plane.satellite_role_ids = tuple(s.instance_role_id for s in satellites.values())
+        return plane
 
     # ---- inputs ------------------------------------------------------------------------------
 
@@ -357,7 +416,7 @@ class ControlPlane:
             self.notifications.send(record, decision.notes)
         self.sweeps.offer(record, event)
         for effect in decision.effects:
-            self._run(job_id, effect, depth)
+            self._run(job_id, effect, depth, record)
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
             after = self.apply(job_id, decision.follow_up, depth=depth + 1)
             if after.version is not None:
@@ -406,9 +465,12 @@ class ControlPlane:
             except Exception:  # an observation must never block or fail a transition
                 log.exception("job %s: could not record %s", job_id, sighting)
 
-    def _run(self, job_id: str, effect: Effect, depth: int) -> None:
+    def _run(self, job_id: str, effect: Effect, depth: int, record: JobRecord | None) -> None:
         match effect:
             case LaunchInstance():
+                if self.objects is not None and record is not None:
+                    # The job's objects go first: the agent there restores from its region.
+                    self._follow(record, effect.placement.availability_zone)
                 result = self.capacity.launch(effect)
                 if isinstance(result, CapacityLaunched):
                     self.jobs.link_instance(result.instance_id, job_id, effect.attempt)
@@ -417,26 +479,59 @@ class ControlPlane:
                 done = self.capacity.terminate(effect.instance_ids)
                 log.info("job %s: terminated %s (%s)", job_id, done, effect.reason)
             case ReleaseHandoff():
-                self._release_handoff(effect)
+                self._release_handoff(effect, record)
             case StopAttempt():
                 body = {"notice": "stop", "reason": effect.reason, "at": self.clock().isoformat()}
                 self.s3.put_object(
-                    Bucket=self.bucket,
+                    Bucket=self._bucket_of(record, effect.attempt),
                     Key=layout.control_key(effect.job_id, effect.attempt),
                     Body=json.dumps(body).encode(),
                     ContentType="application/json",
                 )
 
-    def _release_handoff(self, effect: ReleaseHandoff) -> None:
+    def _release_handoff(self, effect: ReleaseHandoff, record: JobRecord | None = None) -> None:
+        bucket = self._bucket_of(record, effect.attempt)
         key = layout.handoff_key(effect.job_id, effect.attempt)
         try:
-            self.s3.head_object(Bucket=self.bucket, Key=key)
-            return  # the agent wrote it after its last checkpoint
+            self.s3.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
             if exc.response["Error"]["Code"] not in ("404", "NoSuchKey", "NotFound"):
                 raise
-        body = {"attempt": effect.attempt, "by": "control-plane", "reason": "instance gone"}
-        self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body).encode())
+            body = {"attempt": effect.attempt, "by": "control-plane", "reason": "instance gone"}
+            self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(body).encode())
+        # else: the agent wrote it after its last checkpoint
+        if self.objects is not None and record is not None:
+            self._hand_over(record, effect.attempt)
+
+    # ---- satellite regions: the job's objects follow it ----------------------------------------
+
+    def _bucket_of(self, record: JobRecord | None, attempt: int) -> str:
+        """The bucket attempt `attempt`'s agent reads and writes (its region's)."""
+        att = record.attempt(attempt) if record is not None else None
+        if self.objects is None or att is None:
+            return self.bucket
+        return self.objects.bucket_for_zone(att.placement.availability_zone)[1]
+
+    def _follow(self, record: JobRecord, availability_zone: str) -> None:
+        """Before a launch in `availability_zone`: the job's objects into that region."""
+        assert self.objects is not None
+        target, _ = self.objects.bucket_for_zone(availability_zone)
+        source = checkpoint_region(record, default=self.objects.home_region)
+        self.objects.follow(record.job_id, source, target)
+
+    def _hand_over(self, record: JobRecord, attempt: int) -> None:
+        """An attempt's instance is gone: its final checkpoint (and marker) follow the job's
+        current attempt if that runs in another region, and its results come home."""
+        assert self.objects is not None
+        ended = record.attempt(attempt)
+        if ended is None:
+            return
+        source, _ = self.objects.bucket_for_zone(ended.placement.availability_zone)
+        current = record.current
+        if current is not None and current.number != attempt:
+            target, _ = self.objects.bucket_for_zone(current.placement.availability_zone)
+            self.objects.follow(record.job_id, source, target)
+        self.objects.bring_home(record.job_id, source)
 
 
 def _duplicate_reason(record: JobRecord | None, submission: JobSubmission) -> str:

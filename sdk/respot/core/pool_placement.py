@@ -25,13 +25,13 @@ from respot.core.deadline import BOOT_GUARD, DeadlinePolicy, boot_unguarded, obs
 from respot.core.job import JobRecord, Market, Placement
 from respot.core.placement import ControlSettings, MarketChoice, SpotFirstPolicy, candidates
 from respot.core.pool_watch import PoolKey, PoolRecord, PoolsView, absolute_tick, view
+from respot.core.transfer import checkpoint_gb, checkpoint_region
 from respot.policy import Choice, MultiPoolPolicy, Observation, Pool, PoolsObservation
 from respot.policy import Placement as PoolChoice
 from respot.policy.multipool import PoolsDecision
-from respot.policy.pools import NOTHING, ON_DEMAND
+from respot.policy.pools import NOTHING, ON_DEMAND, region_of
 
 MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover)
-HOME = "home"  # every subnet of the stack is in its one region: no transfer fee between pools
 
 
 def _observation(
@@ -40,7 +40,12 @@ def _observation(
     seen: PoolsView,
     available: tuple[bool, ...],
     held: PoolChoice,
+    job: JobRecord,
 ) -> PoolsObservation:
+    # Pools in satellite regions (docs/deploy.md) are in other regions than the checkpoint's:
+    # a move there pays the transfer. With one region every pool is where the checkpoint is.
+    regions = [region_of(p.availability_zone) for p in pools]
+    size = checkpoint_gb(job)
     return PoolsObservation(
         tick=base.tick,
         gap_seconds=base.gap_seconds,
@@ -50,10 +55,11 @@ def _observation(
         done_seconds=base.done_seconds,
         remaining_changeover_seconds=base.remaining_changeover_seconds,
         held=held,
-        home=HOME,
-        pools=tuple(Pool(PoolKey.of(p).name, HOME) for p in pools),
+        home=checkpoint_region(job, default=regions[0]),
+        pools=tuple(Pool(PoolKey.of(p).name, r) for p, r in zip(pools, regions, strict=True)),
         available=available,
         histories=seen.histories,
+        **({"checkpoint_gb": size} if size is not None else {}),
     )
 
 
@@ -74,6 +80,7 @@ def _rank(
     seen: PoolsView,
     available: list[bool],
     held: PoolChoice,
+    job: JobRecord,
 ) -> tuple[PoolsDecision, list[Placement]]:
     """The policy's decision, and the spot pools in the order it would take them.
 
@@ -85,7 +92,7 @@ def _rank(
     first: PoolsDecision | None = None
     for _ in pools:
         decision = MultiPoolPolicy(waits=False).decide(
-            _observation(base, pools, seen, tuple(up), held)
+            _observation(base, pools, seen, tuple(up), held, job)
         )
         first = first or decision
         if decision.placement.choice is not Choice.SPOT or decision.placement.pool is None:
@@ -125,7 +132,7 @@ class PoolPlacementPolicy:
                 return replace(choice, pools=tuple(up + down))
             return choice
         available = [s is not False for s in seen.seen_now]  # not seen now: worth asking
-        first, ranked = _rank(base, pools, seen, available, _held(job, base, pools))
+        first, ranked = _rank(base, pools, seen, available, _held(job, base, pools), job)
         reason = f"deadline policy across pools: {first.mode.value}"
         if first.placement.choice is Choice.SPOT:
             if boot_unguarded(base) and job.spec.on_demand_fallback:
@@ -175,7 +182,7 @@ class PoolPlacementPolicy:
         ]
         if not any(available):
             return None
-        first, ranked = _rank(base, pools, seen, available, ON_DEMAND)
+        first, ranked = _rank(base, pools, seen, available, ON_DEMAND, job)
         if not ranked:
             return None
         if base.slack_seconds - base.changeover_seconds < base.changeover_seconds:

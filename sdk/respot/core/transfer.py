@@ -23,6 +23,21 @@ def region_of_attempt(att: Attempt) -> str:
     return region_of(att.placement.availability_zone)
 
 
+def checkpoint_region(job: JobRecord, default: str) -> str:
+    """The region whose bucket holds the job's newest checkpoint (`default`: none yet)."""
+    ckpt = job.checkpoint
+    source = job.attempt(ckpt.attempt) if ckpt is not None else None
+    return region_of_attempt(source) if source is not None else default
+
+
+def checkpoint_gb(job: JobRecord) -> float | None:
+    """The newest checkpoint's size in GB as its agent reported it (None: none or unknown)."""
+    ckpt = job.checkpoint
+    if ckpt is None or not ckpt.size_bytes:
+        return None
+    return ckpt.size_bytes / GB
+
+
 def note_restore(job: JobRecord, att: Attempt) -> None:
     """On `att`'s start: record the checkpoint's move if it was written in another region."""
     ckpt = job.checkpoint

@@ -1,0 +1,150 @@
+"""A satellite region in the emulator, as `infra/satellite.py` makes one on AWS.
+
+moto keeps one state per region, so a second region is just other clients: a checkpoint
+bucket there, a launch template (with the satellite's user data when the home deployment
+has an image: the agent writes to this region's bucket and reports to the home queue), an
+instance role, the subnets of the region's default VPC, and the SSM parameter the control
+plane reads (`respot.aws.satellites`), with the same JSON the stack writes.
+
+What this does not do (docs/deploy.md, "Extra regions"): forward this region's EC2 events
+to the home bus (the local fleet puts events on the home bus itself) or run instances here
+(the local fleet watches the home region only).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+
+from infra.local.cloud import CREDENTIALS, LOCAL_AMI, LocalDeployment
+from infra.local.sandbox import FRAMEWORK_PYTHON
+from infra.regions import satellite_parameter_name
+from infra.userdata import agent_environment, render_user_data
+from respot import config as cfg
+from respot.core.placement import SubnetRef
+
+
+@dataclass(frozen=True)
+class LocalSatellite:
+    """What `provision_satellite` created in one region."""
+
+    region: str
+    bucket: str
+    launch_template_id: str
+    instance_role_id: str
+    subnets: tuple[SubnetRef, ...]
+    parameter_name: str
+
+    def client(self, service: str, endpoint_url: str) -> Any:
+        return regional_client(service, self.region, endpoint_url)
+
+
+def regional_client(service: str, region: str, endpoint_url: str) -> Any:
+    """A client of the emulator in `region`."""
+    session = boto3.session.Session(region_name=region, **CREDENTIALS)
+    return session.client(service, endpoint_url=endpoint_url)
+
+
+def provision_satellite(
+    home: LocalDeployment, region: str, *, availability_zones: int = 2
+) -> LocalSatellite:
+    """Create a satellite of `home` in `region` (its parameter under `/<home.name>`)."""
+    if region == home.region:
+        raise ValueError(f"{region} is the home region")
+    url = home.endpoint_url
+    s3, ec2, ssm, iam = (regional_client(n, region, url) for n in ("s3", "ec2", "ssm", "iam"))
+    bucket = f"{home.name}-{region}-checkpoints"
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": "ec2.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+            }
+        ],
+    }
+    role = iam.create_role(
+        RoleName=f"{home.name}-{region}-instances", AssumeRolePolicyDocument=json.dumps(trust)
+    )["Role"]
+    user_data: dict[str, str] = {}
+    if home.image is not None:
+        text = render_user_data(
+            agent_environment(
+                bucket=bucket,
+                agent_queue_url=home.queue_urls["agent-events"],
+                region=region,
+                log_group=home.log_group or "",
+                asset_bucket=home.image.asset_bucket,
+                asset_key=home.image.asset_key,
+                framework_python=FRAMEWORK_PYTHON,
+            )
+        )
+        user_data = {"UserData": base64.b64encode(text.encode()).decode()}
+    template_id = ec2.create_launch_template(
+        LaunchTemplateName=f"{home.name}-instances",
+        LaunchTemplateData={
+            **user_data,
+            "ImageId": LOCAL_AMI,
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpPutResponseHopLimit": 2,
+                "InstanceMetadataTags": "enabled",
+            },
+            "InstanceInitiatedShutdownBehavior": "terminate",
+        },
+        TagSpecifications=[
+            {
+                "ResourceType": "launch-template",
+                "Tags": [{"Key": "respot:managed", "Value": home.name}],
+            }
+        ],
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    by_zone: dict[str, SubnetRef] = {}
+    for subnet in sorted(ec2.describe_subnets()["Subnets"], key=lambda x: x["AvailabilityZone"]):
+        zone = subnet["AvailabilityZone"]
+        by_zone.setdefault(zone, SubnetRef(subnet["SubnetId"], zone))
+    subnets = tuple(list(by_zone.values())[:availability_zones])
+    name = satellite_parameter_name(home.name)
+    ssm.put_parameter(
+        Name=name,
+        Type="String",
+        Overwrite=True,
+        Value=json.dumps(
+            {
+                "home_stack": home.name,
+                "region": region,
+                "launch_template_id": template_id,
+                "bucket": bucket,
+                "instance_role_id": role["RoleId"],
+                "subnets": [
+                    {"subnet_id": s.subnet_id, "availability_zone": s.availability_zone}
+                    for s in subnets
+                ],
+            }
+        ),
+    )
+    return LocalSatellite(
+        region=region,
+        bucket=bucket,
+        launch_template_id=template_id,
+        instance_role_id=role["RoleId"],
+        subnets=subnets,
+        parameter_name=name,
+    )
+
+
+def satellite_env(satellites: list[LocalSatellite]) -> dict[str, str]:
+    """The two variables the home stack adds to every function with `extra_regions`."""
+    if not satellites:
+        return {}
+    return {
+        cfg.ENV_SATELLITE_REGIONS: ",".join(s.region for s in satellites),
+        cfg.ENV_SATELLITE_PARAMETER: satellites[0].parameter_name,
+    }
