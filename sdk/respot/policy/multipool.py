@@ -316,7 +316,9 @@ class MultiPoolPolicy:
           fee. Wait iff the overhead per second of work is lower that way for some k from 1
           to ceil(d / G): (value k G + S_k c) / (S_k P_k) < c / P. The horizon is the
           changeover's length: a run shorter than it yields nothing, and a one-tick horizon
-          would look 34 s ahead on one trace set and 10 min on another;
+          would look 34 s ahead on one trace set and 10 min on another. P and P_k count
+          the run's life only until the job would be done (E[min(progress, W)], not
+          min(E[progress], W), which is W for any young run with a long tail);
         - the region: a move to another region pays the fee; wait iff the tick of slack costs
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
