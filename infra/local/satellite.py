@@ -57,6 +57,8 @@ def provision_satellite(
         raise ValueError(f"{region} is the home region")
     url = home.endpoint_url
     s3, ec2, ssm, iam = (regional_client(n, region, url) for n in ("s3", "ec2", "ssm", "iam"))
+    if home.log_group:  # the agents there ship their output to this region's group
+        regional_client("logs", region, url).create_log_group(logGroupName=home.log_group)
     bucket = f"{home.name}-{region}-checkpoints"
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -84,6 +86,7 @@ def provision_satellite(
                 asset_bucket=home.image.asset_bucket,
                 asset_key=home.image.asset_key,
                 framework_python=FRAMEWORK_PYTHON,
+                queue_region=home.region,
             )
         )
         user_data = {"UserData": base64.b64encode(text.encode()).decode()}
