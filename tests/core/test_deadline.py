@@ -16,7 +16,7 @@ from respot.core.events import (
 from respot.core.job import Market
 from respot.core.states import JobState
 from respot.messages import AgentProgress, AgentStarted
-from respot.policy import Choice
+from respot.policy import Choice, RespotPolicy
 from tests.core.factories import SETTINGS, T0, agent, at, submission
 from tests.core.test_lifecycle import Driver
 
@@ -180,6 +180,8 @@ def test_a_new_spot_instance_needs_slack_for_its_boot_and_on_demand_s() -> None:
     later = at(5 * 60)
     obs = observe(d.job, later, SETTINGS)
     assert obs is not None and d_seconds + TICK <= obs.slack_seconds < 2 * d_seconds
+    # (the benchmark's policy, whose guard needs s - min(d, G) >= d, takes spot here)
+    assert RespotPolicy().decide(obs).choice is Choice.SPOT
     late = policy.choose(d.job, later, SETTINGS)
     assert late.market is Market.ON_DEMAND, late.reason
     assert "a booting spot instance is not abandoned" in late.reason

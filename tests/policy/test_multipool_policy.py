@@ -23,6 +23,7 @@ from respot.policy import (
 )
 from respot.policy.multipool import PoolsDecision
 from respot.policy.placement_bench import make_pools_policy
+from respot.policy.pool_baselines import single_view
 from respot.policy.pools import NOTHING, ON_DEMAND
 
 ZONES = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b"]
@@ -199,6 +200,63 @@ def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_chan
     # nor at the first tick: with nothing seen, a run's age is unknown, not zero
     first = replace(obs, tick=0, done_seconds=0, histories=((), ()))
     assert MultiPoolPolicy().place(first) == Placement.spot(0)
+
+
+def test_starting_in_a_union_outage_with_hours_of_slack_it_waits_rather_than_buy_on_demand():
+    # GIVEN a job that started an hour ago into an outage of all three pools, 21 h of slack
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    obs = observation(NOTHING, [False] * 3, [[0] * 6] * 3, zones=zones)
+    assert obs.slack_seconds == 21 * 3600
+    # THEN it waits: the outage's likely remainder plus the union's prior outage share of
+    # the rest (about 13 h) is below the slack, so on-demand now would likely be wasted
+    # (the single-zone pace rule alone, counting the outage as the union's availability,
+    # buys on-demand here)
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # but when the window's past before this outage says spot is scarce (up 1 tick in 6),
+    # the outage time ahead exceeds the slack and it buys on-demand
+    scarce = [1, 0, 0, 0, 0, 0] * 10 + [0] * 6
+    behind = observation(NOTHING, [False] * 3, [scarce] * 3, zones=zones, done=10 * 600)
+    assert MultiPoolPolicy().decide(behind) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
+
+
+def test_in_a_union_outage_it_buys_on_demand_as_late_as_the_changeovers_ahead_allow():
+    # GIVEN the pools were up half the time in runs of 30 ticks, all are down now, and the
+    # outages ahead (half of the ~45 h left) will use all of the 6.5 h of slack
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    half = ([1] * 30 + [0] * 30) * 2 + [0] * 3
+    obs = observation(NOTHING, [False] * 3, [half] * 3, zones=zones, done=30 * 600)
+    assert obs.slack_seconds == 6.5 * 3600
+    # the single-zone rule alone would start on-demand now
+    policy = MultiPoolPolicy()
+    union = policy._union_statistics(obs)
+    view = single_view(obs, pool=None)
+    wanted = policy.core.wanted(view, supply=union, run=union, supply_prior=0.875)
+    assert wanted.choice is Choice.ON_DEMAND
+    # THEN it waits: the restarts still ahead need about 1 h, so it can buy the on-demand
+    # the outages will force later, knowing more
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # and once another tick of waiting would leave less than that, it buys on-demand
+    late = replace(obs, done_seconds=0, work_seconds=48 * 3600 + 1800)
+    assert late.slack_seconds == 3600
+    assert MultiPoolPolicy().decide(late) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
+
+
+def test_with_ticks_shorter_than_a_changeover_it_looks_ahead_as_far_as_the_changeover():
+    # GIVEN G = 60 s, d = 180 s, and pool 0's runs are mostly 4 ticks long (one in three
+    # lasts 60); its run is 1 tick old, pool 1 (held) was just lost, and slack is plentiful
+    short = ([1] * 4 + [0] * 2) * 8
+    history = (short + [1] * 60 + [0] * 2) * 2 + [0, 1]
+    obs = observation(NOTHING, [True, False], [history, [1] * len(history)])
+    obs = replace(
+        obs,
+        gap_seconds=60,
+        changeover_seconds=180,
+        deadline_seconds=4000 * 60,
+        work_seconds=2000 * 60,
+    )
+    # the next tick's hazard is small (runs end at age 4) so a one-tick lookahead would start
+    # now; three ticks ahead (d / G) the likely 4-tick run has shown itself: it waits
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
 
 
 def test_the_safety_net_overrides_every_wish():

@@ -25,13 +25,17 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    hazard and survival of the current run (a trip off on-demand ends only when no pool has
    spot) learned from the union's past; plus the transfer fee lost if the run ends at once
    after a move to another region.
+   In an outage of every pool (benchmark configuration), on-demand from idle is bought as
+   late as possible (`_buy_in_outage`): only when the outage time expected ahead exceeds
+   the slack and another tick of waiting would leave less slack than the restarts ahead
+   need.
 4. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
 
-With one pool the union is the pool, there is no fee, no choice of pool and no waiting rule,
-and the slack value is the single-zone price, so the decisions are exactly `RespotPolicy`'s
-(a test compares them tick by tick).
+With one pool the union is the pool, there is no fee, no choice of pool, no waiting rule
+and no outage rule, and the slack value is the single-zone price, so the decisions are
+exactly `RespotPolicy`'s (a test compares them tick by tick).
 
 No constant here is fitted to a trace set: the priors are `RespotParameters`', the prices
 and the fee are the benchmark's, and the overhead rule has no free parameter.
@@ -51,6 +55,7 @@ from respot.policy.pools import NOTHING, Placement, PoolsObservation
 from respot.policy.respot_policy import (
     ON_DEMAND_PRICE_PER_SECOND,
     SPOT_PRICE_PER_SECOND,
+    Decision,
     Mode,
     RespotParameters,
     RespotPolicy,
@@ -139,7 +144,9 @@ class MultiPoolPolicy:
         self.core = RespotPolicy(parameters)
         # The wait rules need each run's age. Live, a pool not seen this tick is assumed up
         # (asking is how to find out), so its "run" would look new every tick and a job
-        # would wait for it indefinitely: the live placement passes waits=False.
+        # would wait for it indefinitely: the live placement passes waits=False. The same
+        # flag keeps the outage rule (`_buy_in_outage`) off live: it reads the union's
+        # outage lengths and the pools' run lengths, which such histories do not give.
         self.waits = waits
         self._pools: list[_Cached] = []
         self._union = RunStatistics()
@@ -168,9 +175,78 @@ class MultiPoolPolicy:
         wanted = self.core.wanted(
             view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
         )
+        if (
+            self.waits
+            and wanted.mode is Mode.CATCH_UP
+            and obs.held.choice is Choice.NONE
+            and len(obs.pools) > 1
+            and not self._buy_in_outage(obs, pools, supply)
+        ):
+            wanted = Decision(Choice.NONE, Mode.WAIT)
         choice = guard(view, wanted.choice)
         mode = wanted.mode if choice is wanted.choice else Mode.SAFETY_NET
         return PoolsDecision(to_placement(choice, candidate), mode)
+
+    def _buy_in_outage(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> bool:
+        """Whether to start on-demand now in an outage of every pool, rather than wait a tick.
+
+        Asked only when nothing runs and the single-zone rule would start on-demand (behind
+        the pace, at the lock-in price). On-demand bought in an outage keeps a tick of slack,
+        which is worth something only if the slack binds later; if it does not (spot covers
+        the rest of the work), that on-demand was wasted. While the slack binds, a tick of
+        it kept now or later in the window is worth the same, but later the job knows more
+        (this outage may end, the outages ahead may be short). So buy as late as possible:
+        only when both
+        1. the outage time still to come is expected to exceed the slack: the current
+           outage's remainder E[min(L - a, R) | L > a] (the union's completed outages with
+           the Lindy prior, a its age) plus (1 - f) times the rest of the window, f the
+           union's availability *before* this outage began (its own ticks are in the
+           remainder term; counting them in f too made a job that starts in an outage
+           conclude that spot is scarce for the whole window); and
+        2. another tick of waiting would leave less slack than the changeovers still ahead
+           need (`_changeover_reserve`), so later would be too late: below that reserve
+           the job can no longer afford the restarts that take spot back, and the safety
+           net ends in on-demand to the deadline.
+        """
+        p = self.core.parameters
+        gap = obs.gap_seconds
+        horizon = obs.ticks_left * gap
+        age = supply.current_age(0)
+        remainder = gap * supply.expected_residual(0, age, obs.ticks_left, p.lindy_prior_runs)
+        before = (supply.ticks - age) * gap + p.availability_prior_seconds
+        available = (
+            supply.up_ticks * gap + self._union_prior(obs) * p.availability_prior_seconds
+        ) / before
+        outage = remainder + (1 - available) * max(horizon - remainder, 0.0)
+        if outage <= obs.slack_seconds:
+            return False
+        return obs.slack_seconds - gap < self._changeover_reserve(obs, pools, supply)
+
+    def _changeover_reserve(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> float:
+        """Slack the rest of the window's changeovers are expected to use, plus the net's margin.
+
+        Every start (spot or on-demand) costs d of slack. Expected starts ahead: one per spot
+        run the remaining work needs, W / (mean up-run of the pools: their up time over their
+        up-runs, with the prior's availability_prior_seconds of up time per cycle_prior_runs
+        run), plus two per union outage ahead (on-demand through it, spot again after), at the
+        union's outage rate as in `_slack_value`. The net's margin is d + min(d, G): below it
+        no new spot instance is safe (`safety.is_safe`).
+        """
+        p = self.core.parameters
+        gap = obs.gap_seconds
+        changeover = obs.changeover_seconds
+        up_runs = sum(s.runs[1] + (s.last == 1) for s in pools) + p.cycle_prior_runs
+        up_time = sum(s.up_ticks for s in pools) * gap + p.availability_prior_seconds
+        outages = (supply.runs[0] + p.cycle_prior_runs) / (
+            supply.ticks * gap + p.availability_prior_seconds
+        )
+        starts = obs.remaining_seconds * up_runs / up_time
+        starts += 2 * outages * obs.ticks_left * gap
+        return changeover + min(changeover, gap) + changeover * starts
 
     def _slack_value(self, obs: PoolsObservation, supply: RunStatistics) -> float:
         """Dollars a second of slack is worth when choosing where and when to start spot.
@@ -220,12 +296,14 @@ class MultiPoolPolicy:
         """Whether to hold nothing this tick rather than start the candidate pool's spot.
 
         Only across pools, only when nothing runs (idle or just preempted) and a tick of
-        waiting is safe. Two one-tick lookaheads, each pricing the tick of slack at
-        `slack_value`:
+        waiting is safe. Two lookaheads, each pricing a tick of slack at `slack_value`:
         - the run: a run that has just begun is the likeliest to end (falling hazards), so
-          starting it a tick later, if it survives (1 - h), buys more expected work P' for
-          the same overhead c = d (p_spot + value) + fee. Wait iff the overhead per second of
-          work is lower that way: (value G + (1 - h) c) / ((1 - h) P') < c / P;
+          starting it k ticks later, if it survives (S_k, the product of 1 - h over those
+          ticks), buys more expected work P_k for the same overhead c = d (p_spot + value) +
+          fee. Wait iff the overhead per second of work is lower that way for some k from 1
+          to ceil(d / G): (value k G + S_k c) / (S_k P_k) < c / P. The horizon is the
+          changeover's length: a run shorter than it yields nothing, and a one-tick horizon
+          would look 34 s ahead on one trace set and 10 min on another;
         - the region: a move to another region pays the fee; wait iff the tick of slack costs
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
@@ -242,12 +320,18 @@ class MultiPoolPolicy:
         stats = pools[candidate]
         overhead = obs.changeover_seconds * (SPOT_PRICE_PER_SECOND + slack_value) + fee
         now = min(_expected_progress(obs, stats, prior), obs.remaining_seconds)
-        ends = stats.hazard(1, stats.current_age(1), prior)
-        later = min(_expected_progress(obs, stats, prior, later=1), obs.remaining_seconds)
-        if now > 0 and later > 0 and ends < 1:
-            waiting = (slack_value * gap + (1 - ends) * overhead) / ((1 - ends) * later)
-            if waiting < overhead / now:
-                return True
+        # Look as far ahead as a changeover lasts (at least a tick): the runs that would
+        # yield nothing are those shorter than it, whatever the tick length.
+        steps = min(max(1, -(-obs.changeover_seconds // gap)), obs.ticks_left)
+        age = stats.current_age(1)
+        lasts = 1.0
+        for k in range(1, steps + 1):
+            lasts *= 1 - stats.hazard(1, age + k - 1, prior)  # P(the run is still up in k ticks)
+            later = min(_expected_progress(obs, stats, prior, later=k), obs.remaining_seconds)
+            if now > 0 and later > 0 and lasts > 0:
+                waiting = (slack_value * k * gap + lasts * overhead) / (lasts * later)
+                if waiting < overhead / now:
+                    return True
         if fee > 0:
             home = [
                 k
