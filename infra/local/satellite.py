@@ -6,9 +6,10 @@ has an image: the agent writes to this region's bucket and reports to the home q
 instance role, the subnets of the region's default VPC, and the SSM parameter the control
 plane reads (`respot.aws.satellites`), with the same JSON the stack writes.
 
-What this does not do (docs/deploy.md, "Extra regions"): forward this region's EC2 events
-to the home bus (the local fleet puts events on the home bus itself) or run instances here
-(the local fleet watches the home region only).
+Its instances are run by the local fleet like the home region's (the market sees the
+launches of the control plane's client in this region); their EC2 events are put on the
+home bus directly, as the satellite stack's forwarding rules deliver them on AWS. Not
+emulated: the rules themselves, and IAM (`RuntimeOptions(iam=True)` covers the home stack).
 """
 
 from __future__ import annotations
