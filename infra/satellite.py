@@ -118,6 +118,7 @@ class SatelliteStack(Stack):
             framework_python=settings.framework_python,
             managed_by=home_name,
             role_name=instance_role_name(home_name, region),
+            queue_region=home_region,
         )
 
         self.forwarding_role = iam.Role(

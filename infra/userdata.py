@@ -30,8 +30,14 @@ def agent_environment(
     asset_bucket: str,
     asset_key: str,
     framework_python: str,
+    queue_region: str | None = None,
 ) -> dict[str, str]:
-    """The deployment's values in the env file (the agent's systemd `EnvironmentFile=`)."""
+    """The deployment's values in the env file (the agent's systemd `EnvironmentFile=`).
+
+    `queue_region`: the agent queue's region when it is not `region` (a satellite region's
+    instances report to the home region's queue).
+    """
+    extra = {"RESPOT_AGENT_QUEUE_REGION": queue_region} if queue_region else {}
     return {
         "RESPOT_BUCKET": bucket,
         "RESPOT_AGENT_QUEUE_URL": agent_queue_url,
@@ -42,6 +48,7 @@ def agent_environment(
         "RESPOT_AGENT_ASSET_BUCKET": asset_bucket,
         "RESPOT_AGENT_ASSET_KEY": asset_key,
         "RESPOT_FRAMEWORK_PYTHON": framework_python,
+        **extra,
     }
 
 

@@ -83,10 +83,12 @@ class Fleet(Construct):
         framework_python: str = DEFAULT_FRAMEWORK_PYTHON,
         managed_by: str | None = None,
         role_name: str | None = None,
+        queue_region: str | None = None,
     ) -> None:
         """`managed_by`: the deployment whose control plane launches and terminates these
         instances (default: this stack; a satellite stack names its home stack). `role_name`:
-        a fixed name for the instance role (a satellite's, which the home stack may pass)."""
+        a fixed name for the instance role (a satellite's, which the home stack may pass).
+        `queue_region`: the agent queue's region when it is another stack's (a satellite's)."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         managed_by = managed_by or stack.stack_name
@@ -253,6 +255,7 @@ class Fleet(Construct):
             asset_bucket=self.agent_package.s3_bucket_name,
             asset_key=self.agent_package.s3_object_key,
             framework_python=framework_python,
+            queue_region=queue_region,
         )
         user_data = ec2.UserData.for_linux()
         # The same function renders what the local runtime boots (infra/local/sandbox.py).

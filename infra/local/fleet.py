@@ -84,6 +84,10 @@ class LocalInstance:
     ended_at: float | None = None
     end_reason: str | None = None
     log_path: Path | None = None  # the agent's journal (its stdout and stderr)
+    # The launch template it came from (None: the deployment's) and its region: a satellite
+    # region's instances boot that region's user data (infra/local/satellite.py).
+    launch_template_id: str | None = None
+    region: str | None = None
     root: InstanceRoot | None = None  # the machine's "/"
     events: list[tuple[float, str]] = field(default_factory=list)
 
@@ -166,9 +170,13 @@ class InstanceFleet:
         market: str,
         tags: dict[str, str],
         spot_request_id: str | None,
+        launch_template_id: str | None = None,
+        region: str | None = None,
     ) -> LocalInstance:
         """A RunInstances call returned this instance: play its start."""
         inst = LocalInstance(
+            launch_template_id=launch_template_id,
+            region=region,
             instance_id=instance_id,
             instance_type=instance_type,
             availability_zone=availability_zone,
@@ -243,7 +251,7 @@ class InstanceFleet:
                     **self._broken_endpoints(),
                 }
             )
-            inst.process = inst.root.run_user_data(self.user_data(), env)
+            inst.process = inst.root.run_user_data(self.user_data(inst), env)
             inst.events.append((time.monotonic(), "user data"))
         # Booted (on_boot, chaos timing) once the agent the user data started is up (its
         # journal says it sent AgentStarted): the boot script's real seconds vary with the
@@ -258,17 +266,33 @@ class InstanceFleet:
         for callback in self.on_boot:
             callback(inst)
 
-    def user_data(self) -> str:
-        """The user data of the launch template the control plane launches from."""
+    def user_data(self, inst: LocalInstance | None = None) -> str:
+        """The user data of the launch template the instance was launched from."""
+        if inst is not None and inst.region not in (None, self.deployment.region):
+            return self._template_user_data(self._ec2_in(inst.region), inst.launch_template_id)
         if self._user_data is None:
-            versions = self._ec2.describe_launch_template_versions(
-                LaunchTemplateId=self.deployment.launch_template_id, Versions=["$Latest"]
-            )["LaunchTemplateVersions"]
-            encoded = versions[0]["LaunchTemplateData"].get("UserData", "")
-            if not encoded:
-                raise RuntimeError("the launch template carries no user data")
-            self._user_data = base64.b64decode(encoded).decode()
+            self._user_data = self._template_user_data(
+                self._ec2, self.deployment.launch_template_id
+            )
         return self._user_data
+
+    @staticmethod
+    def _template_user_data(ec2: Any, template_id: str | None) -> str:
+        versions = ec2.describe_launch_template_versions(
+            LaunchTemplateId=template_id, Versions=["$Latest"]
+        )["LaunchTemplateVersions"]
+        encoded = versions[0]["LaunchTemplateData"].get("UserData", "")
+        if not encoded:
+            raise RuntimeError("the launch template carries no user data")
+        return base64.b64decode(encoded).decode()
+
+    def _ec2_in(self, region: str | None) -> Any:
+        """The emulator's EC2 in `region` (the deployment's own client for its region)."""
+        if region in (None, self.deployment.region):
+            return self._ec2
+        from infra.local.satellite import regional_client
+
+        return regional_client("ec2", region, self.deployment.endpoint_url)
 
     def _broken_endpoints(self) -> dict[str, str]:
         """`broken_boot`: the machine reaches no S3 (and, unreported, no SQS): the real boot
@@ -331,7 +355,7 @@ class InstanceFleet:
             self._kill(inst)
         if not via_api:
             try:
-                self._ec2.terminate_instances(InstanceIds=[instance_id])
+                self._ec2_in(inst.region).terminate_instances(InstanceIds=[instance_id])
             except Exception:
                 log.exception("could not terminate %s in the emulator", instance_id)
         self._emit(STATE_CHANGE, {"instance-id": instance_id, "state": "shutting-down"}, inst)
@@ -416,7 +440,9 @@ class InstanceFleet:
     def _put(
         self, detail_type: str, detail: dict[str, Any], inst: LocalInstance, when: datetime
     ) -> None:
-        arn = f"arn:aws:ec2:{self.deployment.region}:123456789012:instance/{inst.instance_id}"
+        # A satellite region's events reach the home bus as its forwarding rule sends them.
+        region = inst.region or self.deployment.region
+        arn = f"arn:aws:ec2:{region}:123456789012:instance/{inst.instance_id}"
         with self._lock:
             self.emitted += 1
         try:

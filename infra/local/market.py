@@ -137,6 +137,8 @@ class SpotMarket:
         # "<instance type>/<zone>" -> its trace; pools not named take `traces` in turn (and
         # have spot always without any).
         self.pool_traces = dict(pool_traces or {})
+        # Subnets of satellite regions (infra/local/satellite.py), whose launches it also sees.
+        self.extra_subnets: list[Any] = []
         self._pools: dict[str, Trace] = dict(self.pool_traces)
         self._tokens: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
@@ -194,9 +196,12 @@ class SpotMarket:
 
     def _remember_params(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["respot_params"] = copy.deepcopy(params)
+        region = context.get("client_region")
+        if region is not None:
+            context["respot_region"] = region
 
     def _zone_of(self, subnet_id: str | None) -> str:
-        for subnet in self.fleet.deployment.subnets:
+        for subnet in (*self.fleet.deployment.subnets, *self.extra_subnets):
             if subnet.subnet_id == subnet_id:
                 return subnet.availability_zone
         return self.fleet.deployment.subnets[0].availability_zone
@@ -271,6 +276,8 @@ class SpotMarket:
             market="spot" if spot else "on-demand",
             tags=tags,
             spot_request_id=sir,
+            launch_template_id=(params.get("LaunchTemplate") or {}).get("LaunchTemplateId"),
+            region=context.get("respot_region"),
         )
 
     def _price_history(self, context: dict[str, Any], **_: Any) -> Any:

@@ -39,10 +39,12 @@ from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
 from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
+from infra.local.satellite import LocalSatellite, provision_satellite, satellite_env
 from infra.local.slack import LocalSlack
 from infra.settings import DeploySettings
 from infra.wiring import WIRING
 from respot import config as cfg
+from respot.aws.satellites import RegionalCapacity
 from respot.client import JobHandle, run
 from respot.config import ControlPlaneConfig, NotifyConfig
 from respot.control import activity
@@ -116,6 +118,10 @@ class RuntimeOptions:
     # The scale benchmark raises it: 1,000 submissions published at once wait behind a loaded
     # emulator's 4 readers longer than that; on AWS the mapping scales out and drains them.
     proof_max_age_seconds: float | None = None
+    # Satellite regions (infra/local/satellite.py, as `-c extra_regions=...` deploys them):
+    # their subnets are pools too, instances there boot that region's user data and write
+    # to its bucket, and their EC2 events reach the home bus.
+    extra_regions: tuple[str, ...] = ()
 
 
 class LocalRuntime:
@@ -137,6 +143,7 @@ class LocalRuntime:
         self._control_plane: ControlPlane | None = None
         self.slack: LocalSlack | None = None
         self.iam: LocalIam | None = None
+        self.satellites: list[LocalSatellite] = []
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -171,6 +178,7 @@ class LocalRuntime:
             # synthesized policies grant reading exactly that parameter.
             slack_token_parameter=DeploySettings().slack_token_parameter_name,
         )
+        self.satellites = [provision_satellite(self.deployment, r) for r in opts.extra_regions]
         self.timers = Timers()
         self.fleet = InstanceFleet(
             self.deployment,
@@ -198,6 +206,7 @@ class LocalRuntime:
             trace_offset_ticks=opts.trace_offset_ticks,
             pool_traces=opts.pool_traces,
         )
+        self.market.extra_subnets = [s for sat in self.satellites for s in sat.subnets]
         if self.deployment.fis_template_id:
             self.fis = FaultInjection(
                 fis=self.deployment.client("fis"),
@@ -317,6 +326,7 @@ class LocalRuntime:
         env[cfg.ENV_NOTIFY_PROGRESS_SECONDS] = str(
             self.scale.real(self.options.notify_progress_seconds)
         )
+        env.update(satellite_env(self.satellites))
         env[cfg.ENV_SLACK_CHANNEL] = self.options.slack_channel
         if self.slack is not None:
             env[cfg.ENV_SLACK_API_URL] = self.slack.base_url
@@ -344,8 +354,14 @@ class LocalRuntime:
         }
         self.market.attach(clients["ec2"])
         control = ControlPlane.from_config(
-            ControlPlaneConfig.from_env(self.env()), session=session, clients=clients
+            ControlPlaneConfig.from_env(self.env()),
+            session=session,
+            clients=clients,
+            endpoint_url=endpoint,
         )
+        if isinstance(control.capacity, RegionalCapacity):
+            for there in control.capacity.satellites.values():
+                self.market.attach(there.client)
         self._control_plane = control
         return control
 

@@ -6,9 +6,10 @@ has an image: the agent writes to this region's bucket and reports to the home q
 instance role, the subnets of the region's default VPC, and the SSM parameter the control
 plane reads (`respot.aws.satellites`), with the same JSON the stack writes.
 
-What this does not do (docs/deploy.md, "Extra regions"): forward this region's EC2 events
-to the home bus (the local fleet puts events on the home bus itself) or run instances here
-(the local fleet watches the home region only).
+Its instances are run by the local fleet like the home region's (the market sees the
+launches of the control plane's client in this region); their EC2 events are put on the
+home bus directly, as the satellite stack's forwarding rules deliver them on AWS. Not
+emulated: the rules themselves, and IAM (`RuntimeOptions(iam=True)` covers the home stack).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def provision_satellite(
         raise ValueError(f"{region} is the home region")
     url = home.endpoint_url
     s3, ec2, ssm, iam = (regional_client(n, region, url) for n in ("s3", "ec2", "ssm", "iam"))
+    if home.log_group:  # the agents there ship their output to this region's group
+        regional_client("logs", region, url).create_log_group(logGroupName=home.log_group)
     bucket = f"{home.name}-{region}-checkpoints"
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
@@ -84,6 +87,7 @@ def provision_satellite(
                 asset_bucket=home.image.asset_bucket,
                 asset_key=home.image.asset_key,
                 framework_python=FRAMEWORK_PYTHON,
+                queue_region=home.region,
             )
         )
         user_data = {"UserData": base64.b64encode(text.encode()).decode()}

@@ -51,7 +51,7 @@ class TwoRegions(Env):
         env = {**self.local.function_env("commands"), **satellite_env([self.satellite])}
         self.config = ControlPlaneConfig.from_env(env)
         self.control = ControlPlane.from_config(
-            self.config, session=cloud.session(), clients=self.clients
+            self.config, session=cloud.session(), clients=self.clients, endpoint_url=endpoint
         )
         runtime.install(lambda: self.control)
 
@@ -78,8 +78,6 @@ class TwoRegions(Env):
 def regions(
     moto_endpoint: str, aws_credentials: None, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[TwoRegions]:
-    # Clients the control plane makes itself (the satellite's) go to the emulator too.
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
     deployment = TwoRegions(moto_endpoint)
     monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["commands"])
     yield deployment

@@ -54,6 +54,7 @@ class RecordingControlPlane:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.satellite_role_ids: tuple[str, ...] = ()  # as ControlPlane's, with no satellite
 
     def _applied(self, job_id: str) -> Applied:
         return Applied(job_id=job_id, event="x", outcome="applied", state="QUEUED", version=1)

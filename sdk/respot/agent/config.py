@@ -12,6 +12,9 @@ from respot.agent.exceptions import AgentConfigError
 
 ENV_BUCKET = "RESPOT_BUCKET"
 ENV_AGENT_QUEUE_URL = "RESPOT_AGENT_QUEUE_URL"
+# The agent queue's region when it is not the instance's (a satellite region's instances
+# report to the home queue; docs/deploy.md, "Extra regions"). Unset: the queue URL's region.
+ENV_AGENT_QUEUE_REGION = "RESPOT_AGENT_QUEUE_REGION"
 ENV_WORK_DIR = "RESPOT_WORK_DIR"
 ENV_HEARTBEAT = "RESPOT_HEARTBEAT_SECONDS"
 ENV_IMDS_POLL = "RESPOT_IMDS_POLL_SECONDS"
@@ -38,6 +41,7 @@ class AgentConfig:
     bucket: str
     agent_queue_url: str
     region: str | None = None
+    queue_region: str | None = None  # ENV_AGENT_QUEUE_REGION
     endpoint_url: str | None = None  # AWS_ENDPOINT_URL: the moto server locally
     imds_endpoint: str = DEFAULT_IMDS_ENDPOINT
     work_dir: Path = Path(DEFAULT_WORK_DIR)
@@ -96,6 +100,7 @@ class AgentConfig:
             agent_queue_url=need(ENV_AGENT_QUEUE_URL),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
             endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
+            queue_region=env.get(ENV_AGENT_QUEUE_REGION, "").strip() or None,
             imds_endpoint=imds.rstrip("/"),
             work_dir=Path(env.get(ENV_WORK_DIR) or rooted(DEFAULT_WORK_DIR)),
             heartbeat_seconds=seconds(ENV_HEARTBEAT, 60.0),

@@ -201,7 +201,7 @@ class Agent:
         self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
         # The agent queue is in the home region, which an instance in a satellite region is
         # not in (docs/deploy.md, "Extra regions"): its client goes to the queue's region.
-        queue_region = queue_region_of(self.config.agent_queue_url) if url is None else None
+        queue_region = self.config.queue_region or queue_region_of(self.config.agent_queue_url)
         self._sqs = self._sqs or session.client(
             "sqs", endpoint_url=url, config=retry, region_name=queue_region or session.region_name
         )

@@ -41,6 +41,7 @@ from respot.core.effects import (
     TerminateInstances,
 )
 from respot.core.events import (
+    AgentReport,
     CancelRequested,
     CapacityLaunched,
     CapacityUnavailable,
@@ -165,8 +166,12 @@ class ControlPlane:
         session: Any = None,
         clients: dict[str, Any] | None = None,
         clock: Callable[[], datetime] = utcnow,
+        endpoint_url: str | None = None,
     ) -> ControlPlane:
-        """Build the control plane and its AWS clients from the Lambda configuration."""
+        """Build the control plane and its AWS clients from the Lambda configuration.
+
+        `endpoint_url`: where the clients this makes for satellite regions go (the emulator
+        locally; None on AWS)."""
         clients = dict(clients or {})
         if session is None:
             import boto3
@@ -199,7 +204,9 @@ class ControlPlane:
             def client_in(service: str, region: str) -> Any:
                 if region == home_region and service in clients:
                     return clients[service]
-                return session.client(service, region_name=region, config=retrying)
+                return session.client(
+                    service, region_name=region, config=retrying, endpoint_url=endpoint_url
+                )
 
             satellites = load_satellites(
                 config.satellite_regions,
@@ -417,6 +424,8 @@ class ControlPlane:
         self.sweeps.offer(record, event)
         for effect in decision.effects:
             self._run(job_id, effect, depth, record)
+        if self.objects is not None and record is not None:
+            self._objects_after(event, decision, record)
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
             after = self.apply(job_id, decision.follow_up, depth=depth + 1)
             if after.version is not None:
@@ -518,6 +527,31 @@ class ControlPlane:
         target, _ = self.objects.bucket_for_zone(availability_zone)
         source = checkpoint_region(record, default=self.objects.home_region)
         self.objects.follow(record.job_id, source, target)
+
+    def _objects_after(self, event: JobEvent, decision: Decision, record: JobRecord) -> None:
+        """Satellite regions: the copies an applied event calls for.
+
+        An attempt's agent that stopped (its notice checkpoint and handoff marker are written
+        before it says so) hands over to the job's current attempt in another region; a job
+        that ended brings its results home.
+        """
+        if (
+            isinstance(event, AgentReport)
+            and event.message.body.kind in ("preempted", "failed")
+            and decision.outcome != "duplicate"
+        ):
+            self._hand_over(record, event.message.attempt)
+        if record.state.is_terminal() and decision.record is not None:
+            self._bring_results_home(record)
+
+    def _bring_results_home(self, record: JobRecord) -> None:
+        """A job ended: what its attempts in satellite regions left comes to the home bucket."""
+        assert self.objects is not None
+        regions = {
+            self.objects.bucket_for_zone(a.placement.availability_zone)[0] for a in record.attempts
+        }
+        for region in sorted(regions - {self.objects.home_region}):
+            self.objects.bring_home(record.job_id, region)
 
     def _hand_over(self, record: JobRecord, attempt: int) -> None:
         """An attempt's instance is gone: its final checkpoint (and marker) follow the job's
