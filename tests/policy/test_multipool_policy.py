@@ -224,6 +224,35 @@ def test_near_the_end_a_young_run_is_judged_by_the_work_it_can_still_do():
     assert MultiPoolPolicy().place(later) == Placement.spot(0)
 
 
+def test_across_pools_it_leaves_on_demand_when_the_slack_likely_does_not_bind():
+    # GIVEN two pools of one region, each up 40 ticks then down 5, together; both came back
+    # 4 ticks ago; the job is on on-demand, behind the pace, with 1.8 h of slack and 34.5 h
+    # of work in the 36.3 h left: the single-zone price is the lock-in price (the expected
+    # outage time, about an eighth of the time left, exceeds the slack)
+    history = tuple(([1] * 40 + [0] * 5) * 2 + [1] * 4)
+    obs = PoolsObservation(
+        tick=len(history),
+        gap_seconds=600,
+        work_seconds=48 * 3600,
+        deadline_seconds=52 * 3600,
+        changeover_seconds=720,
+        done_seconds=48600,
+        remaining_changeover_seconds=0,
+        held=ON_DEMAND,
+        home="us-east-1",
+        pools=(Pool.named("us-east-1a_gpu_1"), Pool.named("us-east-1b_gpu_1")),
+        available=(True, True),
+        histories=(history, history),
+    )
+    assert obs.slack_seconds == 6600
+    # THEN across pools (the benchmark configuration) slack is priced as the pool choice and
+    # the waits price it, by the chance that it binds at all, and the job goes back to spot
+    assert MultiPoolPolicy().decide(obs).mode is Mode.SWITCH
+    # while the single-zone price (the live placement keeps it) holds on-demand: two
+    # changeovers' slack at the lock-in price outweigh a tick of on-demand on a 4-tick run
+    assert MultiPoolPolicy(waits=False).decide(obs) == PoolsDecision(ON_DEMAND, Mode.HOLD)
+
+
 def test_starting_in_a_union_outage_with_hours_of_slack_it_waits_rather_than_buy_on_demand():
     # GIVEN a job that started an hour ago into an outage of all three pools, 21 h of slack
     zones = ["us-east-1a", "us-east-1b", "us-east-1c"]

@@ -24,7 +24,8 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    (prior 1 - 2^-K for K pools, `_union_prior`), outage hazards, run rate, and the age,
    hazard and survival of the current run (a trip off on-demand ends only when no pool has
    spot) learned from the union's past; plus the transfer fee lost if the run ends at once
-   after a move to another region.
+   after a move to another region. Its hold and on-demand rules price slack at the slack
+   value of point 1, not the single-zone all-or-nothing price (benchmark configuration).
    In an outage of every pool (benchmark configuration), on-demand from idle is bought as
    late as possible (`_buy_in_outage`): only when the outage time expected ahead exceeds
    the slack and another tick of waiting would leave less slack than the restarts ahead
@@ -186,7 +187,14 @@ class MultiPoolPolicy:
         run = supply
         fee = 0.0 if candidate is None else obs.transfer_fee(candidate)
         wanted = self.core.wanted(
-            view, supply=supply, run=run, move_fee=fee, supply_prior=self._union_prior(obs)
+            view,
+            supply=supply,
+            run=run,
+            move_fee=fee,
+            supply_prior=self._union_prior(obs),
+            # Across pools (benchmark configuration), the hold and on-demand rules price
+            # slack as the pool choice and the waits do: by the chance that it binds.
+            slack_value=slack_value if self.waits and len(obs.pools) > 1 else None,
         )
         if (
             self.waits

@@ -139,6 +139,7 @@ class RespotPolicy:
         run: RunStatistics,
         move_fee: float = 0.0,
         supply_prior: float | None = None,
+        slack_value: float | None = None,
     ) -> Decision:
         """The choice before the safety net, from explicit statistics.
 
@@ -148,6 +149,7 @@ class RespotPolicy:
         what taking that spot costs once on top of its price (a checkpoint transfer). With
         one pool, `supply` is `run` and there is no fee: that is `decide`. `supply_prior`
         replaces the availability prior of `supply` (default: the parameters').
+        `slack_value` replaces the price of a second of slack (default: `slack_price`).
         """
         gap = obs.gap_seconds
         horizon = obs.ticks_left * gap  # tick-aligned time left
@@ -155,7 +157,10 @@ class RespotPolicy:
         # 2. Uniform Progress pacing: behind when slack / time left < initial slack / time.
         behind = obs.slack_seconds * total < (total - obs.work_seconds) * horizon
         # 3. The value of a second of slack.
-        slack_price = self.slack_price(obs, supply, prior=supply_prior)
+        if slack_value is None:
+            slack_price = self.slack_price(obs, supply, prior=supply_prior)
+        else:
+            slack_price = slack_value
         if obs.spot_available:
             return self._spot_up(
                 obs, supply, run, behind=behind, slack_price=slack_price, move_fee=move_fee
