@@ -176,8 +176,12 @@ def test_with_hours_of_slack_it_waits_for_the_checkpoints_region_rather_than_pay
     assert obs.slack_seconds > 20 * 3600
     # THEN it waits a tick: the home pool is likely back, and a tick of slack is worth little
     assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
-    # without a fee to save it takes the other pool at once
-    assert MultiPoolPolicy().place(replace(obs, home="us-west-2")) == Placement.spot(1)
+    # without a fee to save it takes the other pool at once, when the job's last 100 minutes
+    # of work are left (with 16 h of work left and a tick of slack worth nothing, the young-
+    # run lookahead may still wait for the 33-hour run to go on: E[min(progress, W)] grows
+    # with its age while progress < W is possible)
+    last = replace(obs, home="us-west-2", done_seconds=obs.work_seconds - 6000)
+    assert MultiPoolPolicy().place(last) == Placement.spot(1)
     # the live placement (no wait rules: a pool not seen this tick looks new every tick)
     assert MultiPoolPolicy(waits=False).place(obs) == Placement.spot(1)
     # and with little slack left (a tick of waiting is still safe) it pays the fee
@@ -200,6 +204,24 @@ def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_chan
     # nor at the first tick: with nothing seen, a run's age is unknown, not zero
     first = replace(obs, tick=0, done_seconds=0, histories=((), ()))
     assert MultiPoolPolicy().place(first) == Placement.spot(0)
+
+
+def test_near_the_end_a_young_run_is_judged_by_the_work_it_can_still_do():
+    # GIVEN pool 0's runs mostly last one tick but some last 60, one of them starts now, the
+    # job held pool 1 (just lost), and half an hour of work is left with hours of slack
+    flicker = ([1, 0] * 15 + [1] * 60 + [0]) * 2 + [0] * 17
+    steady = [1] * 199
+    obs = observation(NOTHING, [True, False], [flicker, steady], done=48 * 3600 - 1800)
+    assert obs.slack_seconds > 30 * 3600
+    # THEN it waits a tick: the run's mean life (its 60-tick tail) is far beyond the three
+    # ticks of work left, but it most likely ends after one; only the work the job can still
+    # use counts (E[min(progress, W)], not min(E[progress], W), which is W either way and
+    # saw nothing to gain by waiting)
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # once the run has lasted five ticks it has proven itself: it starts
+    proven = ([1, 0] * 15 + [1] * 60 + [0]) * 2 + [0] * 12 + [1] * 5
+    later = observation(NOTHING, [True, False], [proven, steady], done=48 * 3600 - 1800)
+    assert MultiPoolPolicy().place(later) == Placement.spot(0)
 
 
 def test_starting_in_a_union_outage_with_hours_of_slack_it_waits_rather_than_buy_on_demand():

@@ -102,13 +102,24 @@ def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
 
 
 def _expected_progress(
-    obs: PoolsObservation, stats: RunStatistics, prior: float, *, later: int = 0
+    obs: PoolsObservation,
+    stats: RunStatistics,
+    prior: float,
+    *,
+    later: int = 0,
+    until_done: bool = False,
 ) -> float:
     """Seconds of work a new instance on this pool is expected to do before the pool's run ends.
 
     `later` > 0: the same for an instance started `later` ticks from now, given that the run
     is still up then (its age is then `later` ticks more: what waiting for it to prove itself
     would buy).
+
+    `until_done`: count the run's life only up to the tick that would finish the remaining
+    work W (the expectation of min(progress, W), up to a tick's rounding), not all of it.
+    A young run's mean life is dominated by its long tail; once that tail reaches past the
+    end of the job, min(E[progress], W) is W whether or not the run is likely to end in
+    the next ticks, and a lookahead on it sees nothing to gain by waiting.
 
     The run is up now and has lasted `age` ticks before; L' ticks remain (this one included),
     with P(L' > t) = S(age + t) / S(age) from the pool's past runs and the Lindy prior. The
@@ -119,6 +130,8 @@ def _expected_progress(
     """
     gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left - later
     steps = max(1, -(-changeover // gap))
+    if until_done:  # ticks a new instance needs to finish: m G - d + (n - m) G >= W
+        horizon = min(horizon, -(-(obs.remaining_seconds + changeover) // gap))
     if horizon < steps:
         return 0.0
     age = stats.current_age(1) + later
@@ -303,7 +316,9 @@ class MultiPoolPolicy:
           fee. Wait iff the overhead per second of work is lower that way for some k from 1
           to ceil(d / G): (value k G + S_k c) / (S_k P_k) < c / P. The horizon is the
           changeover's length: a run shorter than it yields nothing, and a one-tick horizon
-          would look 34 s ahead on one trace set and 10 min on another;
+          would look 34 s ahead on one trace set and 10 min on another. P and P_k count
+          the run's life only until the job would be done (E[min(progress, W)], not
+          min(E[progress], W), which is W for any young run with a long tail);
         - the region: a move to another region pays the fee; wait iff the tick of slack costs
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
@@ -319,7 +334,7 @@ class MultiPoolPolicy:
         fee = obs.transfer_fee(candidate)
         stats = pools[candidate]
         overhead = obs.changeover_seconds * (SPOT_PRICE_PER_SECOND + slack_value) + fee
-        now = min(_expected_progress(obs, stats, prior), obs.remaining_seconds)
+        now = min(_expected_progress(obs, stats, prior, until_done=True), obs.remaining_seconds)
         # Look as far ahead as a changeover lasts (at least a tick): the runs that would
         # yield nothing are those shorter than it, whatever the tick length.
         steps = min(max(1, -(-obs.changeover_seconds // gap)), obs.ticks_left)
@@ -327,7 +342,10 @@ class MultiPoolPolicy:
         lasts = 1.0
         for k in range(1, steps + 1):
             lasts *= 1 - stats.hazard(1, age + k - 1, prior)  # P(the run is still up in k ticks)
-            later = min(_expected_progress(obs, stats, prior, later=k), obs.remaining_seconds)
+            later = min(
+                _expected_progress(obs, stats, prior, later=k, until_done=True),
+                obs.remaining_seconds,
+            )
             if now > 0 and later > 0 and lasts > 0:
                 waiting = (slack_value * k * gap + lasts * overhead) / (lasts * later)
                 if waiting < overhead / now:
