@@ -23,7 +23,9 @@ report_boot_failure() {
   # agent's envelope with seq 0), so that it can count boots that never started training.
   local reason="$1" queue region sender
   queue=$(grep -E "^RESPOT_AGENT_QUEUE_URL=" "$ENV_FILE" 2>/dev/null | head -n 1) || return 1
-  region=$(grep -E "^AWS_REGION=" "$ENV_FILE" 2>/dev/null | head -n 1) || return 1
+  # The queue's own region: a satellite region's instances report to the home queue.
+  region=$(grep -E "^RESPOT_AGENT_QUEUE_REGION=" "$ENV_FILE" 2>/dev/null | head -n 1) ||
+    region=$(grep -E "^AWS_REGION=" "$ENV_FILE" 2>/dev/null | head -n 1) || return 1
   sender="$PYTHON"
   [ -n "$sender" ] && [ -x "$sender" ] || sender=$(command -v python3) || return 1
   sleep 0.2  # let tee write the last lines into the log

@@ -103,3 +103,17 @@ def test_a_missing_setting_is_reported_with_its_name(tmp_path: Path, moto_url: s
     [message] = received(moto_url, queue)  # once, not once per shell that noticed
     assert isinstance(message.body, AgentBootFailed)
     assert "RESPOT_FRAMEWORK_PYTHON missing" in message.body.reason
+
+
+def test_a_satellite_instance_reports_to_the_home_queue_in_its_region(
+    tmp_path: Path, moto_url: str
+) -> None:
+    # An instance in us-west-2 (a satellite region) whose agent queue is the home one
+    code, _, queue = boot(
+        tmp_path,
+        moto_url,
+        {"AWS_REGION": "us-west-2", "RESPOT_AGENT_QUEUE_REGION": "us-east-1"},
+    )
+    assert code != 0
+    [message] = received(moto_url, queue)
+    assert isinstance(message.body, AgentBootFailed)

@@ -80,7 +80,13 @@ def test_without_extra_regions_the_home_template_is_unchanged(template: assertio
     _, empty = _as_settings(extra_regions=())
     assert empty == plain
     text = json.dumps(plain)
-    for marker in ("SatellitePolicy", "RESPOT_SATELLITE", "satellite", "ExportsWriter"):
+    for marker in (
+        "SatellitePolicy",
+        "RESPOT_SATELLITE",
+        "satellite-of",
+        "ExportsWriter",
+        "-us-west-2",
+    ):
         assert marker not in text
 
 

@@ -554,8 +554,9 @@ class ControlPlane:
             self.objects.bring_home(record.job_id, region)
 
     def _hand_over(self, record: JobRecord, attempt: int) -> None:
-        """An attempt's instance is gone: its final checkpoint (and marker) follow the job's
-        current attempt if that runs in another region, and its results come home."""
+        """An attempt stopped (its agent said so) or its instance is gone: its final checkpoint
+        and handoff marker follow the job's current attempt if that runs in another region, and
+        its results come home."""
         assert self.objects is not None
         ended = record.attempt(attempt)
         if ended is None:
