@@ -190,6 +190,29 @@ def test_with_hours_of_slack_it_waits_for_the_checkpoints_region_rather_than_pay
     assert MultiPoolPolicy().place(tight) == Placement.spot(1)
 
 
+def test_a_pool_with_no_run_of_its_own_yet_is_judged_with_the_other_pools_runs():
+    # GIVEN pool 0 has been down all window and came up a tick ago (no completed run of its
+    # own: its run's life is the Lindy prior's alone, a long tail); pool 1's runs last ten
+    # ticks and its run came back a tick ago too; pool 2 (down now) has runs of two ticks
+    def runs(up, down, length):
+        return (([1] * up + [0] * down) * length)[:length]
+
+    fresh = [0] * 59 + [1]
+    tens = [*runs(10, 1, 58), 0, 1]
+    twos = [*runs(2, 2, 59), 0]
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    obs = observation(NOTHING, [True, True, False], [fresh, tens, twos], zones=zones)
+    obs = replace(obs, work_seconds=obs.work_seconds + 10 * 3600)  # 2 h of slack: no wait
+    assert 3600 < obs.slack_seconds < 3 * 3600
+    # THEN choosing among the pools up, the others' completed runs join pool 0's prior
+    # (weighing one prior run together): its young run no longer looks likelier to last
+    # than pool 1's ten-tick runs, and the job takes pool 1
+    assert MultiPoolPolicy().place(obs) == Placement.spot(1)
+    # the live placement (histories of pools not asked are not run lengths) judges each
+    # pool by its own runs alone, and takes pool 0's unknown run
+    assert MultiPoolPolicy(waits=False).place(obs) == Placement.spot(0)
+
+
 def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_changeover():
     # GIVEN pool 0's runs mostly last one tick and one of them starts now; pool 1, which the
     # job held, was just lost

@@ -88,6 +88,12 @@ class RunStatistics:
         """
         if horizon <= 0:
             return 0.0
+        prior_part = prior_runs * (_harmonic(age + horizon) - _harmonic(age))
+        alive = prior_runs / (age + 1) + self._longer_than(value, age)
+        return (prior_part + self._residual_sum(value, age, horizon)) / alive
+
+    def _residual_sum(self, value: int, age: int, horizon: int) -> int:
+        """sum over x = age .. age + horizon - 1 of the completed runs longer than x."""
         counts = self._at_least[value]
         cumulative = self._cumulative[value]
         if cumulative is None:
@@ -97,15 +103,56 @@ class RunStatistics:
             self._cumulative[value] = cumulative
         top = len(cumulative) - 1
         # sum of n_{>x} for x = age .. age + horizon - 1 = sum of _at_least[age+1 .. age+horizon]
-        runs_part = cumulative[min(age + horizon, top)] - cumulative[min(age, top)]
-        prior_part = prior_runs * (_harmonic(age + horizon) - _harmonic(age))
-        alive = prior_runs / (age + 1) + self._longer_than(value, age)
-        return (prior_part + runs_part) / alive
+        return cumulative[min(age + horizon, top)] - cumulative[min(age, top)]
 
     def availability(self, gap_seconds: int, prior: float, prior_seconds: float) -> float:
         """Fraction of time spot was available, shrunk towards `prior` by `prior_seconds`."""
         seen = self.ticks * gap_seconds
         return (self.up_ticks * gap_seconds + prior * prior_seconds) / (seen + prior_seconds)
+
+
+class PooledRunStatistics:
+    """One history's run lengths, with other histories' completed runs as extra evidence.
+
+    Reads like `RunStatistics` (current_age, hazard, survival, expected_residual): the age
+    is the own history's; the run-length law blends the own completed runs (weight 1), the
+    others' completed runs (weight `weight` each) and the Lindy prior. Several pools of one
+    provider see runs of a similar law: early in a window each pool has completed few runs,
+    and the others' runs say more about a young run's chances than the prior alone.
+    """
+
+    __slots__ = ("others", "own", "weight")
+
+    def __init__(self, own: RunStatistics, others: Sequence[RunStatistics], weight: float) -> None:
+        self.own = own
+        self.others = tuple(others)
+        self.weight = weight
+
+    def current_age(self, value: int) -> int:
+        return self.own.current_age(value)
+
+    def _alive(self, value: int, age: int) -> float:
+        other = sum(s._longer_than(value, age) for s in self.others)
+        return self.own._longer_than(value, age) + self.weight * other
+
+    def hazard(self, value: int, age: int, prior_runs: float) -> float:
+        alive = self._alive(value, age)
+        ending = alive - self._alive(value, age + 1)
+        return (prior_runs / (age + 2) + ending) / (prior_runs + alive)
+
+    def survival(self, value: int, age: int, prior_runs: float) -> float:
+        runs = self.own.runs[value] + self.weight * sum(s.runs[value] for s in self.others)
+        return (prior_runs / (age + 1) + self._alive(value, age)) / (prior_runs + runs)
+
+    def expected_residual(self, value: int, age: int, horizon: int, prior_runs: float) -> float:
+        if horizon <= 0:
+            return 0.0
+        prior_part = prior_runs * (_harmonic(age + horizon) - _harmonic(age))
+        runs_part = self.own._residual_sum(value, age, horizon) + self.weight * sum(
+            s._residual_sum(value, age, horizon) for s in self.others
+        )
+        alive = prior_runs / (age + 1) + self._alive(value, age)
+        return (prior_part + runs_part) / alive
 
 
 _EULER_GAMMA = 0.5772156649015329

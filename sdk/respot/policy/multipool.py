@@ -9,7 +9,9 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    (d * (p_spot + lambda) + fee_k) / min(P_k, work left), where P_k is the work a new
    instance on pool k is expected to do before k's current run ends (`_expected_progress`:
    the run's remaining life learned from k's own past run lengths with the single-zone
-   policy's Lindy prior, less the changeover), d * (p_spot + lambda) is what the changeover
+   policy's Lindy prior, plus in the benchmark configuration the other pools' completed
+   runs as a second prior of one run's weight, `_choice_statistics`; less the changeover),
+   d * (p_spot + lambda) is what the changeover
    costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
    if k is in another region. A long-lived pool in another region wins over a flickering
    one at home only when its expected work pays for the transfer. Here lambda is the slack
@@ -49,7 +51,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from respot.policy.history import RunStatistics
+from respot.policy.history import PooledRunStatistics, RunStatistics
 from respot.policy.model import Choice, HistoryView
 from respot.policy.pool_baselines import single_view, to_placement
 from respot.policy.pools import NOTHING, Placement, PoolsObservation
@@ -104,7 +106,7 @@ def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
 
 def _expected_progress(
     obs: PoolsObservation,
-    stats: RunStatistics,
+    stats: RunStatistics | PooledRunStatistics,
     prior: float,
     *,
     later: int = 0,
@@ -177,7 +179,7 @@ class MultiPoolPolicy:
         pools = self._statistics(obs)
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
         slack_value = self._slack_value(obs, supply)
-        candidate = self._candidate(obs, pools, slack_value)
+        candidate = self._candidate(obs, self._choice_statistics(pools), slack_value)
         if candidate is not None and self._worth_waiting(obs, pools, candidate, slack_value):
             return PoolsDecision(NOTHING, Mode.WAIT)
         view = single_view(obs, pool=candidate)
@@ -372,7 +374,10 @@ class MultiPoolPolicy:
         return False
 
     def _candidate(
-        self, obs: PoolsObservation, pools: Sequence[RunStatistics], slack_value: float
+        self,
+        obs: PoolsObservation,
+        pools: Sequence[RunStatistics | PooledRunStatistics],
+        slack_value: float,
     ) -> int | None:
         """The pool whose spot the job would take this tick (None: no pool has spot)."""
         held = obs.held.pool
@@ -393,6 +398,29 @@ class MultiPoolPolicy:
                 best = key
         assert best is not None
         return best[2]
+
+    def _choice_statistics(
+        self, pools: Sequence[RunStatistics]
+    ) -> Sequence[RunStatistics | PooledRunStatistics]:
+        """Each pool's run lengths for choosing among the pools up, with the others' as prior.
+
+        Early in a window a pool has completed few runs, and its young run's remaining life
+        is mostly the Lindy prior's. The other pools' completed up-runs are evidence of the
+        same kind (one provider, one window): they join the prior as a second prior, with
+        a total weight of the Lindy prior's (`lindy_prior_runs`, spread evenly over those
+        runs), so they count most when the pool's own runs are few and fade as those
+        accumulate. Benchmark configuration only (`waits`): live, histories of pools not
+        asked are not observed run lengths. The wait rules keep each pool's own statistics.
+        """
+        if not self.waits or len(pools) == 1:
+            return pools
+        prior = self.core.parameters.lindy_prior_runs
+        chosen: list[RunStatistics | PooledRunStatistics] = []
+        for k, own in enumerate(pools):
+            others = [s for j, s in enumerate(pools) if j != k]
+            runs = sum(s.runs[1] for s in others)
+            chosen.append(PooledRunStatistics(own, others, prior / runs) if runs else own)
+        return chosen
 
     def _union_prior(self, obs: PoolsObservation) -> float:
         """Prior availability of "some pool has spot": 1 - (1 - p)^K for K pools of prior p.
