@@ -382,3 +382,27 @@ def test_run_lengths_read_as_their_ticks_and_reject_bad_pairs():
     for bad, field in [([[2, 1]], "value"), ([[1, -1]], "length"), ([[1]], "pair")]:
         with pytest.raises(ValueError, match=field):
             RunLengths(bad)
+
+
+def test_a_wait_never_spends_the_slack_the_awaited_boot_needs() -> None:
+    # GIVEN a 1 h job due in 2.5 h with a 30 min changeover (d > G = 10 min), preempted after
+    # 8 ticks with one tick of work left and exactly 2d of slack, while two pools are up;
+    # the window is aws-2022-10-26's `*_1.json` pools from tick 266 (tests/replay/test_plan.py)
+    window = (
+        (1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1),
+        (0, 0, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1),
+        (0,) * 16,
+        (0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0),
+    )
+    pools = [
+        Pool(f"us-west-2{zone}_{gpu}_1", "us-west-2") for zone in "ab" for gpu in ("k80", "v100")
+    ]
+    job = Job(3600, 9000, 1800)
+    # WHEN the benchmark's respot (waits on) runs it
+    outcome = simulate_pools(MultiPoolPolicy(), pools, window, job, 600)
+    # THEN it starts a new instance at once: waiting a tick would leave less slack than the
+    # boot needs (2d), so the net would take on-demand; and it costs what live placement does
+    assert outcome.placements[8].choice is Choice.SPOT
+    assert outcome.on_demand_ticks == 0
+    live = simulate_pools(MultiPoolPolicy(waits=False), pools, window, job, 600)
+    assert outcome.cost == pytest.approx(live.cost)

@@ -97,6 +97,19 @@ class _Cached:
         return self.stats
 
 
+def _boot_completes(obs: PoolsObservation, *, waited: int) -> bool:
+    """Whether a new spot instance started `waited` ticks from now can finish its changeover.
+
+    The net (`safety.is_safe`) keeps spot only while slack - min(r, G) >= d; over a whole
+    changeover the slack falls by d, so an uninterrupted boot completes under the net iff the
+    slack at its start is at least 2d, or its first tick already finishes the work. (With
+    d > G the net admits a start with less, d + G, and abandons it mid-boot.)
+    """
+    if obs.gap_seconds - obs.changeover_seconds >= obs.remaining_seconds:
+        return True
+    return obs.slack_seconds - waited * obs.gap_seconds >= 2 * obs.changeover_seconds
+
+
 def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
     """history[start:stop] without indexing tick by tick (a view's source is sliced once)."""
     if isinstance(history, HistoryView):
@@ -328,7 +341,10 @@ class MultiPoolPolicy:
           changeover's length: a run shorter than it yields nothing, and a one-tick horizon
           would look 34 s ahead on one trace set and 10 min on another. P and P_k count
           the run's life only until the job would be done (E[min(progress, W)], not
-          min(E[progress], W), which is W for any young run with a long tail);
+          min(E[progress], W), which is W for any young run with a long tail). Only the k
+          after which a new instance could still boot under the safety net count
+          (`_boot_completes`): waiting for a start the net would then refuse, or abandon
+          mid-changeover, only burns the slack the start needed;
         - the region: a move to another region pays the fee; wait iff the tick of slack costs
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
@@ -351,6 +367,8 @@ class MultiPoolPolicy:
         age = stats.current_age(1)
         lasts = 1.0
         for k in range(1, steps + 1):
+            if not _boot_completes(obs, waited=k):
+                break  # the net would refuse or abandon the start waited for
             lasts *= 1 - stats.hazard(1, age + k - 1, prior)  # P(the run is still up in k ticks)
             later = min(
                 _expected_progress(obs, stats, prior, later=k, until_done=True),
