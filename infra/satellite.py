@@ -38,11 +38,11 @@ from infra.bundling import LocalAsset
 from infra.constructs import Fleet, Network
 from infra.constructs.naming import pascal_id
 from infra.constructs.storage import (
-    ACCESS_LOG_DAYS,
     INCOMPLETE_UPLOAD_DAYS,
     NONCURRENT_VERSION_DAYS,
     SERVER_ACCESS_LOGS_USE_BUCKET_POLICY,
     _private_bucket,
+    access_log_bucket,
 )
 from infra.regions import (
     SATELLITE_TAG,
@@ -90,17 +90,7 @@ class SatelliteStack(Stack):
         home_name: str = home.stack_name
 
         self.node.set_context(SERVER_ACCESS_LOGS_USE_BUCKET_POLICY, True)
-        self.log_bucket = _private_bucket(
-            self,
-            "LogBucket",
-            lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-logs",
-                    expiration=Duration.days(ACCESS_LOG_DAYS),
-                    abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
-                )
-            ],
-        )
+        self.log_bucket = access_log_bucket(self)
         self.bucket = _satellite_bucket(self, home_name, region, self.log_bucket)
 
         self.network = Network(self, "Network", flow_log_bucket=self.log_bucket)

@@ -35,6 +35,21 @@ def _private_bucket(scope: Construct, construct_id: str, **props: Any) -> s3.Buc
     )
 
 
+def access_log_bucket(scope: Construct) -> s3.Bucket:
+    """The private bucket for S3 server access logs and VPC flow logs, expired after a while."""
+    return _private_bucket(
+        scope,
+        "LogBucket",
+        lifecycle_rules=[
+            s3.LifecycleRule(
+                id="expire-logs",
+                expiration=Duration.days(ACCESS_LOG_DAYS),
+                abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
+            )
+        ],
+    )
+
+
 class JobStore(Construct):
     """The DynamoDB table of job records and the S3 bucket of job objects (`jobs/...`)."""
 
@@ -79,17 +94,7 @@ class JobStore(Construct):
         self.index_names = tuple(wiring.table_indexes)
 
         # Server access logs of the jobs bucket, and VPC flow logs when the stack makes the VPC.
-        self.log_bucket = _private_bucket(
-            self,
-            "LogBucket",
-            lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-logs",
-                    expiration=Duration.days(ACCESS_LOG_DAYS),
-                    abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
-                )
-            ],
-        )
+        self.log_bucket = access_log_bucket(self)
 
         self.bucket = _private_bucket(
             self,

@@ -220,38 +220,26 @@ def _prepare_account(ec2: Any, iam: Any, subnets: tuple[SubnetRef, ...]) -> str:
         iam.create_role(
             RoleName="AWSServiceRoleForEC2Spot",
             Path="/aws-service-role/spot.amazonaws.com/",
-            AssumeRolePolicyDocument=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "spot.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
+            AssumeRolePolicyDocument=service_trust("spot.amazonaws.com"),
         )
     return vpc_id
+
+
+def service_trust(service: str, *, aws: str | None = None) -> str:
+    """A role trust policy letting an AWS service (and, if given, an AWS principal) assume it."""
+    principal: dict[str, str] = {"Service": service}
+    if aws is not None:
+        principal["AWS"] = aws
+    statement = {"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
 def _selftest_template(iam: Any, fis: Any, prefix: str) -> str:
     """The self-test's FIS role and experiment template, as the stack creates them."""
     from respot.selftest.experiment import experiment_template
 
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "fis.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
     role_arn = iam.create_role(
-        RoleName=f"{prefix}-fis", AssumeRolePolicyDocument=json.dumps(trust)
+        RoleName=f"{prefix}-fis", AssumeRolePolicyDocument=service_trust("fis.amazonaws.com")
     )["Role"]["Arn"]
     template = fis.create_experiment_template(
         clientToken=f"{prefix}-selftest", **experiment_template(role_arn, prefix)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.constructs.naming import pascal_id
-from infra.local.cloud import CREDENTIALS, LocalDeployment
+from infra.local.cloud import CREDENTIALS, LocalDeployment, service_trust
 from infra.wiring import WIRING
 
 log = logging.getLogger("respot.local.iam")
@@ -401,18 +401,7 @@ class LocalIam:
 
         def trust(service: str) -> str:
             # The service assumes the role on AWS; here the emulator does it on its behalf.
-            return json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": service, "AWS": admin_arn},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            )
+            return service_trust(service, aws=admin_arn)
 
         instance_role = iam.create_role(
             RoleName=f"{prefix}-instance", AssumeRolePolicyDocument=trust("ec2.amazonaws.com")

@@ -21,7 +21,7 @@ from typing import Any
 
 import boto3
 
-from infra.local.cloud import CREDENTIALS, LOCAL_AMI, LocalDeployment
+from infra.local.cloud import CREDENTIALS, LOCAL_AMI, LocalDeployment, service_trust
 from infra.local.sandbox import FRAMEWORK_PYTHON
 from infra.regions import satellite_parameter_name
 from infra.userdata import agent_environment, render_user_data
@@ -63,18 +63,9 @@ def provision_satellite(
     bucket = f"{home.name}-{region}-checkpoints"
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    trust = {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "ec2.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
     role = iam.create_role(
-        RoleName=f"{home.name}-{region}-instances", AssumeRolePolicyDocument=json.dumps(trust)
+        RoleName=f"{home.name}-{region}-instances",
+        AssumeRolePolicyDocument=service_trust("ec2.amazonaws.com"),
     )["Role"]
     user_data: dict[str, str] = {}
     if home.image is not None:
