@@ -32,7 +32,7 @@ from respot.core.job import Market
 from respot.core.placement import candidates
 from respot.core.pool_watch import PoolKey, Sighting, absolute_tick
 from respot.core.states import JobState
-from respot.messages import AgentCheckpoint, AgentMessage, AgentStarted
+from respot.messages import AgentCheckpoint, AgentCompleted, AgentMessage, AgentStarted
 from respot.policy.pools import TRANSFER_PRICE_PER_GB
 from tests.handlers.test_forwarded_events import forwarded
 from tests.handlers.test_handlers import CONTEXT, Env, submit_job
@@ -217,6 +217,47 @@ def test_an_interrupted_job_resumes_in_the_satellite_from_the_copied_checkpoint(
     # AND its interruption warning, forwarded from us-west-2, moves it again
     warning = forwarded(regions.ec2_event("spot-interruption-warning", new_iid), WEST)
     assert spot_interruption.handler(warning, CONTEXT)["state"] == "REQUESTED"
+
+
+def test_a_job_that_ends_in_the_satellite_has_its_outputs_home_when_it_is_ended(
+    regions: TwoRegions, monkeypatch: pytest.MonkeyPatch
+):
+    home_s3, west_s3 = regions.clients["s3"], regions.west["s3"]
+    home_bucket, west_bucket = regions.local.bucket, regions.satellite.bucket
+    # GIVEN a job moved to us-west-2 (interrupted at home with no home spot left)
+    job_id, iid = submit_job(regions)
+    spot_fulfillment.handler(regions.ec2_event("spot-request-fulfillment", iid), CONTEXT)
+    _report(regions, _agent(job_id, 1, iid, 1, AgentStarted()))
+    regions.home_pools_down(job_id)
+    spot_interruption.handler(regions.ec2_event("spot-interruption-warning", iid), CONTEXT)
+    (west,) = regions.west_instances(job_id)
+    new_iid = west["InstanceId"]
+    state = forwarded(regions.ec2_event("instance-state-change", new_iid, state="running"), WEST)
+    instance_state.handler(state, CONTEXT)
+    _report(regions, _agent(job_id, 2, new_iid, 1, AgentStarted()))
+    # AND its session there wrote its outputs to that region's bucket, manifest last
+    west_s3.put_object(Bucket=west_bucket, Key=f"{layout.outputs_prefix(job_id)}a.txt", Body=b"1")
+    west_s3.put_object(Bucket=west_bucket, Key=layout.outputs_manifest_key(job_id), Body=b"{}")
+    # AND we note what the home bucket holds at the moment the job is written as ended
+    seen_at_end: list[list[str]] = []
+    update = regions.control.jobs.update
+
+    def watched(job: str, change: Any, **kw: Any) -> Any:
+        read, written = update(job, change, **kw)
+        if written is not None and written.state.is_terminal():
+            seen_at_end.append(_keys(home_s3, home_bucket, job_id))
+        return read, written
+
+    monkeypatch.setattr(regions.control.jobs, "update", watched)
+    # WHEN the agent there says the session completed
+    done = AgentCompleted(step=10, outputs_prefix=layout.outputs_prefix(job_id), train_seconds=1.0)
+    _report(regions, _agent(job_id, 2, new_iid, 2, done))
+    # THEN the job is ended, and its outputs were home before anyone could see it ended
+    record = regions.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.COMPLETED
+    (home_keys,) = seen_at_end
+    assert f"{layout.outputs_prefix(job_id)}a.txt" in home_keys
+    assert layout.outputs_manifest_key(job_id) in home_keys
 
 
 def test_copies_are_idempotent_and_manifests_come_after_their_blobs(regions: TwoRegions):

@@ -390,6 +390,8 @@ class ControlPlane:
 
     def apply(self, job_id: str, event: JobEvent, *, depth: int = 0) -> Applied:
         """Decide, write (compare-and-set), act, notify, follow up."""
+        if self.objects is not None:
+            self._results_before_the_end(job_id, event)
         decision, record = self._commit(job_id, event)
         return self._carry_out(job_id, event, decision, record, depth=depth)
 
@@ -543,6 +545,25 @@ class ControlPlane:
             self._hand_over(record, event.message.attempt)
         if record.state.is_terminal() and decision.record is not None:
             self._bring_results_home(record)
+
+    def _results_before_the_end(self, job_id: str, event: JobEvent) -> None:
+        """An agent in a satellite region says its session ended: its results come home
+        *before* the job is written as ended, so whoever sees it ended finds its outputs in the
+        home bucket (the copy after the write, `_objects_after`, would race a waiting client).
+        The copy is idempotent; a report that turns out a duplicate only re-lists."""
+        assert self.objects is not None
+        if not isinstance(event, AgentReport) or event.message.body.kind not in (
+            "completed",
+            "failed",
+        ):
+            return
+        record = self.jobs.get(job_id)
+        ended = record.attempt(event.message.attempt) if record is not None else None
+        if ended is None:
+            return
+        region, _ = self.objects.bucket_for_zone(ended.placement.availability_zone)
+        if region != self.objects.home_region:
+            self.objects.bring_home(job_id, region)
 
     def _bring_results_home(self, record: JobRecord) -> None:
         """A job ended: what its attempts in satellite regions left comes to the home bucket."""
