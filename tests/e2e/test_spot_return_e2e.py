@@ -133,8 +133,9 @@ def test_a_job_pushed_to_on_demand_goes_back_to_spot_when_spot_returns(rt: Local
         ("spot", "completed"),
     ]
     assert all(line.hours > 0 and line.paid_usd > 0 for line in lines), lines
-    # AND the Slack thread says what happened, in order
-    assert rt.slack is not None
+    # AND the Slack thread says what happened, in order (once the notifications drain: the
+    # last one is posted after the job is written COMPLETED)
+    assert rt.slack is not None and rt.wait_notifications(30)
     where = record.notify["slack"]
     thread = rt.slack.thread(where["channel"], where["ts"])
     texts = [m.text for m in thread.replies]
