@@ -225,6 +225,20 @@ def _prepare_account(ec2: Any, iam: Any, subnets: tuple[SubnetRef, ...]) -> str:
     return vpc_id
 
 
+def launch_template_data(user_data: dict[str, str]) -> dict[str, Any]:
+    """What the stack's launch template carries (IMDSv2 only, tags in IMDS), home or satellite."""
+    return {
+        **user_data,
+        "ImageId": LOCAL_AMI,
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpPutResponseHopLimit": 2,
+            "InstanceMetadataTags": "enabled",
+        },
+        "InstanceInitiatedShutdownBehavior": "terminate",
+    }
+
+
 def service_trust(service: str, *, aws: str | None = None) -> str:
     """A role trust policy letting an AWS service (and, if given, an AWS principal) assume it."""
     principal: dict[str, str] = {"Service": service}
@@ -379,16 +393,7 @@ def provision(
         user_data = {"UserData": base64.b64encode(text.encode()).decode()}
     template_id = ec2.create_launch_template(
         LaunchTemplateName=f"{prefix}-instances",
-        LaunchTemplateData={
-            **user_data,
-            "ImageId": LOCAL_AMI,
-            "MetadataOptions": {
-                "HttpTokens": "required",
-                "HttpPutResponseHopLimit": 2,
-                "InstanceMetadataTags": "enabled",
-            },
-            "InstanceInitiatedShutdownBehavior": "terminate",
-        },
+        LaunchTemplateData=launch_template_data(user_data),
     )["LaunchTemplate"]["LaunchTemplateId"]
     subnets_seen: dict[str, SubnetRef] = {}
     for subnet in sorted(ec2.describe_subnets()["Subnets"], key=lambda x: x["AvailabilityZone"]):

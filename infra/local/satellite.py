@@ -21,7 +21,12 @@ from typing import Any
 
 import boto3
 
-from infra.local.cloud import CREDENTIALS, LOCAL_AMI, LocalDeployment, service_trust
+from infra.local.cloud import (
+    CREDENTIALS,
+    LocalDeployment,
+    launch_template_data,
+    service_trust,
+)
 from infra.local.sandbox import FRAMEWORK_PYTHON
 from infra.regions import satellite_parameter_name
 from infra.userdata import agent_environment, render_user_data
@@ -84,16 +89,7 @@ def provision_satellite(
         user_data = {"UserData": base64.b64encode(text.encode()).decode()}
     template_id = ec2.create_launch_template(
         LaunchTemplateName=f"{home.name}-instances",
-        LaunchTemplateData={
-            **user_data,
-            "ImageId": LOCAL_AMI,
-            "MetadataOptions": {
-                "HttpTokens": "required",
-                "HttpPutResponseHopLimit": 2,
-                "InstanceMetadataTags": "enabled",
-            },
-            "InstanceInitiatedShutdownBehavior": "terminate",
-        },
+        LaunchTemplateData=launch_template_data(user_data),
         TagSpecifications=[
             {
                 "ResourceType": "launch-template",

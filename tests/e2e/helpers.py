@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,16 @@ class Invariants:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str = "the condition") -> None:
+    """Poll `check` every 0.2 s; fail naming `what` unless it holds within `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout}s")
 
 
 def counting_spec(name: str, **fields: Any) -> TrainingEnvVar:

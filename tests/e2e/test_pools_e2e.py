@@ -7,8 +7,7 @@ seconds at x30. The job's own times (deadline, estimate) are real seconds.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,7 +16,13 @@ from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.aws.pools import PoolTable
 from respot.core.job import AttemptEnd, JobRecord, Market
 from respot.core.pool_watch import PoolKey
-from tests.e2e.helpers import counting_spec, expected_total, output, wait_no_live_instances
+from tests.e2e.helpers import (
+    counting_spec,
+    expected_total,
+    output,
+    wait_for,
+    wait_no_live_instances,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -45,15 +50,6 @@ def pools_of(record: JobRecord) -> list[str]:
         for a in record.attempts
         if a.instance_id
     ]
-
-
-def wait_for(check: Callable[[], bool], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not true within {timeout}s")
 
 
 def _training_in(rt: LocalRuntime, job_id: str, pool: str) -> bool:

@@ -9,8 +9,7 @@ refuses home capacity once the test takes it. A trace tick is one simulated minu
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -20,7 +19,13 @@ from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot import layout
 from respot.core.cost import ledger
 from respot.core.job import AttemptEnd
-from tests.e2e.helpers import counting_spec, expected_total, output, wait_no_live_instances
+from tests.e2e.helpers import (
+    counting_spec,
+    expected_total,
+    output,
+    wait_for,
+    wait_no_live_instances,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -48,15 +53,6 @@ def rt() -> Iterator[LocalRuntime]:
     )
     with LocalRuntime(options) as runtime:
         yield runtime
-
-
-def wait_for(check: Callable[[], bool], timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not true within {timeout}s")
 
 
 def test_an_interrupted_job_resumes_in_a_satellite_region(rt: LocalRuntime) -> None:

@@ -14,8 +14,7 @@ of hours the policy buys on-demand earlier, with slack to spare.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -29,6 +28,7 @@ from tests.e2e.helpers import (
     counting_spec,
     expected_total,
     output,
+    wait_for,
     wait_no_live_instances,
 )
 
@@ -48,15 +48,6 @@ def rt() -> Iterator[LocalRuntime]:
     options = RuntimeOptions(time_scale=SCALE, pool_traces=traces, changeover_seconds=6.0)
     with LocalRuntime(options) as runtime:
         yield runtime
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout}s")
 
 
 def record_of(rt: LocalRuntime, job_id: str) -> JobRecord:
