@@ -93,3 +93,24 @@ def _job(sub: Submitted) -> JobRecord:
     decision = decide(None, sub, now=T0, settings=SETTINGS)
     assert decision.record is not None
     return decision.record
+
+
+def test_pools_nobody_asked_this_tick_are_asked_not_waited_for() -> None:
+    # GIVEN every pool was last seen down (the flickering pool a tick ago, after runs of one
+    # tick each; the others for hours) and nobody has asked any of them this tick
+    seen = {
+        FLICKER: history([1, 0] * 120),
+        STEADY: history([1] * 200 + [0] * 40),
+        G4DN_A: history([0] * 240),
+        G4DN_B: history([0] * 240),
+    }
+    policy = PoolPlacementPolicy(seen)
+    job = _job(deadline_submission())
+    # THEN the job asks them now (asking is how to find out); read as runs that start this
+    # tick, the flickering pool's would look likely to end at once, and the policy's run
+    # rule would wait for it tick after tick
+    for minutes in range(0, 5):
+        now = T0 + timedelta(minutes=minutes)
+        choice = policy.choose(job, now, SETTINGS)
+        assert choice.market is Market.SPOT, choice.reason
+        assert set(map(PoolKey.of, choice.pools)) == {FLICKER, STEADY, G4DN_A, G4DN_B}

@@ -56,15 +56,15 @@ def stop_and_launch_times(sim: Sim) -> tuple[list[int], list[tuple[int, Market]]
 
 
 def test_a_job_on_on_demand_moves_back_to_spot_when_the_account_sees_spot() -> None:
-    # GIVEN a job due in 6 h that needs 4 h, placed on on-demand because no pool had spot,
+    # GIVEN a job due in 5 h that needs 4 h, placed on on-demand because no pool had spot,
     # and spot that comes back in one pool an hour later (seen by the account's other jobs)
-    sim = Sim(4 * HOUR, 6 * HOUR, returns_at(60), all_down()).run()
+    sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
     job = sim.job
     assert job is not None and job.state.value == "COMPLETED", sim.kinds()
     # THEN it trained on on-demand, then moved to spot in the pool seen up, and finished there
     assert sim.markets() == ["on-demand", "spot"], sim.markets()
     assert job.attempts[1].placement.availability_zone == "us-east-1b"
-    assert sim.completed_at is not None and sim.completed_at <= 6 * HOUR
+    assert sim.completed_at is not None and sim.completed_at <= 5 * HOUR
     note = next(e for e in job.timeline if e.kind == "spot-return")
     assert "spot seen up in g5.xlarge us-east-1b" in note.text and "return 1 of" in note.text
     # AND the move was planned: no interruption counted, nothing lost, the spot instance
@@ -82,7 +82,7 @@ def test_a_job_on_on_demand_moves_back_to_spot_when_the_account_sees_spot() -> N
 
 
 def test_one_live_instance_across_the_switch_and_the_launch_after_the_stop_checkpoint() -> None:
-    sim = Sim(4 * HOUR, 6 * HOUR, returns_at(60), all_down()).run()
+    sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
     assert returned(sim)
     # THEN at no moment did two instances of the job live: the on-demand one was stopped
     # (checkpoint written, terminated) before spot was asked for
@@ -110,7 +110,7 @@ def test_one_live_instance_across_the_switch_and_the_launch_after_the_stop_check
         (15, 7),
         (25, 7),
         (25, 30),
-        (60, 8),
+        (50, 8),
     ],
 )
 def test_the_deadline_holds_when_spot_is_lost_right_after_the_return(
@@ -131,7 +131,7 @@ def test_the_deadline_holds_when_spot_is_lost_right_after_the_return(
 def test_the_returns_that_were_tried_in_the_deadline_sweep_are_not_vacuous() -> None:
     # The sweep above means something only if the policy does go back to spot in it.
     tried = []
-    for slack, lost_after in [(25, 30), (60, 8)]:
+    for slack, lost_after in [(25, 30), (50, 8)]:
         sim = Sim(
             2 * HOUR, 2 * HOUR + slack * 60, returns_at(30, lost_after=lost_after), all_down()
         )
@@ -140,19 +140,35 @@ def test_the_returns_that_were_tried_in_the_deadline_sweep_are_not_vacuous() -> 
 
 
 def on_demand(slack_minutes: int) -> Sim:
-    """A 2 h job with this much slack, trained on on-demand (no spot anywhere) for 10 min."""
+    """A 2 h job with this much slack, trained on on-demand (no spot anywhere) for 10 min.
+
+    (With slack to spare the job first waits in the outage, so "10 min" counts from the
+    start of training, not from submission.)
+    """
+
+    def trained(s: Sim) -> bool:
+        att = s.job.current if s.job is not None else None
+        return (
+            att is not None and att.started_at is not None and att.started_at <= at(s.t - 10 * TICK)
+        )
+
     sim = Sim(2 * HOUR, 2 * HOUR + slack_minutes * 60, returns_at(2**30), all_down())
-    sim.run_until(lambda s: s.t >= BOOT + 11 * TICK)
+    sim.run_until(trained)
     assert sim.job is not None and sim.markets() == ["on-demand"]
     return sim
 
 
 def test_no_return_without_slack_for_the_whole_changeover_and_the_one_back() -> None:
     d = int(SETTINGS.changeover_estimate.total_seconds())
-    up = all_down()
-    tight, roomy = on_demand(11), on_demand(40)
-    # GIVEN spot seen up for the last hour in one pool, up to now
-    up[STEADY] = history([1] * 60, end=NOW + tight.t // TICK + 1)
+    tight, roomy = on_demand(11), on_demand(35)
+
+    def up(sim: Sim) -> dict[PoolKey, PoolRecord]:
+        """Spot seen up for the last hour in one pool, up to the sim's now."""
+        records = all_down()
+        records[STEADY] = history([1] * 60, end=NOW + sim.t // TICK + 1)
+        return records
+
+    # GIVEN spot seen up for the last hour in one pool
     for sim in (tight, roomy):
         assert sim.job is not None
         base = observe(sim.job, at(sim.t), SETTINGS)
@@ -160,8 +176,8 @@ def test_no_return_without_slack_for_the_whole_changeover_and_the_one_back() -> 
         assert (base.slack_seconds < 2 * d) is (sim is tight)
     assert tight.job is not None and roomy.job is not None
     # THEN with less than two changeovers of slack the job stays on on-demand; with them, it goes
-    assert PoolPlacementPolicy(up).switch_running(tight.job, at(tight.t), SETTINGS) is None
-    choice = PoolPlacementPolicy(up).switch_running(roomy.job, at(roomy.t), SETTINGS)
+    assert PoolPlacementPolicy(up(tight)).switch_running(tight.job, at(tight.t), SETTINGS) is None
+    choice = PoolPlacementPolicy(up(roomy)).switch_running(roomy.job, at(roomy.t), SETTINGS)
     assert choice is not None and choice.market is Market.SPOT
     assert PoolKey.of(choice.pools[0]) == STEADY
     # AND without any pool seen up (or never observed), it stays
@@ -222,7 +238,7 @@ def _essentials(effects: list[object]) -> list[tuple[str, int, str]]:
 
 
 def test_every_event_of_a_switch_delivered_twice_changes_nothing() -> None:
-    sim = Sim(4 * HOUR, 6 * HOUR, returns_at(60), all_down()).run()
+    sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
     assert returned(sim)
     once, once_effects = replay(sim.events, 1)
     twice, twice_effects = replay(sim.events, 2)
@@ -238,7 +254,7 @@ def test_every_event_of_a_switch_delivered_twice_changes_nothing() -> None:
 def test_the_stop_s_messages_out_of_order_launch_spot_once_and_keep_the_checkpoint() -> None:
     # GIVEN the on-demand agent's last heartbeat and stop checkpoint delivered after its
     # AgentPreempted (SQS standard queues do not keep order)
-    sim = Sim(4 * HOUR, 6 * HOUR, returns_at(60), all_down()).run()
+    sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
     events = list(sim.events)
     at_preempted = next(
         i

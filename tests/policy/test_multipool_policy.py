@@ -21,6 +21,7 @@ from respot.policy import (
     simulate,
     simulate_pools,
 )
+from respot.policy.history import RunStatistics
 from respot.policy.multipool import PoolsDecision
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pool_baselines import single_view
@@ -182,8 +183,9 @@ def test_with_hours_of_slack_it_waits_for_the_checkpoints_region_rather_than_pay
     # with its age while progress < W is possible)
     last = replace(obs, home="us-west-2", done_seconds=obs.work_seconds - 6000)
     assert MultiPoolPolicy().place(last) == Placement.spot(1)
-    # the live placement (no wait rules: a pool not seen this tick looks new every tick)
-    assert MultiPoolPolicy(waits=False).place(obs) == Placement.spot(1)
+    # live, with the other pool not asked yet this tick (assumed up), it waits just the same:
+    # the region rule reads the home pool's outage, which was seen
+    assert MultiPoolPolicy().decide(replace(obs, observed=(True, False))).mode is Mode.WAIT
     # and with little slack left (a tick of waiting is still safe) it pays the fee
     tight = replace(obs, work_seconds=obs.work_seconds + 20 * 3600)
     assert 600 + 180 < tight.slack_seconds < 3600
@@ -208,9 +210,6 @@ def test_a_pool_with_no_run_of_its_own_yet_is_judged_with_the_other_pools_runs()
     # (weighing one prior run together): its young run no longer looks likelier to last
     # than pool 1's ten-tick runs, and the job takes pool 1
     assert MultiPoolPolicy().place(obs) == Placement.spot(1)
-    # the live placement (histories of pools not asked are not run lengths) judges each
-    # pool by its own runs alone, and takes pool 0's unknown run
-    assert MultiPoolPolicy(waits=False).place(obs) == Placement.spot(0)
 
 
 def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_changeover():
@@ -227,6 +226,28 @@ def test_with_hours_of_slack_it_lets_a_new_run_prove_itself_before_paying_a_chan
     # nor at the first tick: with nothing seen, a run's age is unknown, not zero
     first = replace(obs, tick=0, done_seconds=0, histories=((), ()))
     assert MultiPoolPolicy().place(first) == Placement.spot(0)
+
+
+def test_live_a_pool_nobody_asked_this_tick_is_asked_not_waited_for():
+    # GIVEN the flickering pool of the test above, live: its history repeats its last
+    # sighting (down), and nobody has asked it this tick, so it counts as available with a
+    # run of unknown age
+    flicker = ([1, 0, 0] * 10 + [1] * 20 + [0] * 10) * 3 + [0] * 20
+    steady = [1] * 199 + [0]
+    obs = observation(NOTHING, [True, False], [flicker[:199], steady[:199]], done=199 * 600 - 6000)
+    unasked = replace(obs, observed=(False, True))
+    # THEN the job asks it now: read as a run that starts this tick, it would look new at
+    # every tick and the job would wait for it until the safety net took on-demand
+    assert MultiPoolPolicy().place(unasked) == Placement.spot(0)
+    # and when the account did see it come up this tick (another job's launch), the run
+    # rule applies as in the benchmark: the job lets it prove itself
+    assert MultiPoolPolicy().decide(replace(obs, observed=(True, True))).mode is Mode.WAIT
+    # tick after tick unasked (its history repeats its last sighting, down, as does the
+    # steady pool's, seen down), it is never waited for
+    for later in range(1, 6):
+        histories = tuple(tuple(h) + (0,) * later for h in obs.histories)
+        ahead = replace(unasked, tick=obs.tick + later, histories=histories)
+        assert MultiPoolPolicy().place(ahead) == Placement.spot(0)
 
 
 def test_near_the_end_a_young_run_is_judged_by_the_work_it_can_still_do():
@@ -268,12 +289,17 @@ def test_across_pools_it_leaves_on_demand_when_the_slack_likely_does_not_bind():
         histories=(history, history),
     )
     assert obs.slack_seconds == 6600
-    # THEN across pools (the benchmark configuration) slack is priced as the pool choice and
-    # the waits price it, by the chance that it binds at all, and the job goes back to spot
+    # THEN across pools slack is priced as the pool choice and the waits price it, by the
+    # chance that it binds at all, and the job goes back to spot
     assert MultiPoolPolicy().decide(obs).mode is Mode.SWITCH
-    # while the single-zone price (the live placement keeps it) holds on-demand: two
-    # changeovers' slack at the lock-in price outweigh a tick of on-demand on a 4-tick run
-    assert MultiPoolPolicy(waits=False).decide(obs) == PoolsDecision(ON_DEMAND, Mode.HOLD)
+    # while the single-zone price would hold on-demand: two changeovers' slack at the
+    # lock-in price outweigh a tick of on-demand on a 4-tick run
+    view = single_view(obs, pool=0)
+    union = RunStatistics()
+    union.extend(history)
+    prior = 1 - (1 - RespotPolicy().parameters.availability_prior) ** 2  # the union's
+    held = RespotPolicy().wanted(view, supply=union, run=union, supply_prior=prior)
+    assert held.mode is Mode.HOLD
 
 
 def test_starting_in_a_union_outage_with_hours_of_slack_it_waits_rather_than_buy_on_demand():
@@ -401,8 +427,6 @@ def test_a_wait_never_spends_the_slack_the_awaited_boot_needs() -> None:
     # WHEN the benchmark's respot (waits on) runs it
     outcome = simulate_pools(MultiPoolPolicy(), pools, window, job, 600)
     # THEN it starts a new instance at once: waiting a tick would leave less slack than the
-    # boot needs (2d), so the net would take on-demand; and it costs what live placement does
+    # boot needs (2d), so the net would take on-demand
     assert outcome.placements[8].choice is Choice.SPOT
     assert outcome.on_demand_ticks == 0
-    live = simulate_pools(MultiPoolPolicy(waits=False), pools, window, job, 600)
-    assert outcome.cost == pytest.approx(live.cost)

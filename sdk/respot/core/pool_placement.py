@@ -6,7 +6,9 @@ types x the stack's subnets) and their histories are what the account observed o
 (`respot.core.pool_watch`), read by the control plane before it decides. A pool seen this
 tick (by any job) is available as seen; a pool not seen this tick counts as available when
 placing (asking is how to find out: a refusal marks it down for this tick and the next
-pool is asked) and as last seen when deciding whether to leave on-demand.
+pool is asked) and as last seen when deciding whether to leave on-demand. The policy is the
+benchmark's, in the benchmark's configuration; it is told which pools were seen this tick
+(`PoolsObservation.observed`), since the age of a run nobody saw is unknown.
 
 The answer for a job that needs capacity is a market plus the spot pools ranked by the
 policy: its pick first, then its pick with that pool down, and so on while it still wants
@@ -39,6 +41,7 @@ def _observation(
     pools: list[Placement],
     seen: PoolsView,
     available: tuple[bool, ...],
+    observed: tuple[bool, ...],
     held: PoolChoice,
     job: JobRecord,
 ) -> PoolsObservation:
@@ -58,6 +61,7 @@ def _observation(
         home=checkpoint_region(job, default=regions[0]),
         pools=tuple(Pool(PoolKey.of(p).name, r) for p, r in zip(pools, regions, strict=True)),
         available=available,
+        observed=observed,
         histories=seen.histories,
         **({"checkpoint_gb": size} if size is not None else {}),
     )
@@ -88,17 +92,19 @@ def _rank(
     most one decision per pool).
     """
     up = list(available)
+    observed = [s is not None for s in seen.seen_now]
     ranked: list[Placement] = []
     first: PoolsDecision | None = None
     for _ in pools:
-        decision = MultiPoolPolicy(waits=False).decide(
-            _observation(base, pools, seen, tuple(up), held, job)
+        decision = MultiPoolPolicy().decide(
+            _observation(base, pools, seen, tuple(up), tuple(observed), held, job)
         )
         first = first or decision
         if decision.placement.choice is not Choice.SPOT or decision.placement.pool is None:
             break
         ranked.append(pools[decision.placement.pool])
-        up[decision.placement.pool] = False
+        up[decision.placement.pool] = False  # if it refuses: seen down this tick
+        observed[decision.placement.pool] = True
     assert first is not None, "a job has at least one spot pool"
     return first, ranked
 

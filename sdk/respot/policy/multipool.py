@@ -9,8 +9,8 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    (d * (p_spot + lambda) + fee_k) / min(P_k, work left), where P_k is the work a new
    instance on pool k is expected to do before k's current run ends (`_expected_progress`:
    the run's remaining life learned from k's own past run lengths with the single-zone
-   policy's Lindy prior, plus in the benchmark configuration the other pools' completed
-   runs as a second prior of one run's weight, `_choice_statistics`; less the changeover),
+   policy's Lindy prior, plus the other pools' completed runs as a second prior of one
+   run's weight, `_choice_statistics`; less the changeover),
    d * (p_spot + lambda) is what the changeover
    costs (billed seconds plus slack at its price lambda), and fee_k the checkpoint transfer
    if k is in another region. A long-lived pool in another region wins over a flickering
@@ -27,8 +27,8 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    hazard and survival of the current run (a trip off on-demand ends only when no pool has
    spot) learned from the union's past; plus the transfer fee lost if the run ends at once
    after a move to another region. Its hold and on-demand rules price slack at the slack
-   value of point 1, not the single-zone all-or-nothing price (benchmark configuration).
-   In an outage of every pool (benchmark configuration), on-demand from idle is bought as
+   value of point 1, not the single-zone all-or-nothing price.
+   In an outage of every pool, on-demand from idle is bought as
    late as possible (`_buy_in_outage`): only when the outage time expected ahead exceeds
    the slack and another tick of waiting would leave less slack than the restarts ahead
    need.
@@ -39,6 +39,13 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
 With one pool the union is the pool, there is no fee, no choice of pool, no waiting rule
 and no outage rule, and the slack value is the single-zone price, so the decisions are
 exactly `RespotPolicy`'s (a test compares them tick by tick).
+
+One configuration, benchmark and live (`respot.core.pool_placement`). Live, a pool nobody
+asked this tick counts as available (asking is free; a refusal marks it down and the next
+pool is asked) and its history repeats its last sighting, so the age of its current run is
+unknown (`PoolsObservation.observed`): the run rule of point 2 waits only for a run seen up
+this tick. Otherwise such a pool, last seen down, would look like a run just begun at every
+tick and a job would wait for it indefinitely.
 
 No constant here is fitted to a trace set: the priors are `RespotParameters`', the prices
 and the fee are the benchmark's, and the overhead rule has no free parameter.
@@ -169,14 +176,8 @@ class MultiPoolPolicy:
 
     name = "respot"
 
-    def __init__(self, parameters: RespotParameters | None = None, *, waits: bool = True) -> None:
+    def __init__(self, parameters: RespotParameters | None = None) -> None:
         self.core = RespotPolicy(parameters)
-        # The wait rules need each run's age. Live, a pool not seen this tick is assumed up
-        # (asking is how to find out), so its "run" would look new every tick and a job
-        # would wait for it indefinitely: the live placement passes waits=False. The same
-        # flag keeps the outage rule (`_buy_in_outage`) off live: it reads the union's
-        # outage lengths and the pools' run lengths, which such histories do not give.
-        self.waits = waits
         self._pools: list[_Cached] = []
         self._union = RunStatistics()
         self._union_sources: tuple[tuple[int, ...], ...] | None = None
@@ -207,13 +208,12 @@ class MultiPoolPolicy:
             run=run,
             move_fee=fee,
             supply_prior=self._union_prior(obs),
-            # Across pools (benchmark configuration), the hold and on-demand rules price
-            # slack as the pool choice and the waits do: by the chance that it binds.
-            slack_value=slack_value if self.waits and len(obs.pools) > 1 else None,
+            # Across pools, the hold and on-demand rules price slack as the pool choice and
+            # the waits do: by the chance that it binds.
+            slack_value=slack_value if len(obs.pools) > 1 else None,
         )
         if (
-            self.waits
-            and wanted.mode is Mode.CATCH_UP
+            wanted.mode is Mode.CATCH_UP
             and obs.held.choice is Choice.NONE
             and len(obs.pools) > 1
             and not self._buy_in_outage(obs, pools, supply)
@@ -344,12 +344,14 @@ class MultiPoolPolicy:
           min(E[progress], W), which is W for any young run with a long tail). Only the k
           after which a new instance could still boot under the safety net count
           (`_boot_completes`): waiting for a start the net would then refuse, or abandon
-          mid-changeover, only burns the slack the start needed;
+          mid-changeover, only burns the slack the start needed. Only for a run seen up
+          this tick (`PoolsObservation.seen_now`): live, a pool nobody asked has a run of
+          unknown age;
         - the region: a move to another region pays the fee; wait iff the tick of slack costs
           less than the fee times the chance that a pool in the checkpoint's region is back
           next tick (1 - prod(1 - h_k) over its pools' outage hazards).
         """
-        if not self.waits or len(obs.pools) == 1 or obs.held.choice is not Choice.NONE:
+        if len(obs.pools) == 1 or obs.held.choice is not Choice.NONE:
             return False
         if obs.tick == 0 or not obs.histories[0]:
             return False  # nothing seen yet: a run's age is unknown, not zero
@@ -364,6 +366,8 @@ class MultiPoolPolicy:
         # Look as far ahead as a changeover lasts (at least a tick): the runs that would
         # yield nothing are those shorter than it, whatever the tick length.
         steps = min(max(1, -(-obs.changeover_seconds // gap)), obs.ticks_left)
+        if not obs.seen_now(candidate):
+            steps = 0  # its run's age is unknown: asking is the way to learn it
         age = stats.current_age(1)
         lasts = 1.0
         for k in range(1, steps + 1):
@@ -427,10 +431,11 @@ class MultiPoolPolicy:
         same kind (one provider, one window): they join the prior as a second prior, with
         a total weight of the Lindy prior's (`lindy_prior_runs`, spread evenly over those
         runs), so they count most when the pool's own runs are few and fade as those
-        accumulate. Benchmark configuration only (`waits`): live, histories of pools not
-        asked are not observed run lengths. The wait rules keep each pool's own statistics.
+        accumulate. Live, a history's runs are what the account saw (a launch to a notice
+        or refusal), shorter than the true runs but evidence of the same kind. The wait
+        rules keep each pool's own statistics.
         """
-        if not self.waits or len(pools) == 1:
+        if len(pools) == 1:
             return pools
         prior = self.core.parameters.lindy_prior_runs
         chosen: list[RunStatistics | PooledRunStatistics] = []

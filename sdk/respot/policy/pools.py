@@ -86,7 +86,11 @@ class PoolsObservation:
     and for every pool its region, whether its spot can be had now (`available[k]` = a_k[i])
     and its past (`histories[k]` = a_k[0..i-1], 0/1). Live, a history is what respot observed
     of the pool: launches that succeeded and runs that lasted (1), capacity errors and
-    interruptions (0).
+    interruptions (0); a tick nothing observed repeats the last observation.
+
+    `observed[k]`: whether `available[k]` was seen at this tick (None: every pool was, as in
+    the benchmark). Live, a pool nobody asked this tick counts as available (asking is free
+    and is how to find out), but the age of its current run is then unknown.
     """
 
     tick: int
@@ -103,6 +107,11 @@ class PoolsObservation:
     histories: tuple[Sequence[int], ...]
     checkpoint_gb: float = CHECKPOINT_GB
     transfer_price_per_gb: float = TRANSFER_PRICE_PER_GB
+    observed: tuple[bool, ...] | None = None
+
+    def seen_now(self, pool: int) -> bool:
+        """Whether pool `pool`'s availability at this tick was observed (not assumed)."""
+        return self.observed is None or self.observed[pool]
 
     @property
     def ticks_left(self) -> int:

@@ -194,8 +194,7 @@ def predict(plan: ReplayPlan) -> Prediction:
     window = plan.window()
     outcomes = {
         name: simulate_pools(
-            # the live placement's configuration (no wait rules: `MultiPoolPolicy`)
-            MultiPoolPolicy(waits=False) if name == "respot" else make_pools_policy(name),
+            MultiPoolPolicy() if name == "respot" else make_pools_policy(name),
             plan.pool_set.pools,
             window,
             plan.job,
