@@ -1,6 +1,7 @@
 """Fast iteration on respot's multi-pool policy: rerun respot alone, reuse the saved baselines.
 
     python bench/placement/dev.py [--sets dev|heldout|all|NAME ...] [--out DIR]
+                                  [--policy respot|respot-live-view|...]
 
 The baselines and the omniscient optimum do not change when respot does, and window starts
 are deterministic (`PoolSet.window_starts`), so a respot-only run over the same windows can
@@ -10,7 +11,8 @@ as the commands in README.md), prints respot's mean, misses, saving against up-r
 and the gap closed per cell and on average, and with `--out` writes merged JSONL files
 (saved baselines + the new respot) that `report.py` renders. The held-out sets are built
 with `resample.py` under /tmp when missing. A development tool: the figures of record come
-from the full commands in README.md.
+from the full commands in README.md. `--policy respot-live-view` runs respot as live places
+one job, from its own sightings only (`respot.policy.live_view`), in respot's column.
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ def _ensure(name: str) -> list[Path]:
     return paths
 
 
-def run_set(name: str, out: Path | None, workers: int) -> list[float]:
-    """Run respot on one set; print its cells; return the gap closed per cell."""
+def run_set(name: str, out: Path | None, workers: int, policy: str = "respot") -> list[float]:
+    """Run respot (or `policy`) on one set; print its cells; return the gap closed per cell."""
     _, windows, _ = SETS[name]
     saved = [
         json.loads(line)
@@ -82,17 +84,17 @@ def run_set(name: str, out: Path | None, workers: int) -> list[float]:
     ]
     started = time.monotonic()
     results = run_placement_bench(
-        load_pool_set(_ensure(name)), CELLS, windows, policies=("respot",), workers=workers
+        load_pool_set(_ensure(name)), CELLS, windows, policies=(policy,), workers=workers
     )
     elapsed = time.monotonic() - started
     closed = []
     merged = []
-    print(f"{name} ({windows} windows, {elapsed:.0f} s)")
+    print(f"{name} ({windows} windows, {elapsed:.0f} s, {policy})")
     for row, result in zip(saved, results, strict=True):
         assert row["deadline_hours"] == result.cell.deadline_hours
         assert row["changeover_hours"] == result.cell.changeover_hours
         assert row["windows_per_trace"] == windows
-        new = result.results["respot"]
+        new = result.results[policy]
         old = row["results"]["respot"]
         rr = row["results"]["up-round-robin"]["mean"]
         best = row["results"]["omniscient"]["mean"]
@@ -118,6 +120,11 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", default=["dev"], help="dev, heldout, all or names")
     parser.add_argument("--out", type=Path, help="write merged JSONL files here")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--policy",
+        default="respot",
+        choices=["respot", "respot-live-view", "respot-live-view-sightings-only"],
+    )
     args = parser.parse_args()
     names: list[str] = []
     for item in args.sets:
@@ -125,7 +132,7 @@ def main() -> None:
     for name in names:
         if name not in SETS:
             parser.error(f"--sets: unknown set {name!r} (known: {', '.join(SETS)})")
-        run_set(name, args.out, args.workers)
+        run_set(name, args.out, args.workers, args.policy)
 
 
 if __name__ == "__main__":

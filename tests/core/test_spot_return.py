@@ -81,6 +81,29 @@ def test_a_job_on_on_demand_moves_back_to_spot_when_the_account_sees_spot() -> N
     assert all(line.paid_usd > 0 for line in lines)
 
 
+def test_a_job_alone_in_its_account_returns_to_spot_by_asking() -> None:
+    # GIVEN the same job and market, but no other job in the account: nobody sees spot come
+    # back, so the pools' histories hold the refusals that sent the job to on-demand
+    sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down(), others_see=False).run()
+    job = sim.job
+    assert job is not None and job.state.value == "COMPLETED", sim.kinds()
+    # THEN it still goes back to spot: pools nobody asked this tick count as available, as
+    # when placing, and the return asks them in the policy's order (the first refuses)
+    assert sim.markets() == ["on-demand", "spot"], sim.markets()
+    assert job.attempts[1].placement.availability_zone == "us-east-1b"
+    note = next(e for e in job.timeline if e.kind == "spot-return")
+    assert "to be asked first" in note.text, note.text
+    assert sim.completed_at is not None and sim.completed_at <= 5 * HOUR
+    assert sim.max_alive == 1
+    # AND without spot anywhere it tries at most MAX_SPOT_RETURNS times, each time back on
+    # on-demand, and still meets the deadline
+    never = Sim(4 * HOUR, 5 * HOUR, returns_at(2**30), all_down(), others_see=False).run()
+    assert never.job is not None and never.job.state.value == "COMPLETED", never.kinds()
+    assert set(never.markets()) == {"on-demand"}
+    assert never.kinds().count("spot-return") <= MAX_SPOT_RETURNS
+    assert never.completed_at is not None and never.completed_at <= 5 * HOUR
+
+
 def test_one_live_instance_across_the_switch_and_the_launch_after_the_stop_checkpoint() -> None:
     sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
     assert returned(sim)

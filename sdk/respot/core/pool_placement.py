@@ -30,10 +30,9 @@ from respot.core.pool_watch import PoolKey, PoolRecord, PoolsView, absolute_tick
 from respot.core.transfer import checkpoint_gb, checkpoint_region
 from respot.policy import Choice, MultiPoolPolicy, Observation, Pool, PoolsObservation
 from respot.policy import Placement as PoolChoice
+from respot.policy.live_view import MAX_SPOT_RETURNS
 from respot.policy.multipool import PoolsDecision
 from respot.policy.pools import NOTHING, ON_DEMAND, region_of
-
-MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover)
 
 
 def _observation(
@@ -159,8 +158,10 @@ class PoolPlacementPolicy:
     ) -> MarketChoice | None:
         """For a job training on on-demand: spot if the policy says so, else None.
 
-        On-demand -> spot when the multi-pool policy switches (a spot run seen by the
-        account, old enough to be worth two changeovers) and the slack pays for the whole
+        On-demand -> spot when the multi-pool policy switches (a run of spot in the pools'
+        histories old enough to be worth two changeovers; pools nobody asked this tick count
+        as available, as when placing, so a job alone in its account returns by asking)
+        and the slack pays for the whole
         changeover to spot and the one back (tests/core/test_spot_return.py), at most
         `MAX_SPOT_RETURNS` times per job: a return that finds no spot after all costs a
         changeover. A job training on spot stays there: leaving a running spot instance for
@@ -181,15 +182,16 @@ class PoolPlacementPolicy:
         if base is None or base.ticks_left <= 0 or not pools:
             return None
         seen = self._view(pools, now, settings)
-        # Leaving on-demand needs spot seen up: the newest sighting of each pool, by any job.
-        available = [
-            bool(s if s is not None else last)
-            for s, last in zip(seen.seen_now, seen.last, strict=True)
-        ]
+        # As when placing: a pool seen this tick is as seen, one nobody asked counts as
+        # available (the return asks it; a refusal of every pool puts the job back on
+        # on-demand, a changeover lost, at most MAX_SPOT_RETURNS times), with a run of
+        # unknown age. Whether to leave on-demand is the policy's: its switch needs a run
+        # of spot (the union's, from the histories) old enough to pay two changeovers.
+        available = [s is not False for s in seen.seen_now]
         if not any(available):
             return None
         first, ranked = _rank(base, pools, seen, available, ON_DEMAND, job)
-        if not ranked:
+        if not ranked or first.placement.choice is not Choice.SPOT:
             return None
         if base.slack_seconds - base.changeover_seconds < base.changeover_seconds:
             # As `boot_unguarded`: live, a booting instance is not abandoned (the safety net
@@ -197,8 +199,9 @@ class PoolPlacementPolicy:
             # and the one back.
             return None
         best = ranked[0]
+        how = "seen up" if seen.seen_now[pools.index(best)] else "to be asked first"
         reason = (
-            f"deadline policy across pools: {first.mode.value}, spot seen up in "
+            f"deadline policy across pools: {first.mode.value}, spot {how} in "
             f"{best.instance_type} {best.availability_zone} "
             f"(return {returns + 1} of at most {MAX_SPOT_RETURNS})"
         )

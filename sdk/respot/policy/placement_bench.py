@@ -18,6 +18,7 @@ import numpy as np
 
 from respot.policy.bench import Cell, PolicyResult, _plain
 from respot.policy.exceptions import JobSpecError, UnknownPolicyError
+from respot.policy.live_view import LiveView
 from respot.policy.multipool import MultiPoolPolicy
 from respot.policy.omniscient_pools import optimal_pool_normalized_costs
 from respot.policy.pool_baselines import GreedyAny, UniformProgressHome, UniformProgressRoundRobin
@@ -30,6 +31,10 @@ _FACTORIES: dict[str, Callable[[], PoolsPolicy]] = {
     UniformProgressRoundRobin.name: UniformProgressRoundRobin,
     GreedyAny.name: GreedyAny,
     MultiPoolPolicy.name: MultiPoolPolicy,
+    # respot as one job of an account would place it live (its own sightings only); not in
+    # the reported policies: `bench/placement/dev.py --policy respot-live-view`
+    LiveView.name: LiveView,
+    "respot-live-view-sightings-only": lambda: LiveView(ask_from_on_demand=False),
 }
 # Reported policies, in the order of the JSON output.
 PLACEMENT_POLICIES: tuple[str, ...] = (

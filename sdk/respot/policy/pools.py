@@ -290,10 +290,12 @@ def simulate_pools(
                 x = NOTHING
         placements.append(x)
         # 2. Hold nothing, or (re)start, move the checkpoint if needed, bill and progress.
+        # A policy may say it restarted what it held (`restarted`: `LiveView`'s return from
+        # on-demand that every pool refused stopped the on-demand instance): a changeover.
         if x.choice is Choice.NONE:
             held, remaining_changeover = NOTHING, 0
         else:
-            if x != held:
+            if x != held or getattr(policy, "restarted", False):
                 remaining_changeover = changeover
                 changeovers += 1
                 if x.pool is not None and pools[x.pool].region != home:

@@ -1,0 +1,71 @@
+"""`LiveView`: the multi-pool policy fed only what one job of an account sees live."""
+
+from __future__ import annotations
+
+from respot.policy import Choice, Job, MultiPoolPolicy, Placement, Pool, simulate_pools
+from respot.policy.live_view import LiveView
+from respot.policy.pools import PoolsObservation
+
+POOLS = [Pool.named("us-east-1a_gpu_1"), Pool.named("us-east-1b_gpu_1")]
+JOB = Job(3600, 3 * 3600, 600)  # 6 ticks of work in 18, a one-tick changeover
+GAP = 600
+
+
+class Recording:
+    """Keeps what it runs, else takes pool 0's spot, else pool 1's, else on-demand; records
+    every observation it was given."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.seen: list[PoolsObservation] = []
+
+    def place(self, obs: PoolsObservation) -> Placement:
+        self.seen.append(obs)
+        held = obs.held
+        if held.choice is not Choice.NONE and (held.pool is None or obs.available[held.pool]):
+            return held  # keeps what it runs while it lasts
+        for k, up in enumerate(obs.available):
+            if up:
+                return Placement.spot(k)
+        return Placement(Choice.ON_DEMAND)
+
+
+def test_it_sees_only_its_own_sightings_and_asks_in_the_policys_order() -> None:
+    # GIVEN pool 0 down for the first 3 ticks, pool 1 always up
+    window = [[0, 0, 0] + [1] * 16, [1] * 19]
+    recording = Recording()
+    outcome = simulate_pools(LiveView(recording), POOLS, window, JOB, GAP)
+    first = recording.seen[:2]
+    # THEN at tick 0 it believed both pools up (nobody asked yet), asked pool 0 (refused:
+    # seen down now), then took pool 1
+    assert first[0].available == (True, True) and first[0].observed == (False, False)
+    assert first[1].available == (False, True) and first[1].observed == (True, False)
+    assert outcome.placements[0] == Placement.spot(1)
+    # AND later its history of pool 0 is the refusal held (0), never the truth it did not
+    # ask about: pool 0 came back at tick 3, but the job kept running on pool 1
+    later = next(obs for obs in recording.seen if obs.tick == 5)
+    assert list(later.histories[0]) == [0] * 5
+    assert list(later.histories[1]) == [1] * 5  # its running instance: seen up every tick
+    assert later.held == Placement.spot(1) and later.observed == (False, True)
+
+
+def test_with_every_pool_always_up_it_costs_what_the_benchmark_says() -> None:
+    window = [[1] * 19, [1] * 19]
+    full = simulate_pools(MultiPoolPolicy(), POOLS, window, JOB, GAP)
+    live = simulate_pools(LiveView(), POOLS, window, JOB, GAP)
+    assert live.cost == full.cost and live.placements == full.placements
+
+
+def test_from_on_demand_it_returns_by_asking_unless_told_to_wait_for_sightings() -> None:
+    # GIVEN no spot for the first 4 ticks, then pool 1 for good; a tight job goes on-demand
+    window = [[0] * 25, [0] * 4 + [1] * 21]
+    job = Job(3 * 3600, 4 * 3600, 600)
+    asking = simulate_pools(LiveView(), POOLS, window, job, GAP)
+    sightings = simulate_pools(LiveView(ask_from_on_demand=False), POOLS, window, job, GAP)
+    # THEN asking, it goes back to spot once the policy would switch; waiting for a sighting
+    # that no other job makes, it stays on on-demand to the end
+    assert Choice.ON_DEMAND in [p.choice for p in asking.placements]
+    assert asking.placements[-1] == Placement.spot(1)
+    assert sightings.spot_ticks == 0 and not sightings.missed and not asking.missed
+    assert asking.cost < sightings.cost
