@@ -15,14 +15,14 @@ from its own sightings, asks the pools in the order the policy picks them (its p
 its pick with that pool refused, ...) against the window's true availability, and returns
 the first that has spot, or the policy's non-spot answer. From on-demand it does what
 `PoolPlacementPolicy.switch_running` does: the same asking, at most `MAX_SPOT_RETURNS`
-returns and only with two changeovers of slack; a return that every pool refuses has
-stopped the on-demand instance, so the job pays a changeover to be back on on-demand
-(`restarted`, which `simulate_pools` reads). With no other job in the account, this is what
-live placement of one job would do on the window; `respot-live-view` in `bench/placement/dev.py --policy` measures
-it on every window of a set (`respot-live-view-sightings-only`: returns from on-demand only
-on a sighting, as live did until 2026-11-24). Not modelled: other jobs' sightings, the
-live-only rule for a first spot start from waiting (two changeovers of slack), and the
-changeover's length beyond d.
+returns and only with two changeovers of slack; a return that every pool refuses has stopped
+the on-demand instance, so the job pays a changeover to be back on on-demand (`restarted`,
+which `simulate_pools` reads). With no other job in the account, this is what live placement
+of one job would do on the window; `respot-live-view` in `bench/placement/dev.py --policy`
+measures it on every window of a set (`respot-live-view-sightings-only`: returns from
+on-demand only on a sighting, as live did until 2026-11-24). Not modelled: other jobs'
+sightings, the live-only rule for a first spot start from waiting (two changeovers of
+slack), and the changeover's length beyond d.
 """
 
 from __future__ import annotations
