@@ -89,6 +89,7 @@ class LiveView:
         self.ask_from_on_demand = ask_from_on_demand
         self._returns = 0
         self.restarted = False
+        self._asked_from_on_demand = False
         self._pools: list[_Sightings] = []
         self._tick = -1
         self._held: Placement | None = None
@@ -111,6 +112,30 @@ class LiveView:
             available = [bool(s.now) if s.now is not None else True for s in sightings]
         observed = [s.now is not None for s in sightings]
         histories = tuple(s.history(tick, self._ones) for s in sightings)
+        choice = self._ask(obs, obs.held, available, observed, histories)
+        # a return that every pool refused has stopped the on-demand instance: the job is
+        # placed again from nothing (the pools just refused are seen down), and going back
+        # to on-demand pays a changeover (`simulate_pools` reads `restarted`)
+        returned = obs.held.choice is Choice.ON_DEMAND and self._asked_from_on_demand
+        self.restarted = False
+        if returned and choice.choice is not Choice.SPOT:
+            idle = replace(obs, held=Placement(Choice.NONE))
+            choice = self._ask(idle, idle.held, available, observed, histories)
+            self.restarted = choice == obs.held
+        self._held = choice
+        return choice
+
+    def _ask(
+        self,
+        obs: PoolsObservation,
+        held: Placement,
+        available: list[bool],
+        observed: list[bool],
+        histories: tuple[HistoryView, ...],
+    ) -> Placement:
+        """The policy's answer once the pools it picks have been asked, in its order."""
+        sightings, tick = self._pools, obs.tick
+        self._asked_from_on_demand = False
         choice = Placement(Choice.NONE)
         for _ in range(len(obs.pools) + 1):  # each refusal is asked about again, once per pool
             view = replace(
@@ -125,9 +150,9 @@ class LiveView:
                 # changeover and the one back; the on-demand instance stops first
                 late = obs.slack_seconds < 2 * obs.changeover_seconds
                 if self._returns >= MAX_SPOT_RETURNS or late:
-                    choice = held
-                    break
+                    return held
                 self._returns += 1
+                self._asked_from_on_demand = True
                 held = Placement(Choice.NONE)
             if held.choice is Choice.SPOT and held.pool == k:
                 break  # keeps the instance it runs
@@ -137,13 +162,6 @@ class LiveView:
                 break
             available[k], observed[k] = False, True
             choice = Placement(Choice.NONE)
-        returned = obs.held.choice is Choice.ON_DEMAND and held.choice is Choice.NONE
-        # a return that found no spot: the on-demand instance has stopped, and the one the
-        # job goes back to pays a changeover (`simulate_pools` reads `restarted`)
-        self.restarted = returned and choice.choice is not Choice.SPOT
-        if self.restarted:
-            choice = obs.held
-        self._held = choice
         return choice
 
     def _learn(self, obs: PoolsObservation) -> None:
