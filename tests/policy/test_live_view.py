@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from respot.policy import Choice, Job, MultiPoolPolicy, Placement, Pool, simulate_pools
-from respot.policy.live_view import LiveView
+from respot.policy.live_view import MAX_SPOT_RETURNS, LiveView
 from respot.policy.pools import PoolsObservation
 
 POOLS = [Pool.named("us-east-1a_gpu_1"), Pool.named("us-east-1b_gpu_1")]
@@ -69,3 +69,26 @@ def test_from_on_demand_it_returns_by_asking_unless_told_to_wait_for_sightings()
     assert asking.placements[-1] == Placement.spot(1)
     assert sightings.spot_ticks == 0 and not sightings.missed and not asking.missed
     assert asking.cost < sightings.cost
+
+
+class AlwaysBack:
+    """From on-demand, always wants pool 0's spot; otherwise on-demand."""
+
+    name = "always-back"
+
+    def place(self, obs: PoolsObservation) -> Placement:
+        if obs.held.choice is Choice.ON_DEMAND and obs.available[0]:
+            return Placement.spot(0)
+        return Placement(Choice.ON_DEMAND)
+
+
+def test_a_return_every_pool_refuses_costs_a_changeover_and_returns_are_bounded() -> None:
+    # GIVEN no spot anywhere, a job with hours of slack on on-demand, and a policy that
+    # always wants to go back to spot
+    window = [[0] * 25, [0] * 25]
+    job = Job(3600, 4 * 3600, 600)
+    outcome = simulate_pools(LiveView(AlwaysBack()), POOLS, window, job, GAP)
+    # THEN each return stopped the on-demand instance and found nothing: the job is back
+    # on on-demand with a new changeover each time, at most MAX_SPOT_RETURNS times
+    assert outcome.spot_ticks == 0 and not outcome.missed
+    assert outcome.changeovers == 1 + MAX_SPOT_RETURNS

@@ -31,7 +31,7 @@ from dataclasses import replace
 
 from respot.policy.model import Choice, HistoryView
 from respot.policy.multipool import MultiPoolPolicy
-from respot.policy.pools import Placement, PoolsObservation
+from respot.policy.pools import Placement, PoolsObservation, PoolsPolicy
 
 MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover)
 
@@ -39,7 +39,7 @@ MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover
 class _Sightings:
     """One pool's history as the account saw it: ticks 0.. as a growing list of 0/1."""
 
-    __slots__ = ("now", "seen", "ticks")
+    __slots__ = ("now", "ticks")
 
     def __init__(self) -> None:
         self.ticks: list[int] | None = None  # None: never observed (reads as up)
@@ -83,7 +83,7 @@ class LiveView:
     name = "respot-live-view"
 
     def __init__(
-        self, policy: MultiPoolPolicy | None = None, *, ask_from_on_demand: bool = True
+        self, policy: PoolsPolicy | None = None, *, ask_from_on_demand: bool = True
     ) -> None:
         self.policy = policy or MultiPoolPolicy()
         self.ask_from_on_demand = ask_from_on_demand
