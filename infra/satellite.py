@@ -11,7 +11,11 @@ region holds only what an instance there needs, made the way the home stack make
   restores and checkpoints next to its GPU (docs/decisions.md, "Satellite regions");
 - one EventBridge rule per EC2 rule of the wiring, with the same pattern, forwarding to the
   home region's default bus through a role that may only `events:PutEvents` there (same
-  account: the role is all EventBridge needs; no bus policy);
+  account: the role is all EventBridge needs; no bus policy). Each target retries as the home
+  rules' targets do, then dead-letters into this region's `ForwardDeadLetters` queue (a
+  rule's dead-letter queue must be in the rule's region), which has the home dead-letter
+  queues' alarm (notifying `alarm_topic_arn` only if that topic is in this region: an alarm
+  cannot act on another region's topic);
 - an SSM parameter `<name_prefix>/satellite` in the region: the launch template id, the
   subnets and zones, the bucket and the instance role id, which the control plane reads
   (`respot.aws.satellites`) instead of a deploy-time reference (the home stack cannot
@@ -23,7 +27,7 @@ a reference: the instance role's name (iam:PassRole) and the bucket's name (s3 c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from aws_cdk import Aws, Duration, Environment, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
@@ -31,11 +35,14 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from infra.bundling import LocalAsset
 from infra.constructs import Fleet, Network
+from infra.constructs.functions import RULE_MAX_EVENT_AGE, RULE_RETRY_ATTEMPTS
+from infra.constructs.messaging import dead_letter_alarm, dead_letter_queue
 from infra.constructs.naming import pascal_id
 from infra.constructs.storage import (
     INCOMPLETE_UPLOAD_DAYS,
@@ -44,6 +51,7 @@ from infra.constructs.storage import (
     _private_bucket,
     access_log_bucket,
 )
+from infra.nag import suppress
 from infra.regions import (
     SATELLITE_TAG,
     checkpoint_bucket_name,
@@ -124,10 +132,26 @@ class SatelliteStack(Stack):
             )
         )
         home_bus = events.EventBus.from_event_bus_arn(self, "HomeBus", bus_arn)
+        # What EventBridge could not put on the home bus (throttled past its retries, a
+        # refused PutEvents, the home region down) waits here instead of being dropped.
+        self.forward_dead_letters = dead_letter_queue(self, "ForwardDeadLetters")
+        suppress(
+            self.forward_dead_letters,
+            "SQS3",
+            "This queue is itself a dead-letter queue: the forwarding rules' targets send to "
+            "it the events they could not deliver to the home bus. It has an alarm.",
+        )
+        self.forward_dead_letters_alarm = dead_letter_alarm(
+            self,
+            "ForwardDeadLettersAlarm",
+            self.forward_dead_letters,
+            f"respot EC2 events forwarded from {region} to {home_region}",
+            _topic_in_region(self, settings.alarm_topic_arn, region),
+        )
         self.rules: dict[str, events.Rule] = {}
         for rule in wiring.rules:
             pattern = rule.pattern
-            self.rules[rule.name] = events.Rule(
+            forward = events.Rule(
                 self,
                 f"Forward{pascal_id(rule.name)}",
                 description=f"{rule.description} (forwarded to the home bus in {home_region})",
@@ -136,8 +160,18 @@ class SatelliteStack(Stack):
                     detail_type=pattern.get("detail-type"),
                     detail=pattern.get("detail"),
                 ),
-                targets=[targets.EventBus(home_bus, role=self.forwarding_role)],
+                # CDK adds the queue policy: events.amazonaws.com may SendMessage only with
+                # aws:SourceArn = this rule.
+                targets=[
+                    targets.EventBus(
+                        home_bus,
+                        role=self.forwarding_role,
+                        dead_letter_queue=self.forward_dead_letters,
+                    )
+                ],
             )
+            _retry_policy(forward)
+            self.rules[rule.name] = forward
 
         self.parameter = ssm.StringParameter(
             self,
@@ -160,6 +194,30 @@ class SatelliteStack(Stack):
         )
         Tags.of(self).add(SATELLITE_TAG, home_name)
         Tags.of(self.fleet.launch_template).add(MANAGED_TAG, home_name)
+
+
+def _retry_policy(rule: events.Rule) -> None:
+    """The home rules' retry policy on the rule's one target.
+
+    EventBridge takes a RetryPolicy on any target (AWS::Events::Rule Target), but CDK's
+    `targets.EventBus` has no retry props (aws/aws-cdk#28735), so it is set on the template.
+    Without it the default is 24 hours and 185 attempts before the dead-letter queue.
+    """
+    cfn = cast(events.CfnRule, rule.node.default_child)
+    cfn.add_property_override(
+        "Targets.0.RetryPolicy",
+        {
+            "MaximumRetryAttempts": RULE_RETRY_ATTEMPTS,
+            "MaximumEventAgeInSeconds": int(RULE_MAX_EVENT_AGE.to_seconds()),
+        },
+    )
+
+
+def _topic_in_region(scope: Construct, topic_arn: str | None, region: str) -> sns.ITopic | None:
+    """The alarm topic if it lives in `region`; a CloudWatch alarm acts only on its region's."""
+    if topic_arn is None or topic_arn.split(":")[3] != region:
+        return None
+    return sns.Topic.from_topic_arn(scope, "AlarmTopic", topic_arn)
 
 
 def _satellite_bucket(

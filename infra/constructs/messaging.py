@@ -69,9 +69,7 @@ class Messaging(Construct):
             )
             if spec.fifo and spec.topic_filter is not None:
                 raise ValueError(f"queue {spec.name}: the jobs topic is standard, not FIFO")
-            dead_letters = _queue(
-                self, f"{cid}DeadLetters", retention_period=DEAD_LETTER_RETENTION, **fifo
-            )
+            dead_letters = dead_letter_queue(self, f"{cid}DeadLetters", **fifo)
             queue = _queue(
                 self,
                 f"{cid}Queue",
@@ -100,9 +98,7 @@ class Messaging(Construct):
 
         # Where EventBridge puts events it could not deliver to a function, and where async
         # invocations go after their last retry. Not any queue's redrive target, so SQS3 fires.
-        self.event_dead_letters = _queue(
-            self, "EventDeadLetters", retention_period=DEAD_LETTER_RETENTION
-        )
+        self.event_dead_letters = dead_letter_queue(self, "EventDeadLetters")
         suppress(
             self.event_dead_letters,
             "SQS3",
@@ -117,18 +113,34 @@ class Messaging(Construct):
         self.agent_queue = self.queues[agents[0]]
 
     def _alarm(self, cid: str, dead_letters: sqs.Queue, what: str) -> None:
-        alarm = cloudwatch.Alarm(
-            self,
-            cid,
-            alarm_description=f"Messages are waiting in the dead-letter queue of {what}",
-            metric=dead_letters.metric_approximate_number_of_messages_visible(
-                period=ALARM_PERIOD, statistic="Maximum"
-            ),
-            threshold=0,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-        if self._alarm_topic is not None:
-            alarm.add_alarm_action(cloudwatch_actions.SnsAction(self._alarm_topic))
-        self.alarms.append(alarm)
+        self.alarms.append(dead_letter_alarm(self, cid, dead_letters, what, self._alarm_topic))
+
+
+def dead_letter_queue(scope: Construct, cid: str, **props: object) -> sqs.Queue:
+    """A dead-letter queue as respot makes them: SSE-SQS, TLS only, kept 14 days."""
+    return _queue(scope, cid, retention_period=DEAD_LETTER_RETENTION, **props)
+
+
+def dead_letter_alarm(
+    scope: Construct,
+    cid: str,
+    dead_letters: sqs.IQueue,
+    what: str,
+    topic: sns.ITopic | None = None,
+) -> cloudwatch.Alarm:
+    """An alarm as soon as one message waits in `dead_letters`; it notifies `topic` if given."""
+    alarm = cloudwatch.Alarm(
+        scope,
+        cid,
+        alarm_description=f"Messages are waiting in the dead-letter queue of {what}",
+        metric=dead_letters.metric_approximate_number_of_messages_visible(
+            period=ALARM_PERIOD, statistic="Maximum"
+        ),
+        threshold=0,
+        comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluation_periods=1,
+        treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+    )
+    if topic is not None:
+        alarm.add_alarm_action(cloudwatch_actions.SnsAction(topic))
+    return alarm

@@ -18,6 +18,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
+from infra.constructs.functions import RULE_MAX_EVENT_AGE, RULE_RETRY_ATTEMPTS
 from infra.iam_eval import allowed
 from infra.local.iam import Resolver, _logical_id
 from infra.nag import add_checks, errors
@@ -229,6 +230,116 @@ def test_rules_forward_the_home_patterns_to_the_home_bus(synthesized):
         assert allowed(docs, "events:PutEvents", bus)
         assert not allowed(docs, "events:PutEvents", bus.replace(HOME, "us-west-2"))
         assert not allowed(docs, "sqs:SendMessage", "arn:aws:sqs:us-east-1:123456789012:x")
+
+
+def _forward_dead_letters(template: dict[str, Any]) -> str:
+    lid = _logical_id(template, "ForwardDeadLetters")
+    assert lid is not None, "the satellite has no ForwardDeadLetters queue"
+    return lid
+
+
+def test_each_forwarding_target_retries_then_dead_letters_in_its_region(synthesized):
+    for template in synthesized["satellites"].values():
+        queue = _forward_dead_letters(template)
+        rules = _resources(template, "AWS::Events::Rule")
+        assert len(rules) == len(WIRING.rules)
+        for rule in rules:
+            (target,) = rule["Properties"]["Targets"]
+            # the queue of this stack, so of the rule's region (EventBridge requires it)
+            assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [queue, "Arn"]}}
+            policy = target["RetryPolicy"]
+            assert policy == {
+                "MaximumRetryAttempts": RULE_RETRY_ATTEMPTS,
+                "MaximumEventAgeInSeconds": RULE_MAX_EVENT_AGE.to_seconds(),
+            }
+            # EventBridge's bounds (API RetryPolicy): 0-185 attempts, 60-86400 seconds
+            assert 0 <= policy["MaximumRetryAttempts"] <= 185
+            assert 60 <= policy["MaximumEventAgeInSeconds"] <= 86400
+
+
+def test_the_forward_dead_letter_queue_is_encrypted_tls_only_and_kept_14_days(synthesized):
+    for template in synthesized["satellites"].values():
+        queue = _forward_dead_letters(template)
+        props = template["Resources"][queue]["Properties"]
+        assert props["SqsManagedSseEnabled"] is True
+        assert props["MessageRetentionPeriod"] == 14 * 24 * 3600
+        (policy,) = [
+            p
+            for p in _resources(template, "AWS::SQS::QueuePolicy")
+            if p["Properties"]["Queues"] == [{"Ref": queue}]
+        ]
+        statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert any(
+            s["Effect"] == "Deny"
+            and s["Principal"] == {"AWS": "*"}
+            and s["Action"] == "sqs:*"
+            and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+            for s in statements
+        )
+
+
+def test_only_the_forwarding_rules_may_send_to_their_dead_letter_queue(synthesized):
+    for region, template in synthesized["satellites"].items():
+        queue = _forward_dead_letters(template)
+        arn = f"arn:aws:sqs:{region}:{ACCOUNT}:forward-dead-letters"
+        rule_arns = {
+            lid: f"arn:aws:events:{region}:{ACCOUNT}:rule/{lid}"
+            for lid, r in template["Resources"].items()
+            if r["Type"] == "AWS::Events::Rule"
+        }
+        attrs = {queue: {"Ref": arn, "Arn": arn}} | {
+            lid: {"Ref": lid, "Arn": a} for lid, a in rule_arns.items()
+        }
+        (policy,) = [
+            p
+            for p in _resources(template, "AWS::SQS::QueuePolicy")
+            if p["Properties"]["Queues"] == [{"Ref": queue}]
+        ]
+        doc = Resolver(attrs, region)(policy["Properties"]["PolicyDocument"])
+        # every Allow is for EventBridge itself (the evaluator below does not look at principals)
+        allows = [s for s in doc["Statement"] if s["Effect"] == "Allow"]
+        assert allows and all(s["Principal"] == {"Service": "events.amazonaws.com"} for s in allows)
+        tls = {"aws:SecureTransport": "true"}
+        for rule_arn in rule_arns.values():
+            context = {**tls, "aws:SourceArn": rule_arn}
+            assert allowed([doc], "sqs:SendMessage", arn, context)
+            assert not allowed([doc], "sqs:ReceiveMessage", arn, context)
+            assert not allowed(
+                [doc], "sqs:SendMessage", arn, {**context, "aws:SecureTransport": "false"}
+            )
+        # not another rule (the home region's, another satellite's), not without a source
+        other = f"arn:aws:events:{HOME}:{ACCOUNT}:rule/Respot-SpotInterruption"
+        assert not allowed([doc], "sqs:SendMessage", arn, {**tls, "aws:SourceArn": other})
+        assert not allowed([doc], "sqs:SendMessage", arn, tls)
+
+
+def _alarm_actions(settings: DeploySettings) -> dict[str, list[Any]]:
+    _, _, satellites = _app(settings)
+    actions: dict[str, list[Any]] = {}
+    for region, stack in satellites.items():
+        template = assertions.Template.from_stack(stack).to_json()
+        queue = _forward_dead_letters(template)
+        (alarm,) = _resources(template, "AWS::CloudWatch::Alarm")
+        props = alarm["Properties"]
+        assert props["Namespace"] == "AWS/SQS"
+        assert props["MetricName"] == "ApproximateNumberOfMessagesVisible"
+        assert props["Dimensions"] == [
+            {"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}
+        ]
+        assert props["Threshold"] == 0
+        assert props["ComparisonOperator"] == "GreaterThanThreshold"
+        actions[region] = props.get("AlarmActions", [])
+    return actions
+
+
+def test_the_dead_letter_alarm_notifies_the_alarm_topic_only_in_its_region():
+    topic = f"arn:aws:sns:us-west-2:{ACCOUNT}:ops"
+    actions = _alarm_actions(DeploySettings(extra_regions=EXTRA, alarm_topic_arn=topic))
+    # an alarm may only act on a topic of its own region: eu-west-1's alarm has no action
+    assert actions == {"us-west-2": [topic], "eu-west-1": []}
+    home_topic = f"arn:aws:sns:{HOME}:{ACCOUNT}:ops"
+    actions = _alarm_actions(DeploySettings(extra_regions=EXTRA, alarm_topic_arn=home_topic))
+    assert actions == {"us-west-2": [], "eu-west-1": []}
 
 
 def _instance_policies(template: dict[str, Any], region: str) -> list[dict[str, Any]]:
