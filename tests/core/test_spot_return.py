@@ -8,6 +8,8 @@ test runs `tests.core.market_sim`: the pure core against a minute-by-minute mark
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 
 from respot.core.cost import ledger
@@ -218,10 +220,49 @@ def test_returns_are_bounded_per_job() -> None:
         return not any(now >= i.launched // TICK + 8 for i in ours)
 
     sim = Sim(3 * HOUR, 6 * HOUR, flapping, all_down()).run()
-    # THEN it moves back to spot at most MAX_SPOT_RETURNS times, and still finishes in time
-    assert sim.kinds().count("spot-return") == MAX_SPOT_RETURNS
+    # THEN it moves back to spot while the slack pays for the round trip (each return needs
+    # two changeovers of slack, and each lost run spends them), then stays on on-demand, and
+    # still finishes in time
+    returns = sim.kinds().count("spot-return")
+    assert 3 <= returns < MAX_SPOT_RETURNS
     assert sim.markets()[-1] == "on-demand"
     assert sim.completed_at is not None and sim.completed_at <= sim.deadline_seconds
+    # AND at MAX_SPOT_RETURNS it would stop whatever the slack
+    capped = Sim(3 * HOUR, 6 * HOUR, flapping, all_down())
+    capped.run_until(lambda s: s.kinds().count("spot-return") == 1)
+    assert capped.job is not None
+    capped.job.policy["spot_returns"] = MAX_SPOT_RETURNS
+    capped.run()
+    assert capped.kinds().count("spot-return") == 1
+
+
+def test_a_return_every_pool_refuses_backs_off_before_the_next() -> None:
+    # GIVEN a job alone in its account, put on on-demand by an outage of every pool that
+    # lasts to its deadline: each return stops the on-demand instance and finds nothing
+    sim = Sim(4 * HOUR, 5 * HOUR, returns_at(2**30), all_down(), others_see=False).run()
+    job = sim.job
+    assert job is not None and job.state.value == "COMPLETED", sim.kinds()
+    assert sim.completed_at is not None and sim.completed_at <= 5 * HOUR
+    # THEN each refused return is counted and sets when the next may come: 1, 2, 4, ...
+    # policy ticks later
+    refused = [e for e in job.timeline if e.kind == "return-refused"]
+    assert len(refused) == job.policy["refused_returns"] >= 2, sim.kinds()
+    for k, entry in enumerate(refused, start=1):
+        after = datetime.fromisoformat(entry.data["next_return_at"])
+        assert after - entry.at == SETTINGS.policy_tick * 2 ** (k - 1)
+        assert "no other return before" in entry.text
+    # AND switch_running keeps the job on on-demand until then
+    roomy = on_demand(35)
+    assert roomy.job is not None
+    records = all_down()
+    records[STEADY] = history([1] * 60, end=NOW + roomy.t // TICK + 1)
+    policy = PoolPlacementPolicy(records)
+    now = at(roomy.t)
+    assert policy.switch_running(roomy.job, now, SETTINGS) is not None
+    roomy.job.policy["next_return_at"] = (now + timedelta(seconds=1)).isoformat()
+    assert policy.switch_running(roomy.job, now, SETTINGS) is None
+    roomy.job.policy["next_return_at"] = now.isoformat()
+    assert policy.switch_running(roomy.job, now, SETTINGS) is not None
 
 
 # ---- duplicate and out-of-order events ----------------------------------------------------

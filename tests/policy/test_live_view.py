@@ -87,8 +87,15 @@ def test_a_return_every_pool_refuses_costs_a_changeover_and_returns_are_bounded(
     # always wants to go back to spot
     window = [[0] * 25, [0] * 25]
     job = Job(3600, 4 * 3600, 600)
-    outcome = simulate_pools(LiveView(AlwaysBack()), POOLS, window, job, GAP)
+    live = LiveView(AlwaysBack())
+    outcome = simulate_pools(live, POOLS, window, job, GAP)
     # THEN each return stopped the on-demand instance and found nothing: the job is back
-    # on on-demand with a new changeover each time, at most MAX_SPOT_RETURNS times
+    # on on-demand with a new changeover each time, the returns 1, 2, 4, ... ticks apart
+    # (on-demand from tick 0, returns at ticks 1, 2, 4 and 8; the job is done at tick 11)
     assert outcome.spot_ticks == 0 and not outcome.missed
-    assert outcome.changeovers == 1 + MAX_SPOT_RETURNS
+    assert outcome.finish_seconds == 11 * GAP
+    assert live._refused == 4 and outcome.changeovers == 1 + 4
+    # AND at most MAX_SPOT_RETURNS of them
+    capped = LiveView(AlwaysBack())
+    capped_outcome = simulate_pools(capped, POOLS, [[0] * 400] * 2, Job(3600, 66 * 3600, 600), GAP)
+    assert capped._returns <= MAX_SPOT_RETURNS and not capped_outcome.missed

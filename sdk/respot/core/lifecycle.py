@@ -76,6 +76,7 @@ from respot.messages import (
     redacted,
     submission_digest,
 )
+from respot.policy.live_view import return_backoff_ticks
 
 JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
@@ -231,6 +232,8 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
     job = d.job
     switch_to = job.policy.pop("switch_to", None)
     job.policy.pop("switching", None)
+    returning = job.policy.pop("returning", False) and switch_to == Market.SPOT.value
+    job.policy.pop("return_attempt", None)  # a request of its own ends the last return's
     if switch_to is not None:
         market = Market(switch_to)
         ranked = tuple(_in_order(job, candidates(job, market, settings)))
@@ -271,6 +274,8 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
         requested_at=d.now,
     )
     job.attempts.append(attempt)
+    if returning:
+        job.policy["return_attempt"] = number  # refused everywhere: `_refused_return`
     job.waiting_since = job.waiting_since or d.now
     d.go(Transition.REQUEST)
     d.effects.append(_launch_effect(job, attempt))
@@ -345,6 +350,8 @@ def _launched(d: _Draft, event: CapacityLaunched) -> Decision:
     att.launched_at = d.now
     if att.placement.market is Market.SPOT:
         record_availability(job, d.now, d.settings, seen=True)
+        if job.policy.get("return_attempt") == att.number:
+            job.policy.pop("return_attempt")  # the return found spot
     if job.state.is_terminal() or att.end is not None:
         att.end = att.end or AttemptEnd.SUPERSEDED
         att.ended_at = att.ended_at or d.now
@@ -398,6 +405,8 @@ def _unavailable(
         return _quota_exhausted(d, att, job.policy.get("quota_reason", event.message))
     job.policy["last_capacity_errors"] = att.tried[-10:]
     job.policy["capacity_misses"] = int(job.policy.get("capacity_misses", 0)) + 1
+    if att.placement.market is Market.SPOT and job.policy.get("return_attempt") == att.number:
+        _refused_return(d, settings, len(pools))
     job.attempts.pop()
     d.go(Transition.WAIT)
     job.waiting_since = job.waiting_since or d.now
@@ -412,6 +421,28 @@ def _unavailable(
     if (choice.market is not None and choice.market is not att.placement.market) or choice.fail:
         d.follow_up = PlaceNow(choice.reason)
     return d.decision()
+
+
+def _refused_return(d: _Draft, settings: ControlSettings, pools: int) -> None:
+    """A return from on-demand that every spot pool refused: back off before the next one.
+
+    The on-demand instance has already stopped, so the job pays a changeover to be back
+    on on-demand; the next return waits 1, 2, 4, ... policy ticks (`return_backoff_ticks`),
+    so a job makes at most log2(ticks to its deadline) + 1 returns that find nothing.
+    """
+    job = d.job
+    job.policy.pop("return_attempt")
+    refused = int(job.policy.get("refused_returns", 0)) + 1
+    job.policy["refused_returns"] = refused
+    after = d.now + settings.policy_tick * return_backoff_ticks(refused)
+    job.policy["next_return_at"] = after.isoformat()
+    d.note(
+        "return-refused",
+        f"the return to spot found no spot in any of {pools} pools ({refused} so far): "
+        f"no other return before {after:%H:%M:%S} UTC",
+        refused_returns=refused,
+        next_return_at=after.isoformat(),
+    )
 
 
 def _quota_class(instance_type: str, market: Market) -> str | None:
@@ -1149,6 +1180,7 @@ def _tick(
         if switch is not None and switch.market is not None:
             if switch.market is Market.SPOT:
                 job.policy["spot_returns"] = int(job.policy.get("spot_returns", 0)) + 1
+                job.policy["returning"] = True  # its spot request is the return's
             job.policy.update(
                 pool_order=[p.key for p in switch.pools],
                 switching=att.number,

@@ -160,12 +160,12 @@ class PoolPlacementPolicy:
 
         On-demand -> spot when the multi-pool policy switches (a run of spot in the pools'
         histories old enough to be worth two changeovers; pools nobody asked this tick count
-        as available, as when placing, so a job alone in its account returns by asking)
-        and the slack pays for the whole
-        changeover to spot and the one back (tests/core/test_spot_return.py), at most
-        `MAX_SPOT_RETURNS` times per job: a return that finds no spot after all costs a
-        changeover. A job training on spot stays there: leaving a running spot instance for
-        on-demand never finishes sooner (`respot.core.deadline`'s docstring).
+        as available, as when placing, so a job alone in its account returns by asking) and
+        the slack pays for the whole changeover to spot and the one back
+        (tests/core/test_spot_return.py), at most `MAX_SPOT_RETURNS` times per job: a return
+        that finds no spot after all costs a changeover, and the next one backs off (1, 2,
+        4, ... ticks). A job training on spot stays there: leaving a running spot instance
+        for on-demand never finishes sooner (`respot.core.deadline`'s docstring).
         """
         att = job.current
         if att is None or att.end is not None or att.notice_at is not None:
@@ -177,6 +177,9 @@ class PoolPlacementPolicy:
         returns = int(job.policy.get("spot_returns", 0))
         if returns >= MAX_SPOT_RETURNS:
             return None
+        backoff = job.policy.get("next_return_at")
+        if backoff is not None and now < datetime.fromisoformat(backoff):
+            return None  # the last return found no spot anywhere (`lifecycle._refused_return`)
         pools = candidates(job, Market.SPOT, settings)
         base = observe(job, now, settings)
         if base is None or base.ticks_left <= 0 or not pools:

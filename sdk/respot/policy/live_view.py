@@ -15,7 +15,8 @@ from its own sightings, asks the pools in the order the policy picks them (its p
 its pick with that pool refused, ...) against the window's true availability, and returns
 the first that has spot, or the policy's non-spot answer. From on-demand it does what
 `PoolPlacementPolicy.switch_running` does: the same asking, at most `MAX_SPOT_RETURNS`
-returns and only with two changeovers of slack; a return that every pool refuses has stopped
+returns, backing off after refused ones (`return_backoff_ticks`), and only with two
+changeovers of slack; a return that every pool refuses has stopped
 the on-demand instance, so the job pays a changeover to be back on on-demand (`restarted`,
 which `simulate_pools` reads). With no other job in the account, this is what live placement
 of one job would do on the window; `respot-live-view` in `bench/placement/dev.py --policy`
@@ -33,7 +34,16 @@ from respot.policy.model import Choice, HistoryView
 from respot.policy.multipool import MultiPoolPolicy
 from respot.policy.pools import Placement, PoolsObservation, PoolsPolicy
 
-MAX_SPOT_RETURNS = 3  # on-demand -> spot moves per job (each costs a changeover)
+MAX_SPOT_RETURNS = 24  # on-demand -> spot moves per job; refused ones also back off
+
+
+def return_backoff_ticks(refused: int) -> int:
+    """Ticks to wait before the next return from on-demand after `refused` refused ones.
+
+    A return that every pool refuses has cost a changeover; the next waits 1, 2, 4, ...
+    ticks, so over a window of T ticks at most log2(T) + 1 of them are refused.
+    """
+    return 2 ** (refused - 1) if refused > 0 else 0
 
 
 class _Sightings:
@@ -87,7 +97,7 @@ class LiveView:
     ) -> None:
         self.policy = policy or MultiPoolPolicy()
         self.ask_from_on_demand = ask_from_on_demand
-        self._returns = 0
+        self._returns = self._refused = self._next_return = 0
         self.restarted = False
         self._asked_from_on_demand = False
         self._pools: list[_Sightings] = []
@@ -99,7 +109,7 @@ class LiveView:
         if obs.tick == 0 or len(self._pools) != len(obs.pools):
             self._pools = [_Sightings() for _ in obs.pools]
             self._held = None
-            self._returns = 0
+            self._returns = self._refused = self._next_return = 0
             self._ones = (1,) * (obs.deadline_seconds // obs.gap_seconds + 1)
         self._learn(obs)
         sightings = self._pools
@@ -122,6 +132,8 @@ class LiveView:
             idle = replace(obs, held=Placement(Choice.NONE))
             choice = self._ask(idle, idle.held, available, observed, histories)
             self.restarted = choice == obs.held
+            self._refused += 1
+            self._next_return = obs.tick + return_backoff_ticks(self._refused)
         self._held = choice
         return choice
 
@@ -149,7 +161,8 @@ class LiveView:
                 # the live return: at most MAX_SPOT_RETURNS, with slack for the whole
                 # changeover and the one back; the on-demand instance stops first
                 late = obs.slack_seconds < 2 * obs.changeover_seconds
-                if self._returns >= MAX_SPOT_RETURNS or late:
+                backing_off = obs.tick < self._next_return
+                if self._returns >= MAX_SPOT_RETURNS or late or backing_off:
                     return held
                 self._returns += 1
                 self._asked_from_on_demand = True
