@@ -6,9 +6,11 @@ types x the stack's subnets) and their histories are what the account observed o
 (`respot.core.pool_watch`), read by the control plane before it decides. A pool seen this
 tick (by any job) is available as seen; a pool not seen this tick counts as available when
 placing (asking is how to find out: a refusal marks it down for this tick and the next
-pool is asked) and as last seen when deciding whether to leave on-demand. The policy is the
-benchmark's, in the benchmark's configuration; it is told which pools were seen this tick
-(`PoolsObservation.observed`), since the age of a run nobody saw is unknown.
+pool is asked), and so when deciding whether to leave on-demand (the return asks; refused
+returns back off, `switch_running`). The policy is the benchmark's, in the benchmark's
+configuration; it is told which pools were seen this tick (`PoolsObservation.observed`),
+since the age of a run nobody saw is unknown. What one job would cost this way on the
+benchmark's windows: `respot.policy.live_view`.
 
 The answer for a job that needs capacity is a market plus the spot pools ranked by the
 policy: its pick first, then its pick with that pool down, and so on while it still wants
