@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from aws_cdk import Aws, Duration, Environment, Stack, Tags
+from aws_cdk import Aws, Environment, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -45,11 +45,10 @@ from infra.constructs.functions import RULE_MAX_EVENT_AGE, RULE_RETRY_ATTEMPTS
 from infra.constructs.messaging import dead_letter_alarm, dead_letter_queue
 from infra.constructs.naming import pascal_id
 from infra.constructs.storage import (
-    INCOMPLETE_UPLOAD_DAYS,
-    NONCURRENT_VERSION_DAYS,
     SERVER_ACCESS_LOGS_USE_BUCKET_POLICY,
     _private_bucket,
     access_log_bucket,
+    checkpoint_lifecycle_rules,
 )
 from infra.nag import suppress
 from infra.regions import (
@@ -231,11 +230,5 @@ def _satellite_bucket(
         versioned=True,
         server_access_logs_bucket=log_bucket,
         server_access_logs_prefix="s3-access/checkpoint-bucket/",
-        lifecycle_rules=[
-            s3.LifecycleRule(
-                id="expire-noncurrent-versions",
-                noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
-                abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
-            )
-        ],
+        lifecycle_rules=checkpoint_lifecycle_rules(),
     )

@@ -17,6 +17,19 @@ INDEX_KEYS: dict[str, tuple[str, str]] = {"live": ("live", "updated_at")}
 NONCURRENT_VERSION_DAYS = 30
 ACCESS_LOG_DAYS = 365
 INCOMPLETE_UPLOAD_DAYS = 7
+
+
+def checkpoint_lifecycle_rules() -> list[s3.LifecycleRule]:
+    """A jobs or checkpoint bucket's: old versions expire, unfinished uploads are aborted."""
+    return [
+        s3.LifecycleRule(
+            id="expire-noncurrent-versions",
+            noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
+            abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
+        )
+    ]
+
+
 SERVER_ACCESS_LOGS_USE_BUCKET_POLICY = "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy"
 
 
@@ -102,11 +115,5 @@ class JobStore(Construct):
             versioned=True,
             server_access_logs_bucket=self.log_bucket,
             server_access_logs_prefix="s3-access/jobs-bucket/",
-            lifecycle_rules=[
-                s3.LifecycleRule(
-                    id="expire-noncurrent-versions",
-                    noncurrent_version_expiration=Duration.days(NONCURRENT_VERSION_DAYS),
-                    abort_incomplete_multipart_upload_after=Duration.days(INCOMPLETE_UPLOAD_DAYS),
-                )
-            ],
+            lifecycle_rules=checkpoint_lifecycle_rules(),
         )
