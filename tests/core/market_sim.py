@@ -6,6 +6,11 @@ of pools, terminations, instance-down events) and the agent (boot = the settings
 estimate unless `boot` says otherwise, one step per second, a checkpoint and `AgentPreempted`
 the tick after a stop request, a notice checkpoint on an interruption). It records what the
 safety properties need: which instances were alive when, and where every attempt resumed from.
+
+The fleet property it checks after every event has settled (`handoff_violations`): at most
+two instances of the job live, and when two do, the older one has been asked to stop (a
+return's hand-off: the on-demand instance trains on until the spot one has launched) or
+has had its notice (a spot instance here is reclaimed at once, so that case never shows).
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class Sim:
     effects: list[tuple[int, object]] = field(default_factory=list)
     resumes: list[tuple[int, int, int]] = field(default_factory=list)  # attempt, restored, last
     max_alive: int = 0
+    handoff_violations: list[str] = field(default_factory=list)
     completed_at: int | None = None
     _pending: list[JobEvent] = field(default_factory=list)
     _count: int = 0
@@ -248,6 +254,19 @@ class Sim:
             event = self._pending.pop(0)
             self.apply(event)
             self._alive_check()
+        self._handoff_check()
+
+    def _handoff_check(self) -> None:
+        """Once the events settled: a second live instance only while the older one stops."""
+        alive = sorted(self.alive(), key=lambda i: (i.launched, i.instance_id))
+        if len(alive) > 2:
+            self.handoff_violations.append(f"t={self.t}: {len(alive)} live instances")
+        elif len(alive) == 2 and alive[0].stop_asked_at is None:
+            older, newer = alive
+            self.handoff_violations.append(
+                f"t={self.t}: {older.instance_id} not asked to stop after {newer.instance_id} "
+                "launched"
+            )
 
     # ---- what the tests read ------------------------------------------------------------------
 

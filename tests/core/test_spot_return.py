@@ -1,9 +1,11 @@
 """On-demand -> spot while a job trains: the decision, and the safety of the move.
 
 `PoolPlacementPolicy.switch_running` moves a job on on-demand back to spot when the pools'
-shared histories show spot up; the lifecycle asks the on-demand agent to checkpoint and stop
-(`StopAttempt`), and requests spot once the agent says it stopped with that checkpoint. Each
-test runs `tests.core.market_sim`: the pure core against a minute-by-minute market.
+shared histories show spot up. Spot first: the lifecycle asks for spot in the ranked pools
+while the on-demand attempt trains on; only once a spot instance has launched does it ask
+the on-demand agent to checkpoint and stop (`StopAttempt`), and the spot successor awaits
+that attempt's hand-off. A return every pool refuses stops nothing. Most tests run
+`tests.core.market_sim`: the pure core against a minute-by-minute market.
 """
 
 from __future__ import annotations
@@ -14,14 +16,32 @@ import pytest
 
 from respot.core.cost import ledger
 from respot.core.deadline import observe
-from respot.core.effects import LaunchInstance, StopAttempt
-from respot.core.events import AgentReport, JobEvent
-from respot.core.job import JobRecord, Market
+from respot.core.effects import LaunchInstance, ReleaseHandoff, StopAttempt, TerminateInstances
+from respot.core.events import (
+    AgentReport,
+    CancelRequested,
+    CapacityLaunched,
+    CapacityUnavailable,
+    InstanceDown,
+    InstanceUp,
+    JobEvent,
+    LaunchRefused,
+    ReconcileTick,
+)
+from respot.core.job import AttemptEnd, JobRecord, Market
 from respot.core.lifecycle import decide
 from respot.core.pool_placement import MAX_SPOT_RETURNS, PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, PoolRecord
-from respot.messages import AgentCheckpoint, AgentPreempted, AgentProgress
-from tests.core.factories import SETTINGS, at
+from respot.core.states import JobState
+from respot.messages import (
+    AgentCheckpoint,
+    AgentCompleted,
+    AgentPreempted,
+    AgentProgress,
+    AgentStarted,
+    CancelCommand,
+)
+from tests.core.factories import SETTINGS, agent, at
 from tests.core.market_sim import BOOT, TICK, Market_, Sim
 from tests.core.test_pool_placement import FLICKER, G4DN_A, G4DN_B, NOW, STEADY, history
 
@@ -96,31 +116,41 @@ def test_a_job_alone_in_its_account_returns_to_spot_by_asking() -> None:
     note = next(e for e in job.timeline if e.kind == "spot-return")
     assert "to be asked first" in note.text, note.text
     assert sim.completed_at is not None and sim.completed_at <= 5 * HOUR
-    assert sim.max_alive == 1
-    # AND without spot anywhere it tries at most MAX_SPOT_RETURNS times, each time back on
-    # on-demand, and still meets the deadline
+    assert sim.max_alive == 2 and not sim.handoff_violations, sim.handoff_violations
+    # AND without spot anywhere it tries at most MAX_SPOT_RETURNS times, and every refused
+    # return leaves the one on-demand instance training: nothing stopped, no second launch
     never = Sim(4 * HOUR, 5 * HOUR, returns_at(2**30), all_down(), others_see=False).run()
     assert never.job is not None and never.job.state.value == "COMPLETED", never.kinds()
-    assert set(never.markets()) == {"on-demand"}
-    assert never.kinds().count("spot-return") <= MAX_SPOT_RETURNS
+    assert never.markets() == ["on-demand"] and len(never.instances) == 1
+    assert 1 <= never.kinds().count("spot-return") <= MAX_SPOT_RETURNS
+    assert not [e for _, e in never.effects if isinstance(e, StopAttempt)]
     assert never.completed_at is not None and never.completed_at <= 5 * HOUR
 
 
-def test_one_live_instance_across_the_switch_and_the_launch_after_the_stop_checkpoint() -> None:
+def test_a_second_instance_only_during_the_return_s_hand_off_and_spot_first() -> None:
     sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
     assert returned(sim)
-    # THEN at no moment did two instances of the job live: the on-demand one was stopped
-    # (checkpoint written, terminated) before spot was asked for
-    assert sim.max_alive == 1
+    # THEN two instances of the job lived only during the hand-off: the on-demand one was
+    # asked to stop once the spot one had launched (not before), and stopped after that
+    assert sim.max_alive == 2 and not sim.handoff_violations, sim.handoff_violations
     stops, launches = stop_and_launch_times(sim)
     (stop,) = stops
-    spot_launch = next(t for t, market in launches if market is Market.SPOT and t >= stop)
+    spot_launch = max(t for t, market in launches if market is Market.SPOT)
+    launched = next(
+        t for t, e, _ in sim.events if isinstance(e, CapacityLaunched) and e.attempt == 2
+    )
     preempted = next(
         t
         for t, e, _ in sim.events
         if isinstance(e, AgentReport) and isinstance(e.message.body, AgentPreempted)
     )
-    assert stop < preempted <= spot_launch
+    assert spot_launch == launched == stop < preempted
+    # AND the spot launch awaited the on-demand attempt's hand-off (`await-handoff`), and
+    # restored the checkpoint it stopped with
+    spot = next(e for _, e in sim.effects if isinstance(e, LaunchInstance) and e.attempt == 2)
+    assert spot.await_handoff_from == 1
+    assert sim.resumes[1] == (2, sim.job.attempts[0].checkpoint_step, sim.resumes[1][2])  # type: ignore[union-attr]
+    assert sim.resumes[1][1] == sim.resumes[1][2]
 
 
 @pytest.mark.parametrize(
@@ -150,7 +180,7 @@ def test_the_deadline_holds_when_spot_is_lost_right_after_the_return(
     # THEN it still completes by its deadline, back on on-demand when spot is gone
     assert sim.completed_at is not None, sim.kinds()
     assert sim.completed_at <= sim.deadline_seconds, (sim.completed_at, sim.markets())
-    assert sim.max_alive == 1
+    assert not sim.handoff_violations, sim.handoff_violations
 
 
 def test_the_returns_that_were_tried_in_the_deadline_sweep_are_not_vacuous() -> None:
@@ -238,7 +268,7 @@ def test_returns_are_bounded_per_job() -> None:
 
 def test_a_return_every_pool_refuses_backs_off_before_the_next() -> None:
     # GIVEN a job alone in its account, put on on-demand by an outage of every pool that
-    # lasts to its deadline: each return stops the on-demand instance and finds nothing
+    # lasts to its deadline: each return asks every pool and finds nothing
     sim = Sim(4 * HOUR, 5 * HOUR, returns_at(2**30), all_down(), others_see=False).run()
     job = sim.job
     assert job is not None and job.state.value == "COMPLETED", sim.kinds()
@@ -251,6 +281,7 @@ def test_a_return_every_pool_refuses_backs_off_before_the_next() -> None:
         after = datetime.fromisoformat(entry.data["next_return_at"])
         assert after - entry.at == SETTINGS.policy_tick * 2 ** (k - 1)
         assert "no other return before" in entry.text
+        assert "trained on on-demand, nothing was stopped" in entry.text
     # AND switch_running keeps the job on on-demand until then
     roomy = on_demand(35)
     assert roomy.job is not None
@@ -367,3 +398,285 @@ def test_a_first_spot_placement_with_little_slack_survives_losing_spot_during_bo
 
 def test_the_simulated_boot_is_the_changeover_the_policy_assumes() -> None:
     assert SETTINGS.changeover_estimate.total_seconds() == BOOT
+
+
+# ---- spot first: the return's hard cases, event by event ------------------------------------
+
+
+def with_spec(job: JobRecord, **fields: object) -> JobRecord:
+    """The record with these spec fields changed (the spec is frozen)."""
+    spec = job.submission.spec.model_copy(update=fields)
+    return job.model_copy(update={"submission": job.submission.model_copy(update={"spec": spec})})
+
+
+class Returning:
+    """A job on on-demand at the moment its return to spot has been requested.
+
+    Built from a recorded simulation: every event up to the tick that began the first return
+    is applied again (without running its effects); the tests then deliver what EC2 and the
+    agents might say next, in any order, and collect every effect.
+    """
+
+    def __init__(self, *, budget_usd: float | None = None) -> None:
+        sim = Sim(4 * HOUR, 5 * HOUR, returns_at(60), all_down()).run()
+        job: JobRecord | None = None
+        for t, event, records in sim.events:
+            decision = decide(
+                job, event, now=at(t), settings=SETTINGS, market_policy=PoolPlacementPolicy(records)
+            )
+            if decision.record is not None:
+                job = decision.record
+            launches = [e for e in decision.effects if isinstance(e, LaunchInstance)]
+            if job is not None and job.policy.get("return_attempt") and launches:
+                self.t, self.records, self.launch = t, records, launches[0]
+                break
+        else:
+            raise AssertionError("the recorded run never began a return")
+        assert job is not None
+        if budget_usd is not None:
+            job.submission = with_spec(job, budget_usd=budget_usd).submission
+        self.job: JobRecord = job
+        self.effects: list[object] = list(decision.effects)
+        self.follow_ups: list[object] = []
+        od = job.attempts[0]
+        assert od.instance_id is not None
+        self.od_instance: str = od.instance_id
+
+    def apply(self, event: JobEvent, after: float = 1.0) -> Returning:
+        self.t += int(after)
+        decision = decide(
+            self.job,
+            event,
+            now=at(self.t),
+            settings=SETTINGS,
+            market_policy=PoolPlacementPolicy(self.records),
+        )
+        if decision.record is not None:
+            self.job = decision.record
+        self.effects.extend(decision.effects)
+        if decision.follow_up is not None:
+            self.follow_ups.append(decision.follow_up)
+        return self
+
+    def refuse_everywhere(self) -> Returning:
+        """Every pool refuses the return's spot launch (each retry asks the next pool)."""
+        for _ in range(20):
+            att = self.job.current
+            if att is None or self.job.policy.get("return_attempt") != att.number:
+                return self
+            self.apply(
+                CapacityUnavailable(att.number, att.client_token, "InsufficientInstanceCapacity")
+            )
+        raise AssertionError("the return's retries never ended")
+
+    def launched(self, instance_id: str = "i-spot") -> CapacityLaunched:
+        att = self.job.attempt(2)
+        assert att is not None
+        return CapacityLaunched(2, att.client_token, instance_id, "sir-1", "us-east-1b", 0.3)
+
+    def stops(self) -> list[StopAttempt]:
+        return [e for e in self.effects if isinstance(e, StopAttempt)]
+
+    def terminated(self) -> set[str]:
+        return {
+            i for e in self.effects if isinstance(e, TerminateInstances) for i in e.instance_ids
+        }
+
+    def od_says(self, body: object, after: float = 1.0) -> Returning:
+        msg = agent(self.job, 1, self.od_instance, body, seq=10_000 + self.t, sent=self.t + after)
+        return self.apply(AgentReport(msg), after)
+
+
+def test_the_return_asks_for_spot_while_the_on_demand_attempt_trains_on() -> None:
+    r = Returning()
+    job = r.job
+    # THEN the job is REQUESTED on a new spot attempt, the on-demand one open and unstopped
+    assert job.state is JobState.REQUESTED
+    od, spot = job.attempts
+    assert od.placement.market is Market.ON_DEMAND and od.is_open and od.notice_at is None
+    assert spot.placement.market is Market.SPOT and spot.instance_id is None
+    assert not r.stops() and not r.terminated()
+    # AND the spot launch awaits the on-demand attempt's hand-off
+    assert r.launch.attempt == 2 and r.launch.await_handoff_from == 1
+    # AND heartbeats of the on-demand attempt keep coming in and move progress on
+    step = (job.progress.step or 0) + 60
+    r.od_says(AgentProgress(step=step, total_steps=4 * HOUR), after=60)
+    assert r.job.progress.step == step and r.job.state is JobState.REQUESTED
+
+
+def test_a_refused_return_stops_nothing_and_the_on_demand_attempt_stays_current() -> None:
+    r = Returning().refuse_everywhere()
+    job = r.job
+    # THEN no StopAttempt, no termination: the job is RUNNING on its on-demand attempt again
+    assert not r.stops() and not r.terminated()
+    assert job.state is JobState.RUNNING and len(job.attempts) == 1
+    od = job.current
+    assert od is not None and od.placement.market is Market.ON_DEMAND
+    assert od.is_open and od.notice_at is None and od.instance_id == r.od_instance
+    # AND the timeline says why it stopped asking and that the instance trained on
+    note = next(e for e in reversed(job.timeline) if e.kind == "return-refused")
+    assert f"{r.od_instance} trained on on-demand, nothing was stopped" in note.text
+    assert "no other return before" in note.text and job.policy["refused_returns"] == 1
+    assert "return_from" not in job.policy and "return_attempt" not in job.policy
+    assert not r.follow_ups
+    # AND the next tick within the backoff asks nothing, and the current attempt is watched
+    # for silence as before
+    r.apply(ReconcileTick(at(r.t + 1)))
+    assert not [e for e in r.effects if isinstance(e, LaunchInstance) and e.attempt == 2][1:]
+    silent = SETTINGS.heartbeat_timeout.total_seconds() + 120
+    r.apply(ReconcileTick(at(r.t + silent)), after=silent)
+    assert r.od_instance in r.terminated() and r.job.state is JobState.INTERRUPTED
+
+
+@pytest.mark.parametrize(
+    "first",
+    ["launched", "launched-twice", "instance-up-first", "agent-first"],
+)
+def test_spot_launched_stops_the_on_demand_attempt_once_whatever_comes_first(first: str) -> None:
+    r = Returning()
+    up = InstanceUp("i-spot", 2, "running")
+    started = AgentReport(agent(r.job, 2, "i-spot", AgentStarted(restored_step=None), seq=1))
+    order: list[JobEvent] = {
+        "launched": [r.launched()],
+        "launched-twice": [r.launched(), r.launched()],
+        "instance-up-first": [up, r.launched(), up],
+        "agent-first": [started, r.launched(), up],
+    }[first]
+    r.apply(order[0])
+    # THEN the first event that shows the spot instance stops the on-demand attempt
+    assert [(s.attempt, "i-spot" in s.reason) for s in r.stops()] == [(1, True)]
+    od = r.job.attempts[0]
+    assert od.notice_at is not None and od.is_open and r.od_instance not in r.terminated()
+    for event in order[1:]:
+        r.apply(event)
+    # AND duplicates and the events that follow change nothing more
+    assert len(r.stops()) == 1 and not r.terminated()
+    assert r.job.current is not None and r.job.current.instance_id == "i-spot"
+    assert [e.kind for e in r.job.timeline].count("returned") == 1
+    # AND once the on-demand agent stopped with its checkpoint, it is terminated and the
+    # job goes on on spot, nothing counted as an interruption
+    r.od_says(
+        AgentCheckpoint(
+            step=7000,
+            manifest_key="ck/7000",
+            size_bytes=1,
+            uploaded_bytes=1,
+            upload_seconds=0.1,
+            reason="notice",
+        )
+    )
+    r.od_says(AgentPreempted(step=7000, checkpoint_step=7000, notice="stop"))
+    assert r.terminated() == {r.od_instance}
+    assert r.job.attempts[0].end is AttemptEnd.INTERRUPTED and r.job.interruptions == 0
+    assert r.job.checkpoint is not None and r.job.checkpoint.step == 7000
+    assert "switched" in [e.kind for e in r.job.timeline]
+    assert r.job.state in (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+
+
+def test_a_launch_result_for_an_older_return_attempt_is_terminated() -> None:
+    r = Returning().refuse_everywhere()
+    # GIVEN the refused return's attempt is gone; WHEN a late launch result for it comes
+    stale = CapacityLaunched(2, "rs-old-2-9", "i-late", None, None, 0.3)
+    r.apply(stale)
+    # THEN its instance is terminated and the on-demand attempt is not stopped
+    assert r.terminated() == {"i-late"} and not r.stops()
+    assert r.job.state is JobState.RUNNING
+
+
+def test_the_on_demand_instance_silent_during_the_return_is_ended_and_the_return_goes_on() -> None:
+    r = Returning()
+    # WHEN the on-demand agent falls silent while spot is being asked for (the launch is slow)
+    silent = SETTINGS.heartbeat_timeout.total_seconds() + 60
+    r.apply(ReconcileTick(at(r.t + silent)), after=silent)
+    # THEN it is terminated and released (heartbeats of the attempt being left are watched,
+    # though it is not job.current), and the return's request goes on
+    assert r.terminated() == {r.od_instance}
+    od = r.job.attempts[0]
+    assert od.end is AttemptEnd.LOST and ReleaseHandoff(r.job.job_id, 1) in r.effects
+    assert r.job.state is JobState.REQUESTED
+    # AND if every pool then refuses, the job is placed again (nothing trains any more)
+    r.refuse_everywhere()
+    assert r.job.state is JobState.QUEUED and r.follow_ups and not r.stops()
+    note = next(e for e in reversed(r.job.timeline) if e.kind == "return-refused")
+    assert "is gone: placing the job again" in note.text
+
+
+def test_the_on_demand_instance_lost_during_the_return_then_spot_launches() -> None:
+    r = Returning()
+    r.apply(InstanceDown(r.od_instance, 1, "terminated"))
+    assert r.job.attempts[0].end is AttemptEnd.LOST and r.job.state is JobState.REQUESTED
+    # THEN the spot launch needs no stop: it restores the newest checkpoint
+    r.apply(r.launched())
+    assert not r.stops() and r.job.current is not None and r.job.current.instance_id == "i-spot"
+
+
+def test_an_on_demand_instance_that_never_stops_is_terminated() -> None:
+    r = Returning()
+    r.apply(r.launched())
+    # WHEN the on-demand agent keeps heartbeating but never reports its stop
+    for minute in range(1, 12):
+        r.od_says(AgentProgress(step=7000 + minute, total_steps=4 * HOUR), after=60)
+        r.apply(ReconcileTick(at(r.t)), after=0)
+        if r.od_instance in r.terminated():
+            break
+    # THEN it is terminated heartbeat_timeout after it was asked to stop
+    assert r.od_instance in r.terminated(), [e.text for e in r.job.timeline[-3:]]
+    od = r.job.attempts[0]
+    assert od.ended_at is not None and od.notice_at is not None
+    assert od.ended_at - od.notice_at >= SETTINGS.heartbeat_timeout
+    assert od.ended_at - od.notice_at < SETTINGS.heartbeat_timeout + timedelta(minutes=2)
+
+
+@pytest.mark.parametrize("ending", ["cancel", "max_runtime", "budget", "completed"])
+def test_the_job_ending_during_the_return_terminates_both_instances(ending: str) -> None:
+    r = Returning(budget_usd=0.01 if ending == "budget" else None)
+    r.apply(r.launched())  # both instances live: the hand-off
+    if ending == "cancel":
+        r.apply(CancelRequested(CancelCommand(job_id=r.job.job_id, requested_at=at(r.t))))
+    elif ending == "max_runtime":
+        r.job = with_spec(r.job, max_runtime=timedelta(seconds=r.t - 1))
+        r.apply(ReconcileTick(at(r.t + 1)))
+    elif ending == "budget":
+        r.apply(ReconcileTick(at(r.t + 1)))
+    else:
+        r.od_says(AgentCompleted(step=4 * HOUR, outputs_prefix="o/", train_seconds=1))
+    # THEN the job is over and both instances are terminated
+    assert r.job.state.is_terminal(), r.job.state
+    assert {r.od_instance, "i-spot"} <= r.terminated()
+    assert all(not a.is_open for a in r.job.attempts)
+
+
+def test_the_job_ending_before_spot_launched_terminates_the_late_spot_instance() -> None:
+    r = Returning()
+    r.apply(CancelRequested(CancelCommand(job_id=r.job.job_id, requested_at=at(r.t))))
+    assert r.terminated() == {r.od_instance}
+    r.apply(r.launched())
+    assert r.terminated() == {r.od_instance, "i-spot"} and not r.stops()
+
+
+def test_a_return_ec2_refuses_for_good_leaves_the_job_on_on_demand() -> None:
+    r = Returning()
+    att = r.job.current
+    assert att is not None
+    r.apply(LaunchRefused(2, att.client_token, "InvalidParameterValue", "bad spot option"))
+    # THEN not a failed job: the on-demand attempt trains on, and the reason is noted
+    assert r.job.state is JobState.RUNNING and len(r.job.attempts) == 1
+    assert not r.stops() and not r.terminated()
+    note = r.job.timeline[-1]
+    assert note.kind == "return-refused" and "InvalidParameterValue: bad spot option" in note.text
+
+
+def test_the_cost_ledger_bills_both_instances_during_the_hand_off() -> None:
+    r = Returning()
+    r.apply(r.launched(), after=5)
+    r.od_says(AgentPreempted(step=7000, checkpoint_step=7000, notice="stop"), after=40)
+    r.apply(InstanceDown(r.od_instance, 1, "terminated"))
+    now = at(r.t + 100)
+    od, spot = ledger(r.job, now)
+    # THEN the on-demand line runs until it reported its stop (then terminated), the spot
+    # line from its launch: they overlap by the hand-off, and both are paid
+    assert od.market == "on-demand" and spot.market == "spot"
+    assert od.ended is not None and spot.started is not None and spot.started < od.ended
+    assert (od.ended - spot.started).total_seconds() == 40
+    assert od.paid_usd > 0 and spot.paid_usd > 0
+    assert spot.hours == pytest.approx((now - spot.started).total_seconds() / 3600)

@@ -21,6 +21,10 @@ EXPECTED = {
     (JobState.REQUESTED, Transition.INTERRUPT): JobState.INTERRUPTED,
     (JobState.STARTING, Transition.INTERRUPT): JobState.INTERRUPTED,
     (JobState.RUNNING, Transition.INTERRUPT): JobState.INTERRUPTED,
+    # A return from on-demand to spot asks for spot while the on-demand attempt trains on,
+    # and comes back to RUNNING on it when every pool refuses.
+    (JobState.RUNNING, Transition.RETURN): JobState.REQUESTED,
+    (JobState.REQUESTED, Transition.RETURN_REFUSED): JobState.RUNNING,
 }
 for live in set(JobState) - TERMINAL_STATES:
     EXPECTED[(live, Transition.COMPLETE)] = JobState.COMPLETED

@@ -17,13 +17,21 @@ from respot.spec import TrainingEnvVar
 SESSIONS = Path(__file__).parent / "sessions"
 
 
+# A return's spot instance is launched before the on-demand one is asked to stop: the stop
+# key is written right after the launch result is recorded, well within this (real seconds).
+HANDOFF_GRACE_SECONDS = 10.0
+
+
 class Invariants:
-    """Samples the fleet: a job never has two instances training at once."""
+    """Samples the fleet: a job never has two instances training at once, except during a
+    return's hand-off (docs/lifecycle.md): then the older one has been asked to stop (its
+    attempt's stop key is in S3) within `HANDOFF_GRACE_SECONDS` of the newer one's launch."""
 
     def __init__(self, rt: LocalRuntime) -> None:
         self.rt = rt
         self.violations: list[str] = []
         self.max_live: dict[str, int] = defaultdict(int)
+        self.handoffs: dict[str, set[tuple[str, str]]] = defaultdict(set)  # (older, newer)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
@@ -42,9 +50,29 @@ class Invariants:
                     training[inst.job_id] += 1
             for job, n in per_job.items():
                 self.max_live[job] = max(self.max_live[job], n)
-            self.violations.extend(
-                f"{job}: {n} un-noticed live instances" for job, n in training.items() if n > 1
+            for job, n in training.items():
+                if n == 2:
+                    self._handoff(job, [i for i in live if i.job_id == job and not i.noticed_at])
+                elif n > 2:
+                    self.violations.append(f"{job}: {n} un-noticed live instances")
+
+    def _handoff(self, job: str, pair: list[Any]) -> None:
+        older, newer = sorted(pair, key=lambda i: i.launched_at)
+        if older.attempt is not None and self._stop_asked(job, older.attempt):
+            self.handoffs[job].add((older.instance_id, newer.instance_id))
+        elif time.monotonic() - newer.launched_at > HANDOFF_GRACE_SECONDS:
+            self.violations.append(
+                f"{job}: {older.instance_id} and {newer.instance_id} both train, and "
+                f"{older.instance_id} was not asked to stop within {HANDOFF_GRACE_SECONDS}s"
             )
+
+    def _stop_asked(self, job: str, attempt: int) -> bool:
+        cp = self.rt.control_plane()
+        try:
+            cp.s3.head_object(Bucket=cp.bucket, Key=layout.control_key(job, attempt))
+        except Exception:
+            return False
+        return True
 
     def stop(self) -> None:
         self._stop.set()

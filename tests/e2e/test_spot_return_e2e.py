@@ -105,25 +105,40 @@ def test_a_job_pushed_to_on_demand_goes_back_to_spot_when_spot_returns(rt: Local
     assert used[1][1] == B, used
     assert record.interruptions == 0 and record.policy.get("spot_returns") == 1
     kinds = [e.kind for e in record.timeline]
-    assert "fallback" in kinds and "spot-return" in kinds and "switched" in kinds, kinds
-    assert kinds.index("fallback") < kinds.index("spot-return")
+    for kind in ("fallback", "spot-return", "returned", "switched"):
+        assert kind in kinds, kinds
+    assert kinds.index("fallback") < kinds.index("spot-return") < kinds.index("returned")
+    assert kinds.index("returned") < kinds.index("switched")
     assert record.spec.deadline is not None and record.finished_at is not None
     assert record.finished_at <= record.spec.deadline
-    # AND one live instance of the job at a time, and no step lost: spot resumed from the
-    # checkpoint the on-demand instance wrote when asked to stop, and the result is exact
-    assert not invariants.violations, invariants.violations[:3]
-    assert invariants.max_live[handle.job_id] == 1, dict(invariants.max_live)
+    # AND spot first: the spot instance was launched while the on-demand one trained on, and
+    # the on-demand one stopped only after that (asked once the launch was recorded); the two
+    # lived together only for that hand-off
     od, spot = record.attempts
+    assert od.notice_at is not None and spot.launched_at is not None and od.ended_at is not None
+    assert spot.launched_at <= od.notice_at < od.ended_at
+    fleet = {i.instance_id: i for i in rt.fleet.of_job(handle.job_id)} if rt.fleet else {}
+    od_inst, spot_inst = fleet[od.instance_id or ""], fleet[spot.instance_id or ""]
+    assert od_inst.ended_at is not None and spot_inst.launched_at < od_inst.ended_at
+    assert not invariants.violations, invariants.violations[:3]
+    assert invariants.max_live[handle.job_id] == 2, dict(invariants.max_live)
+    assert invariants.handoffs[handle.job_id] == {(od.instance_id, spot.instance_id)}
+    # AND no step lost: spot awaited the on-demand attempt's hand-off and resumed from the
+    # checkpoint it wrote when asked to stop; the result is exact
     assert od.end is AttemptEnd.INTERRUPTED and od.checkpoint_step
     assert spot.restored_step == od.checkpoint_step == od.last_step
+    assert spot_inst.tags.get("respot:await-handoff") == str(od.number), spot_inst.tags
     assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(STEPS, 2)
-    # AND the cost ledger bills both: on-demand seconds, then spot seconds
+    # AND the cost ledger bills both, each for its own instance's life: they overlap by the
+    # hand-off (spot launched before the on-demand one ended)
     lines = ledger(record, datetime.now(UTC))
     assert [(line.market, line.end) for line in lines] == [
         ("on-demand", "interrupted"),
         ("spot", "completed"),
     ]
     assert all(line.hours > 0 and line.paid_usd > 0 for line in lines), lines
+    assert lines[1].started is not None and lines[0].ended is not None
+    assert lines[1].started < lines[0].ended
     # AND the Slack thread says what happened, in order (once the notifications drain: the
     # last one is posted after the job is written COMPLETED)
     assert rt.slack is not None and rt.wait_notifications(30)

@@ -24,6 +24,7 @@ from lambdas import (
 )
 from respot.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
+from respot.core.job import Attempt, AttemptEnd, JobRecord, Market
 from respot.core.states import JobState
 from respot.messages import (
     AgentMessage,
@@ -407,3 +408,59 @@ def test_reconcile_terminates_orphans_of_this_deployment_only(env: Env) -> None:
     assert states[owned] in ("pending", "running") and states[foreign] in ("pending", "running")
     assert states[forgotten] == states[duplicate] == "terminated"
     assert control.terminate_orphans() == []
+
+
+def test_reconcile_keeps_the_instance_a_return_to_spot_leaves_until_its_attempt_ends(
+    env: Env,
+) -> None:
+    # GIVEN a job training on its first attempt (on-demand) while a return to spot is being
+    # requested: the record's current attempt is the spot one, the first is still open
+    job_id, trained_on = submit_job(env)
+    now = datetime.now(UTC)
+
+    def mid_return(record: JobRecord | None) -> JobRecord:
+        assert record is not None
+        r = record.model_copy(deep=True)
+        first = r.attempts[0]
+        first.placement = first.placement.model_copy(update={"market": Market.ON_DEMAND})
+        first.started_at = first.last_heard_at = now
+        spot = first.placement.model_copy(update={"market": Market.SPOT})
+        r.attempts.append(
+            Attempt(number=2, placement=spot, client_token="rs-x-2-2", requested_at=now)
+        )
+        r.state = JobState.REQUESTED
+        r.policy.update(return_from=1, return_attempt=2)
+        return r
+
+    env.control.jobs.update(job_id, mid_return)
+    # AND the return's spot instance, launched but not yet recorded on the record
+    ec2 = env.clients["ec2"]
+    tags = {"respot:managed": env.local.name, "respot:job-id": job_id, "respot:attempt": "2"}
+    spot_instance = ec2.run_instances(
+        LaunchTemplate={"LaunchTemplateId": env.local.launch_template_id},
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )["Instances"][0]["InstanceId"]
+    config = ControlPlaneConfig.from_env(
+        {**env.local.function_env("reconcile"), "RESPOT_LAUNCH_TIMEOUT_SECONDS": "0"}
+    )
+    control = ControlPlane.from_config(config, session=cloud.session(), clients=env.clients)
+    # WHEN reconcile looks THEN neither is an orphan: the first attempt is open, though not
+    # the job's current one
+    assert control.terminate_orphans() == []
+
+    # AND once the first attempt has ended (stopped for the hand-off), an instance of it that
+    # still runs is an orphan and goes; the spot one stays
+    def ended(record: JobRecord | None) -> JobRecord:
+        assert record is not None
+        r = record.model_copy(deep=True)
+        r.attempts[0].end = AttemptEnd.INTERRUPTED
+        r.attempts[0].ended_at = datetime.now(UTC)
+        return r
+
+    env.control.jobs.update(job_id, ended)
+    assert control.terminate_orphans() == [trained_on]
+    assert env.live_instances(job_id) == [spot_instance]

@@ -160,6 +160,13 @@ def decide(
     if job is None:
         return _unchanged("ignored: unknown job")
     d = _Draft(job, now, settings)
+    decision = _apply(d, event, settings, policy)
+    if decision.record is d.job and _hand_over_return(d):
+        decision = Decision(d.job, d.effects, decision.outcome, decision.follow_up, d.notes)
+    return decision
+
+
+def _apply(d: _Draft, event: JobEvent, settings: ControlSettings, policy: MarketPolicy) -> Decision:
     match event:
         case PlaceNow():
             return _place_now(d, event, settings, policy)
@@ -168,7 +175,7 @@ def decide(
         case CapacityUnavailable():
             return _unavailable(d, event, settings, policy)
         case LaunchRefused():
-            return _refused(d, event)
+            return _refused(d, event, settings)
         case InstanceUp():
             return _instance_up(d, event)
         case InterruptionNotice():
@@ -220,9 +227,12 @@ def _submitted(
 
 
 def _handoff_from(job: JobRecord) -> int | None:
-    """The newest earlier attempt whose instance is still up after a notice (still saving)."""
+    """The newest earlier attempt whose instance is still up and hands over to the next: after
+    a notice (still saving), or the on-demand attempt a return to spot leaves (it trains on
+    until the spot instance has launched, then saves: `_hand_over_return`)."""
+    leaving = job.policy.get("return_from")
     for a in reversed(job.attempts):
-        if a.is_open and a.instance_id and a.notice_at is not None:
+        if a.is_open and a.instance_id and (a.notice_at is not None or a.number == leaving):
             return a.number
     return None
 
@@ -232,7 +242,7 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
     job = d.job
     switch_to = job.policy.pop("switch_to", None)
     job.policy.pop("switching", None)
-    returning = job.policy.pop("returning", False) and switch_to == Market.SPOT.value
+    job.policy.pop("returning", None)  # records of the stop-first return (before warmret)
     job.policy.pop("return_attempt", None)  # a request of its own ends the last return's
     if switch_to is not None:
         market = Market(switch_to)
@@ -264,20 +274,24 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
         d.note("fallback", f"falling back to on-demand: {choice.reason}", reason=choice.reason)
         job.policy["market_reason"] = choice.reason
     job.policy["market"] = choice.market.value
+    job.waiting_since = job.waiting_since or d.now
+    _new_attempt(d, pools[0], Transition.REQUEST, reason)
+
+
+def _new_attempt(d: _Draft, placement: Placement, transition: Transition, reason: str) -> Attempt:
+    """Open the next attempt in `placement`, move the job by `transition` and launch it."""
+    job = d.job
     number = len(job.attempts) + 1
     launches = int(job.policy.get("launches", 0)) + 1
     job.policy["launches"] = launches
     attempt = Attempt(
         number=number,
-        placement=pools[0],
+        placement=placement,
         client_token=client_token(job.job_id, number, launches),
         requested_at=d.now,
     )
     job.attempts.append(attempt)
-    if returning:
-        job.policy["return_attempt"] = number  # refused everywhere: `_refused_return`
-    job.waiting_since = job.waiting_since or d.now
-    d.go(Transition.REQUEST)
+    d.go(transition)
     d.effects.append(_launch_effect(job, attempt))
     d.note(
         "requested",
@@ -288,6 +302,7 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
         instance_type=attempt.placement.instance_type,
         availability_zone=attempt.placement.availability_zone,
     )
+    return attempt
 
 
 def _in_order(job: JobRecord, pools: list[Placement]) -> list[Placement]:
@@ -401,12 +416,13 @@ def _unavailable(
     # Every pool of this market refused: give the attempt back and wait for the next tick.
     if att.placement.market is Market.SPOT:
         record_availability(job, d.now, settings, seen=False)
+    if job.policy.get("return_attempt") == att.number:
+        job.policy["last_capacity_errors"] = att.tried[-10:]
+        return _refused_return(d, att, settings, f"no spot in any of {len(pools)} pools")
     if all(_quota_class(p.instance_type, p.market) in blocked for p in pools):
         return _quota_exhausted(d, att, job.policy.get("quota_reason", event.message))
     job.policy["last_capacity_errors"] = att.tried[-10:]
     job.policy["capacity_misses"] = int(job.policy.get("capacity_misses", 0)) + 1
-    if att.placement.market is Market.SPOT and job.policy.get("return_attempt") == att.number:
-        _refused_return(d, settings, len(pools))
     job.attempts.pop()
     d.go(Transition.WAIT)
     job.waiting_since = job.waiting_since or d.now
@@ -423,26 +439,115 @@ def _unavailable(
     return d.decision()
 
 
-def _refused_return(d: _Draft, settings: ControlSettings, pools: int) -> None:
-    """A return from on-demand that every spot pool refused: back off before the next one.
+def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str) -> Decision:
+    """A return to spot that every pool refused: drop its attempt and back off before the next.
 
-    The on-demand instance has already stopped, so the job pays a changeover to be back
-    on on-demand; the next return waits 1, 2, 4, ... policy ticks (`return_backoff_ticks`),
-    so a job makes at most log2(ticks to its deadline) + 1 returns that find nothing.
+    The on-demand attempt it would have left was never stopped (`_begin_return`), so the job
+    is RUNNING on it again and the refusal cost nothing but API calls; those are bounded:
+    the next return waits 1, 2, 4, ... policy ticks (`return_backoff_ticks`), so a job makes
+    at most log2(ticks to its deadline) + 1 returns that find nothing (and at most
+    `MAX_SPOT_RETURNS` in all). If the on-demand instance went away meanwhile (lost, silent),
+    the job waits and is placed again as after any loss.
     """
     job = d.job
-    job.policy.pop("return_attempt")
+    job.policy.pop("return_attempt", None)
+    left = job.attempt(int(job.policy.pop("return_from", 0) or 0))
     refused = int(job.policy.get("refused_returns", 0)) + 1
     job.policy["refused_returns"] = refused
     after = d.now + settings.policy_tick * return_backoff_ticks(refused)
     job.policy["next_return_at"] = after.isoformat()
+    job.attempts.pop()
+    backoff = f"no other return before {after:%H:%M:%S} UTC"
+    if left is not None and left.is_open and left.instance_id and left.notice_at is None:
+        d.go(Transition.RETURN_REFUSED)
+        d.note(
+            "return-refused",
+            f"the return to spot found none ({why}; {refused} refused so far): "
+            f"{left.instance_id} trained on on-demand, nothing was stopped; {backoff}",
+            refused_returns=refused,
+            next_return_at=after.isoformat(),
+            attempt=left.number,
+            errors=att.tried[-10:],
+        )
+        return d.decision()
+    d.go(Transition.WAIT)
+    job.waiting_since = d.now
+    gone = left.instance_id if left is not None else "the on-demand instance"
     d.note(
         "return-refused",
-        f"the return to spot found no spot in any of {pools} pools ({refused} so far): "
-        f"no other return before {after:%H:%M:%S} UTC",
+        f"the return to spot found none ({why}; {refused} refused so far) and {gone} is "
+        f"gone: placing the job again; {backoff}",
         refused_returns=refused,
         next_return_at=after.isoformat(),
+        errors=att.tried[-10:],
     )
+    d.follow_up = PlaceNow("the return found no spot and the on-demand instance is gone")
+    return d.decision()
+
+
+def _begin_return(
+    d: _Draft, att: Attempt, switch: MarketChoice, settings: ControlSettings
+) -> Decision:
+    """On-demand -> spot, spot first: ask for spot while the on-demand attempt trains on.
+
+    The on-demand attempt stays open and RUNNING's instance; the job is REQUESTED on a new
+    spot attempt in the policy's ranked pools, whose launch awaits the on-demand attempt's
+    hand-off (`_handoff_from`). Spot launched: `_hand_over_return` stops the on-demand
+    attempt. Every pool refused: `_refused_return` drops the new attempt, nothing stopped.
+    """
+    job = d.job
+    returns = int(job.policy.get("spot_returns", 0)) + 1
+    pools = list(switch.pools) or candidates(job, Market.SPOT, settings)
+    job.policy.update(
+        spot_returns=returns,
+        pool_order=[p.key for p in pools],
+        return_from=att.number,
+        market_reason=switch.reason,
+    )
+    d.note(
+        "spot-return",
+        f"moving to spot ({switch.reason}): asking for spot while {att.instance_id} trains "
+        "on; it stops only once a spot instance has launched",
+        reason=switch.reason,
+        attempt=att.number,
+    )
+    new = _new_attempt(d, pools[0], Transition.RETURN, f"return {returns} to spot")
+    job.policy["return_attempt"] = new.number
+    return d.decision()
+
+
+def _hand_over_return(d: _Draft) -> bool:
+    """The return's spot instance exists: now stop the on-demand attempt it leaves.
+
+    Whichever event first shows the spot attempt's instance (the launch result, EC2's
+    running event or its agent's first report: any may come first, and each may repeat)
+    asks the on-demand agent to checkpoint and stop, once (`notice_at` records the stop
+    request: from then on the attempt is a notice's hand-off, and its final checkpoint is
+    what the spot successor restores after `await-handoff`). True if it did so now.
+    """
+    job = d.job
+    number = job.policy.get("return_from")
+    left = job.attempt(int(number)) if number else None
+    new = job.current
+    if left is None or new is None or new.number <= left.number or job.state.is_terminal():
+        return False
+    if not left.is_open or left.notice_at is not None or new.instance_id is None:
+        return False
+    left.notice_at = d.now
+    job.policy["market"] = Market.SPOT.value
+    reason = f"spot {new.instance_id} launched for the return (attempt {new.number})"
+    d.effects.append(StopAttempt(job.job_id, left.number, reason))
+    d.note(
+        "returned",
+        f"back to spot: {new.instance_id} launched in "
+        f"{new.placement.instance_type} {new.placement.availability_zone}; "
+        f"{left.instance_id} checkpoints and stops, {new.instance_id} restores that checkpoint",
+        reason=job.policy.get("market_reason"),
+        attempt=new.number,
+        from_attempt=left.number,
+        instance_id=new.instance_id,
+    )
+    return True
 
 
 def _quota_class(instance_type: str, market: Market) -> str | None:
@@ -496,8 +601,10 @@ def _quota_exhausted(d: _Draft, att: Attempt, reason: str) -> Decision:
     return d.decision()
 
 
-def _refused(d: _Draft, event: LaunchRefused) -> Decision:
-    """EC2 refused the launch for good (not capacity, not quota): fail with AWS's words."""
+def _refused(d: _Draft, event: LaunchRefused, settings: ControlSettings) -> Decision:
+    """EC2 refused the launch for good (not capacity, not quota): fail with AWS's words.
+
+    Not a return's spot launch: the on-demand attempt trains on, and the refusal is noted."""
     job = d.job
     att = job.current
     if (
@@ -509,6 +616,10 @@ def _refused(d: _Draft, event: LaunchRefused) -> Decision:
     ):
         return _unchanged("ignored: stale launch error")
     p = att.placement
+    if job.policy.get("return_attempt") == att.number:
+        att.tried.append(f"{p.key}: {event.error_code}")
+        why = f"EC2 refused {p.market.value} {p.instance_type} in {p.availability_zone}: "
+        return _refused_return(d, att, settings, f"{why}{event.error_code}: {event.message}")
     _finish(
         d,
         Transition.FAIL,
@@ -893,6 +1004,17 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
             )
             if att.notice_at is None:
                 _interrupt(d, att, f"{body.notice} notice seen by the agent", noticed=True)
+            elif att is not job.current and job.policy.get("return_from") == att.number:
+                d.note(
+                    "switched",
+                    f"{msg.instance_id} stopped at step {body.step} for the return to spot; "
+                    f"attempt {job.current.number if job.current else '?'} restores its "
+                    f"checkpoint at step {body.checkpoint_step}",
+                    attempt=att.number,
+                    instance_id=msg.instance_id,
+                    step=body.step,
+                    checkpoint_step=body.checkpoint_step,
+                )
             att.end = AttemptEnd.INTERRUPTED
             att.ended_at = d.now
             d.terminate([msg.instance_id], "stopped after its interruption checkpoint")
@@ -1137,6 +1259,10 @@ def _tick(
                 "kept in S3: raise budget_usd and run again to continue",
             )
             return d.decision()
+    if _watch_return_leaves(d, now, settings):
+        # Lost while a return was asked for: the return goes on (its spot attempt restores
+        # the newest checkpoint), or, if refused, the job is placed again.
+        return d.decision()
     if job.state in (JobState.QUEUED, JobState.INTERRUPTED):
         return Decision(None, [], "follow-up", PlaceNow("scheduled tick"))
     att = job.current
@@ -1177,10 +1303,9 @@ def _tick(
         # Across pools, the deadline policy may move a job on on-demand back to spot (a job
         # training on spot is never moved to on-demand: respot.core.deadline says why).
         switch = policy.switch_running(job, now, settings)
+        if switch is not None and switch.market is Market.SPOT:
+            return _begin_return(d, att, switch, settings)
         if switch is not None and switch.market is not None:
-            if switch.market is Market.SPOT:
-                job.policy["spot_returns"] = int(job.policy.get("spot_returns", 0)) + 1
-                job.policy["returning"] = True  # its spot request is the return's
             job.policy.update(
                 pool_order=[p.key for p in switch.pools],
                 switching=att.number,
@@ -1190,12 +1315,44 @@ def _tick(
             )
             d.effects.append(StopAttempt(job.job_id, att.number, switch.reason))
             d.note(
-                "fallback" if switch.market is Market.ON_DEMAND else "spot-return",
-                f"moving to {switch.market.value} "
-                f"{'to keep the deadline ' if switch.market is Market.ON_DEMAND else ''}"
+                "fallback",
+                f"moving to {switch.market.value} to keep the deadline "
                 f"({switch.reason}): {att.instance_id} checkpoints and stops",
                 reason=switch.reason,
                 attempt=att.number,
             )
             return d.decision()
     return _unchanged("ignored: healthy")
+
+
+def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) -> bool:
+    """Heartbeats of the on-demand attempt a return leaves, which is not `job.current`.
+
+    Silent for `heartbeat_timeout` (as a RUNNING job's current attempt), or still up that
+    long after it was asked to stop (its agent gives a stop 60 s): terminate it so that it
+    bills no longer. True if it was ended now.
+    """
+    job = d.job
+    number = job.policy.get("return_from")
+    left = job.attempt(int(number)) if number else None
+    if left is None or left is job.current or not left.is_open or not left.instance_id:
+        return False
+    silent_since = left.last_heard_at or left.bound_at or left.launched_at or left.requested_at
+    if now - silent_since >= settings.heartbeat_timeout:
+        why = f"no heartbeat for {int((now - silent_since).total_seconds())}s"
+    elif left.notice_at is not None and now - left.notice_at >= settings.heartbeat_timeout:
+        why = f"still up {int((now - left.notice_at).total_seconds())}s after it was asked to stop"
+    else:
+        return False
+    d.terminate([left.instance_id], why)
+    left.end = AttemptEnd.LOST
+    left.ended_at = now
+    d.effects.append(ReleaseHandoff(job.job_id, left.number))
+    d.note(
+        "instance-lost",
+        f"{left.instance_id}, the on-demand attempt the return to spot leaves, is lost ({why}); "
+        "terminated",
+        attempt=left.number,
+        instance_id=left.instance_id,
+    )
+    return True

@@ -5,6 +5,8 @@
       |                   |  |  +----start-------|---------------->|
       +-----wait----------+  +--retry            +---interrupt-----+--> INTERRUPTED --request--> ...
     any live state --fail--> FAILED,  --cancel--> CANCELLED,  --complete--> COMPLETED
+    RUNNING (on-demand) --return--> REQUESTED (spot, the on-demand attempt trains on)
+    REQUESTED (that return) --return refused--> RUNNING (on the on-demand attempt, unstopped)
 
 Every change to a job record names a `Transition`; `next_state` checks it against
 `TRANSITIONS` and raises `IllegalTransitionError` otherwise. Terminal states stay terminal.
@@ -72,6 +74,11 @@ class Transition(enum.StrEnum):
     FAIL = "fail"
     # Someone cancelled the job.
     CANCEL = "cancel"
+    # A job training on on-demand asks for spot while its on-demand attempt trains on
+    # (lifecycle `_begin_return`); the on-demand one is stopped only once spot launched.
+    RETURN = "return"
+    # Every spot pool refused that return: the job is RUNNING on its on-demand attempt again.
+    RETURN_REFUSED = "return-refused"
 
 
 _LIVE = frozenset(LIVE_STATES)
@@ -92,6 +99,8 @@ TRANSITIONS: dict[Transition, tuple[frozenset[JobState], JobState]] = {
     Transition.COMPLETE: (_LIVE, JobState.COMPLETED),
     Transition.FAIL: (_LIVE, JobState.FAILED),
     Transition.CANCEL: (_LIVE, JobState.CANCELLED),
+    Transition.RETURN: (frozenset({JobState.RUNNING}), JobState.REQUESTED),
+    Transition.RETURN_REFUSED: (frozenset({JobState.REQUESTED}), JobState.RUNNING),
 }
 
 

@@ -520,7 +520,7 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "preempted": _preempted,
     "resumed": _resumed,
     "fallback": _fallback,
-    "spot-return": _spot_return,
+    "returned": _spot_return,
     "completed": _completed,
     "failed": _failed,
     "cancelled": _cancelled,
