@@ -88,11 +88,15 @@ class Fleet(Construct):
         """`managed_by`: the deployment whose control plane launches and terminates these
         instances (default: this stack; a satellite stack names its home stack). `role_name`:
         a fixed name for the instance role (a satellite's, which the home stack may pass).
-        `queue_region`: the agent queue's region when it is another stack's (a satellite's)."""
+        `queue_region`: the home region when it is not this stack's (a satellite's): the agent
+        queue is there, and so are the job secrets and ECR images the instances read, which
+        a satellite's instances read there, under the home instance role's statements."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         managed_by = managed_by or stack.stack_name
         jobs = layout.JOBS_PREFIX  # "jobs/"
+        # Where job secrets and ECR images are: the home region (this one, or a satellite's home).
+        home_region = queue_region or Aws.REGION
 
         self.log_group = logs.LogGroup(
             self,
@@ -161,7 +165,7 @@ class Fleet(Construct):
                 sid="ReadJobSecrets",
                 actions=["secretsmanager:GetSecretValue"],
                 resources=[
-                    f"arn:{Aws.PARTITION}:secretsmanager:{Aws.REGION}:{Aws.ACCOUNT_ID}:secret:"
+                    f"arn:{Aws.PARTITION}:secretsmanager:{home_region}:{Aws.ACCOUNT_ID}:secret:"
                     f"{JOB_SECRET_PREFIX}*"
                 ],
             ),
@@ -179,7 +183,9 @@ class Fleet(Construct):
                     "ecr:BatchCheckLayerAvailability",
                 ],
                 resources=[
-                    stack.format_arn(service="ecr", resource="repository", resource_name="*")
+                    stack.format_arn(
+                        service="ecr", region=home_region, resource="repository", resource_name="*"
+                    )
                 ],
             ),
         )
@@ -187,7 +193,7 @@ class Fleet(Construct):
             policy,
             "IAM5",
             "ecr:GetAuthorizationToken has no resource type (AWS: it must be '*'); image pulls "
-            "are limited to this account's repositories in this region: a job names its image "
+            "are limited to this account's repositories in the home region: a job names its image "
             "at submit time, so no one repository can be listed at deploy time.",
             applies_to=[r"^Resource::\*$", r"^Resource::arn:.*:ecr:.*:repository/\*$"],
         )
@@ -211,14 +217,15 @@ class Fleet(Construct):
             "wheelhouse/ holds wheels keyed by the hash of a job's requirements, shared by "
             "reruns (no job's secrets: packages from the index). "
             "docs/security.md says how this could be narrowed to one job. Job secrets: only "
-            "those named respot/jobs/..., the names job specs reference by ARN.",
+            "those named respot/jobs/... in the home region, the names job specs reference "
+            "by ARN.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/wheelhouse/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
-                r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                r"^Resource::arn:<AWS::Partition>:secretsmanager:(<AWS::Region>|[a-z]+(-[a-z]+)+-\d):"
                 r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],
         )

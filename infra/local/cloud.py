@@ -225,7 +225,7 @@ def _prepare_account(ec2: Any, iam: Any, subnets: tuple[SubnetRef, ...]) -> str:
     return vpc_id
 
 
-def launch_template_data(user_data: dict[str, str]) -> dict[str, Any]:
+def launch_template_data(user_data: dict[str, Any]) -> dict[str, Any]:
     """What the stack's launch template carries (IMDSv2 only, tags in IMDS), home or satellite."""
     return {
         **user_data,

@@ -501,7 +501,12 @@ class LocalRuntime:
     def state_extra(self) -> dict[str, Any]:
         """What `respot local up` tells other shells beyond the deployment (doctor, selftest)."""
         assert self.deployment is not None
-        return {"doctor": self.deployment.doctor_facts()}
+        facts = self.deployment.doctor_facts()
+        if self.satellites:  # what `respot doctor --local` checks in each extra region
+            facts["stack_name"] = self.deployment.name
+            facts["extra_regions"] = [s.region for s in self.satellites]
+            facts["satellite_parameter"] = self.satellites[0].parameter_name
+        return {"doctor": facts}
 
     def client(self, service: str) -> Any:
         """A boto3 client on the emulator."""

@@ -8,8 +8,11 @@ plane reads (`respot.aws.satellites`), with the same JSON the stack writes.
 
 Its instances are run by the local fleet like the home region's (the market sees the
 launches of the control plane's client in this region); their EC2 events are put on the
-home bus directly, as the satellite stack's forwarding rules deliver them on AWS. Not
-emulated: the rules themselves, and IAM (`RuntimeOptions(iam=True)` covers the home stack).
+home bus directly, as the satellite stack's forwarding rules deliver them on AWS. The rules
+exist as the stack makes them (one per wiring rule, the same pattern, the home bus as their
+target with the `ForwardDeadLetters` queue behind it, an instance profile on the launch
+template), so `respot doctor` reads a local satellite as it reads a deployed one; moto does
+not run them. Not emulated: IAM (`RuntimeOptions(iam=True)` covers the home stack).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from infra.local.cloud import (
 from infra.local.sandbox import FRAMEWORK_PYTHON
 from infra.regions import satellite_parameter_name
 from infra.userdata import agent_environment, render_user_data
+from infra.wiring import WIRING
 from respot import config as cfg
 from respot.core.placement import SubnetRef
 
@@ -44,6 +48,9 @@ class LocalSatellite:
     instance_role_id: str
     subnets: tuple[SubnetRef, ...]
     parameter_name: str
+    instance_profile: str = ""
+    forward_rules: tuple[str, ...] = ()
+    forward_dead_letters_url: str = ""
 
     def client(self, service: str, endpoint_url: str) -> Any:
         return regional_client(service, self.region, endpoint_url)
@@ -72,7 +79,11 @@ def provision_satellite(
         RoleName=f"{home.name}-{region}-instances",
         AssumeRolePolicyDocument=service_trust("ec2.amazonaws.com"),
     )["Role"]
-    user_data: dict[str, str] = {}
+    profile = iam.create_instance_profile(InstanceProfileName=role["RoleName"])["InstanceProfile"]
+    iam.add_role_to_instance_profile(
+        InstanceProfileName=profile["InstanceProfileName"], RoleName=role["RoleName"]
+    )
+    user_data: dict[str, Any] = {"IamInstanceProfile": {"Arn": profile["Arn"]}}
     if home.image is not None:
         text = render_user_data(
             agent_environment(
@@ -86,7 +97,7 @@ def provision_satellite(
                 queue_region=home.region,
             )
         )
-        user_data = {"UserData": base64.b64encode(text.encode()).decode()}
+        user_data["UserData"] = base64.b64encode(text.encode()).decode()
     template_id = ec2.create_launch_template(
         LaunchTemplateName=f"{home.name}-instances",
         LaunchTemplateData=launch_template_data(user_data),
@@ -121,6 +132,7 @@ def provision_satellite(
             }
         ),
     )
+    rules, dead_letters = _forwarding(home, region)
     return LocalSatellite(
         region=region,
         bucket=bucket,
@@ -128,7 +140,44 @@ def provision_satellite(
         instance_role_id=role["RoleId"],
         subnets=subnets,
         parameter_name=name,
+        instance_profile=profile["InstanceProfileName"],
+        forward_rules=rules,
+        forward_dead_letters_url=dead_letters,
     )
+
+
+def _forwarding(home: LocalDeployment, region: str) -> tuple[tuple[str, ...], str]:
+    """The satellite stack's forwarding rules and their dead-letter queue (not run by moto)."""
+    url = home.endpoint_url
+    events, sqs, iam = (regional_client(n, region, url) for n in ("events", "sqs", "iam"))
+    queue_url = sqs.create_queue(QueueName=f"{home.name}-{region}-forward-dead-letters")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    role_arn = iam.create_role(
+        RoleName=f"{home.name}-{region}-forwarding",
+        AssumeRolePolicyDocument=service_trust("events.amazonaws.com"),
+    )["Role"]["Arn"]
+    account = queue_arn.split(":")[4]
+    bus = f"arn:aws:events:{home.region}:{account}:event-bus/default"
+    names = []
+    for rule in WIRING.rules:
+        name = f"{home.name}-{region}-forward-{rule.name}"[:64]
+        events.put_rule(Name=name, EventPattern=json.dumps(rule.pattern), State="ENABLED")
+        events.put_targets(
+            Rule=name,
+            Targets=[
+                {
+                    "Id": "HomeBus",
+                    "Arn": bus,
+                    "RoleArn": role_arn,
+                    "DeadLetterConfig": {"Arn": queue_arn},
+                    "RetryPolicy": {"MaximumRetryAttempts": 10, "MaximumEventAgeInSeconds": 3600},
+                }
+            ],
+        )
+        names.append(name)
+    return tuple(names), queue_url
 
 
 def satellite_env(satellites: list[LocalSatellite]) -> dict[str, str]:

@@ -120,3 +120,23 @@ def test_user_text_is_printed_literally(capsys: pytest.CaptureFixture[str]) -> N
     out = capsys.readouterr().out
     assert "[red]not markup[/red]" in out and "[link=evil]fix[/link]" in out
     assert ":secret:x" in out  # not turned into an emoji
+
+
+def test_doctor_checks_each_extra_region_from_cdk_json(
+    moto_endpoint: str, aws_credentials: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a cdk.json with an extra region whose satellite stack is not deployed
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    cdk_json = tmp_path / "cdk.json"
+    context = {"instance_types": ["g4dn.xlarge"], "extra_regions": "us-west-2", "stage": "doc"}
+    cdk_json.write_text(json.dumps({"app": "python app.py", "context": context}))
+    # WHEN the doctor runs
+    result = CliRunner().invoke(app, ["doctor", "--cdk-json", str(cdk_json), "--json"])
+    # THEN the region is checked where the control plane would read it, and blocks
+    assert result.exit_code == 1, result.output
+    found = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+    satellite = found["satellite us-west-2"]
+    assert satellite["status"] == "blocker"
+    assert "no parameter /respot/doc/satellite in us-west-2" in satellite["summary"]
+    assert satellite["fix"] == "cdk deploy Respot-doc-us-west-2 -c extra_regions=us-west-2"
+    assert found["instance type g4dn.xlarge (us-west-2)"]["status"] == "ok"

@@ -127,8 +127,11 @@ def test_an_image_runs_the_session_runner_in_the_container(rt: LocalRuntime) -> 
         json.loads(line)
         for line in (inst.root.path / "var/log/docker.jsonl").read_text().splitlines()
     ]
-    assert calls[0] == ["pull", image]
-    run = calls[1]
+    # logged in to the image's registry with a token of the emulator's ECR, then pulled
+    registry = image.split("/", maxsplit=1)[0]
+    assert calls[0] == ["login", "--username", "AWS", "--password-stdin", registry]
+    assert calls[1] == ["pull", image]
+    run = calls[2]
     assert run[:2] == ["run", "--rm"]
     assert run[run.index("--gpus") : run.index("--gpus") + 2] == ["--gpus", "all"]
     assert run[run.index("--network") : run.index("--network") + 2] == ["--network", "host"]

@@ -53,10 +53,17 @@ def test_the_agent_resolves_the_values(moto_endpoint: str, aws_credentials: None
     client = boto3.client("secretsmanager", endpoint_url=moto_endpoint, region_name="us-east-1")
     name = f"respot/jobs/wandb-{random.token_hex(3)}"
     arn = client.create_secret(Name=name, SecretString="s3cr3t-value")["ARN"]
-    assert resolve_secrets(client, {"WANDB_KEY": arn}) == {"WANDB_KEY": "s3cr3t-value"}
+    asked: list[str | None] = []
+
+    def client_in(region: str | None) -> Any:
+        asked.append(region)
+        return client
+
+    assert resolve_secrets(client_in, {"WANDB_KEY": arn}) == {"WANDB_KEY": "s3cr3t-value"}
+    assert asked == ["us-east-1"]  # a client of the ARN's region (respot.agent.regional)
     missing = arn.replace("wandb", "nope")
     with pytest.raises(SetupError) as err:
-        resolve_secrets(client, {"OTHER": missing})
+        resolve_secrets(client_in, {"OTHER": missing})
     assert "secrets.OTHER: cannot read" in str(err.value) and "s3cr3t" not in str(err.value)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -17,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from respot.agent.regional import ECR_IMAGE, registry_region
+
 logger = logging.getLogger(__name__)
 
-_ECR = re.compile(r"^(?P<registry>\d{12}\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com)/")
 CONTAINER_ENGINE = "docker"
 
 
@@ -131,9 +131,20 @@ def pull(image: str, ecr: Any | None, env: Mapping[str, str]) -> None:
             f"the job names image {image!r} but this AMI has no {CONTAINER_ENGINE}; "
             "use an AMI with a container engine (the DLAMI has one)"
         )
-    match = _ECR.match(image)
+    match = ECR_IMAGE.match(image)
     if match is not None and ecr is not None:
-        token = ecr.get_authorization_token()["authorizationData"][0]["authorizationToken"]
+        data = ecr.get_authorization_token()["authorizationData"][0]
+        # A token is for the registry of the region that issued it (its proxyEndpoint):
+        # an ECR client of another region would log in to nothing (respot.agent.regional).
+        issued_for = registry_region(
+            str(data.get("proxyEndpoint", "")).removeprefix("https://") + "/"
+        )
+        if issued_for is not None and issued_for != match.group("region"):
+            raise LaunchError(
+                f"the ECR token came from {issued_for}, but {image} is in "
+                f"{match.group('region')}: ask ECR in the registry's region"
+            )
+        token = data["authorizationToken"]
         user, _, password = base64.b64decode(token).decode().partition(":")
         login = subprocess.run(  # noqa: S603 - an argv list; the password goes on stdin
             [

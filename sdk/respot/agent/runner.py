@@ -73,6 +73,7 @@ from respot.agent.protocol import (
     ReportLine,
     SessionLaunch,
 )
+from respot.agent.regional import RegionalClients, registry_region
 from respot.agent.scalars import ScalarLog
 from respot.agent.secrets import resolve_secrets
 from respot.agent.sessions import launcher_for, session_launch
@@ -171,7 +172,8 @@ class Agent:
         self._s3 = s3
         self._sqs = sqs
         self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
-        self.secrets_client: Any = None  # Secrets Manager, for `secrets` (made when needed)
+        # Clients by region for what the job names elsewhere: its secrets, its ECR image.
+        self.regional = RegionalClients(config.region, config.endpoint_url)
         self.imds = imds or ImdsClient(config.imds_endpoint)
         self._events: queue.Queue[Any] = queue.Queue()
         self._notice: InterruptionNotice | None = None
@@ -190,6 +192,7 @@ class Agent:
 
     def _make_clients(self, region: str) -> None:
         """S3 and SQS clients in the configured region, else the instance's own."""
+        self.regional.default_region = self.config.region or region
         if self._s3 is not None and self._sqs is not None:
             return
         import boto3
@@ -318,13 +321,7 @@ class _AttemptRun:
         """The values of the spec's `secrets`, read now (respot.agent.secrets)."""
         if not spec.secrets:
             return {}
-        if self.agent.secrets_client is None:
-            import boto3
-
-            self.agent.secrets_client = boto3.session.Session(
-                region_name=self.config.region or self.identity.region
-            ).client("secretsmanager", endpoint_url=self.config.endpoint_url)
-        return resolve_secrets(self.agent.secrets_client, spec.secrets)
+        return resolve_secrets(self.agent.regional.in_region("secretsmanager"), spec.secrets)
 
     def __init__(
         self,
@@ -440,11 +437,10 @@ class _AttemptRun:
         self.phases["code_and_data"] = time.monotonic() - t0
         t0 = time.monotonic()
         if spec.image is not None:
-            ecr = None
-            if self.config.endpoint_url is None:
-                import boto3
-
-                ecr = boto3.client("ecr", region_name=self.config.region or self.identity.region)
+            # ECR of the registry's region (a satellite instance pulls from the home registry);
+            # locally the emulator's ECR issues the token the fake engine logs in with.
+            region = registry_region(spec.image)
+            ecr = self.agent.regional("ecr", region) if region is not None else None
             launchers.pull(spec.image, ecr, os.environ)
         else:
             self.job_python = job_env.prepare(

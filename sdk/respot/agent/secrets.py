@@ -2,31 +2,39 @@
 
 The spec, the job record, `submission.json`, the logs and Slack only ever hold the ARN; the
 value is read here, on the instance, with the instance role (which may read only secrets
-named `respot/jobs/...`, see `JOB_SECRET_PREFIX`), and goes straight into the session's
-environment. Errors name the variable and the ARN, never a value.
+named `respot/jobs/...` in the home region, see `JOB_SECRET_PREFIX`), through a client of the
+region the ARN names (so an instance in a satellite region reads the home region's secret;
+`respot.agent.regional`), and goes straight into the session's environment. Errors name the
+variable and the ARN, never a value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from respot.agent.exceptions import SetupError
+from respot.agent.regional import arn_region
 
 JOB_SECRET_PREFIX = "respot/jobs/"  # noqa: S105 - a name prefix, not a secret
 
 
-def resolve_secrets(client: Any, secrets: Mapping[str, str]) -> dict[str, str]:
-    """{NAME: value} for every {NAME: ARN}; `SetupError` naming the one that failed."""
+def resolve_secrets(
+    client_in: Callable[[str | None], Any], secrets: Mapping[str, str]
+) -> dict[str, str]:
+    """{NAME: value} for every {NAME: ARN}; `SetupError` naming the one that failed.
+
+    `client_in(region)` is a Secrets Manager client in `region` (the ARN's).
+    """
     values: dict[str, str] = {}
     for name, arn in secrets.items():
         try:
-            answer = client.get_secret_value(SecretId=arn)
+            answer = client_in(arn_region(arn)).get_secret_value(SecretId=arn)
         except Exception as exc:
             code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
             raise SetupError(
                 f"secrets.{name}: cannot read {arn} ({code}); the instance role reads only "
-                f"secrets named {JOB_SECRET_PREFIX}... in this account and region"
+                f"secrets named {JOB_SECRET_PREFIX}... in this account and its home region"
             ) from None
         value = answer.get("SecretString")
         if not isinstance(value, str):

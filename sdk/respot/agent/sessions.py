@@ -30,7 +30,9 @@ def launcher_for(
     if spec.image is None:
         return launchers.torchrun(python, nproc) if nproc > 1 else launchers.plain(python)
     (dirs.root / "ipc").mkdir(parents=True, exist_ok=True)
-    names = ["PYTHONUNBUFFERED", *sorted(environment)]
+    # The job's variables and its secrets' names (`-e NAME`: the value comes from the engine's
+    # environment, never its argv).
+    names = ["PYTHONUNBUFFERED", *sorted({*environment, *(spec.secrets or {})})]
     names += [
         "RESPOT_JOB_ID",
         "RESPOT_ATTEMPT",

@@ -18,6 +18,7 @@ from respot.cli.context import JsonOption, LocalOption, console, fail, print_jso
 
 if TYPE_CHECKING:
     from respot.doctor import ClientFactory, Finding, Target
+    from respot.doctor.satellites import RegionalFactory
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "blocker": "bold red", "skipped": "dim"}
 
@@ -43,10 +44,10 @@ def doctor(
     from respot.localstate import local_requested
 
     if local_requested(local):
-        target, client = _local_target()
+        target, client, regional = _local_target()
     else:
-        target, client = _aws_target(cdk_json, context or [], region)
-    findings = run_checks(target, client)
+        target, client, regional = _aws_target(cdk_json, context or [], region)
+    findings = run_checks(target, client, regional)
     if json_output:
         print_json(
             {
@@ -60,7 +61,14 @@ def doctor(
     raise typer.Exit(1 if blocks(findings) else 0)
 
 
-def _local_target() -> tuple[Target, ClientFactory]:
+def _forward_rules() -> int:
+    """How many EventBridge rules a satellite stack forwards (one per wiring rule)."""
+    from infra.wiring import WIRING
+
+    return len(WIRING.rules)
+
+
+def _local_target() -> tuple[Target, ClientFactory, RegionalFactory]:
     from respot.doctor import Target
     from respot.localstate import connect_local, read_state
 
@@ -73,17 +81,28 @@ def _local_target() -> tuple[Target, ClientFactory]:
         ami_id=facts.get("ami_id"),
         vpc_id=facts.get("vpc_id"),
         subnets=facts.get("subnets", {}),
-        stack_name="the local runtime",
+        stack_name=facts.get("stack_name") or "the local runtime",
         slack_token_parameter=facts.get("slack_token_parameter") or "/respot/slack-token",
         slack_configured=True,
         local=True,
+        extra_regions=tuple(facts.get("extra_regions", ())),
+        satellite_parameter=facts.get("satellite_parameter") or "/respot/satellite",
+        forward_rules=_forward_rules(),
     )
-    return target, lambda service: deployment.client(service, session)
+    endpoint = state.endpoint_url if state else None
+
+    def regional(service: str, region: str) -> Any:
+        return session.client(service, region_name=region, endpoint_url=endpoint)
+
+    return target, lambda service: deployment.client(service, session), regional
 
 
-def _aws_target(cdk_json: Path, context: list[str], region: str | None) -> tuple[Target, Any]:
+def _aws_target(
+    cdk_json: Path, context: list[str], region: str | None
+) -> tuple[Target, Any, RegionalFactory]:
     import boto3
 
+    from infra.regions import satellite_parameter_name
     from infra.settings import DeploySettings, DeploySettingsError
     from respot.doctor import Target
 
@@ -115,8 +134,15 @@ def _aws_target(cdk_json: Path, context: list[str], region: str | None) -> tuple
         stack_name=settings.stack_name,
         slack_token_parameter=settings.slack_token_parameter_name,
         slack_configured=bool(settings.slack_channel),
+        extra_regions=settings.extra_regions,
+        satellite_parameter=satellite_parameter_name(settings.name_prefix),
+        forward_rules=_forward_rules(),
     )
-    return target, session.client
+
+    def regional(service: str, region: str) -> Any:
+        return session.client(service, region_name=region)
+
+    return target, session.client, regional
 
 
 def _print(findings: list[Finding], target: Target) -> None:

@@ -7,8 +7,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from respot.doctor import checks
+from respot.aws.satellites import Satellite
+from respot.doctor import checks, satellites
 from respot.doctor.findings import Finding, skipped, warn
+from respot.doctor.satellites import RegionalFactory
 from respot.doctor.target import Target
 
 ClientFactory = Callable[[str], Any]  # service name -> boto3 client
@@ -37,11 +39,15 @@ def _guarded(name: str, check: Callable[[], Finding | list[Finding]]) -> list[Fi
     return result if isinstance(result, list) else [result]
 
 
-def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
-    """Every finding for `target`, credentials first; nothing else runs without them."""
+def run_checks(
+    target: Target, client: ClientFactory, regional: RegionalFactory | None = None
+) -> list[Finding]:
+    """Every finding for `target`, credentials first; nothing else runs without them.
+
+    `regional(service, region)`: a client in an extra region (`target.extra_regions`)."""
     credentials, account = checks.check_credentials(client("sts"))
     findings = [credentials]
-    names = (
+    names: tuple[str, ...] = (
         "CDK bootstrap",
         "stack",
         "spot service-linked role",
@@ -52,6 +58,7 @@ def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
         "Slack token",
     )
     if account is None:
+        names += tuple(f"satellite {r}" for r in target.extra_regions)
         return findings + [skipped(n, "needs working credentials") for n in names]
     region = target.region
     ec2 = client("ec2")
@@ -111,6 +118,60 @@ def run_checks(target: Target, client: ClientFactory) -> list[Finding]:
             slack_configured=target.slack_configured,
         ),
     )
+    if target.extra_regions:
+        if regional is None:
+            raise ValueError("extra_regions need a regional client factory")
+        for extra in target.extra_regions:
+            findings += _satellite_region(target, regional, account, extra)
+    return findings
+
+
+def _satellite_region(
+    target: Target, regional: RegionalFactory, account: str, region: str
+) -> list[Finding]:
+    """One extra region: its satellite, its forwarding, its instance types and quotas."""
+    found: list[Satellite] = []
+
+    def satellite() -> Finding:
+        sat, problem = satellites.read_satellite(target, regional("ssm", region), region)
+        if sat is None:
+            assert problem is not None
+            return problem
+        found.append(sat)
+        return satellites.check_satellite(
+            target, sat, regional("ec2", region), regional("iam", region), region
+        )
+
+    findings = _guarded(f"satellite {region}", satellite)
+    findings += _guarded(
+        f"forwarding {region}",
+        lambda: satellites.check_forwarding(
+            target, regional("events", region), regional("sqs", region), region, account=account
+        ),
+    )
+    ec2 = regional("ec2", region)
+    zones = sorted({s.availability_zone for s in found[0].subnets}) if found else []
+    findings += satellites.region_suffixed(
+        _guarded(
+            "instance types",
+            lambda: checks.check_instance_types(
+                ec2, target.instance_types, zones=zones, region=region
+            ),
+        ),
+        region,
+    )
+    if target.local:
+        findings.append(skipped(f"quotas ({region})", LOCAL_QUOTAS))
+    else:
+        findings += satellites.region_suffixed(
+            _guarded(
+                "quotas",
+                lambda: checks.check_quotas(
+                    regional("service-quotas", region), ec2, target.instance_types, region=region
+                ),
+            ),
+            region,
+        )
     return findings
 
 

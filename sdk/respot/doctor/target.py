@@ -28,3 +28,7 @@ class Target:
     slack_configured: bool = False  # a slack_channel is set: the team expects messages
     bootstrap_qualifier: str = CDK_QUALIFIER
     local: bool = False  # the local runtime's emulator, not AWS
+    # Satellite regions (`extra_regions`) and what the control plane reads there.
+    extra_regions: tuple[str, ...] = ()
+    satellite_parameter: str = "/respot/satellite"
+    forward_rules: int = 0  # forwarding rules a satellite stack makes (one per wiring rule)
