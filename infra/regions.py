@@ -8,7 +8,9 @@ from __future__ import annotations
 
 # Subnets, security groups (every resource) of a satellite stack carry this tag, its value
 # the home stack's name: the home control plane may launch into those only.
-SATELLITE_TAG = "respot:satellite-of"
+from respot.core.lifecycle import SATELLITE_TAG
+
+__all__ = ["SATELLITE_TAG"]
 
 
 def satellite_stack_name(home_stack: str, region: str) -> str:

@@ -129,6 +129,16 @@ class LocalRuntime:
 
     def __init__(self, options: RuntimeOptions | None = None) -> None:
         self.options = options or RuntimeOptions()
+        if self.options.iam and self.options.extra_regions:
+            # The policies are those of a stack synthesized without extra_regions, and only
+            # the home instance role is emulated: every function would fail at cold start
+            # reading the satellite parameter (403), and a satellite instance would write its
+            # region's bucket with the home role. Refused before anything starts.
+            raise ValueError(
+                "RuntimeOptions: iam=True does not cover extra_regions yet (the emulated "
+                "policies are the home stack's without satellites; satellite instance roles "
+                "are not emulated); drop iam or extra_regions"
+            )
         self.scale = TimeScale(self.options.time_scale)
         self.server = cloud.MotoServer()
         self.deployment: cloud.LocalDeployment | None = None

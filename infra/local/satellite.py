@@ -12,7 +12,8 @@ home bus directly, as the satellite stack's forwarding rules deliver them on AWS
 exist as the stack makes them (one per wiring rule, the same pattern, the home bus as their
 target with the `ForwardDeadLetters` queue behind it, an instance profile on the launch
 template), so `respot doctor` reads a local satellite as it reads a deployed one; moto does
-not run them. Not emulated: IAM (`RuntimeOptions(iam=True)` covers the home stack).
+not run them. Not emulated: IAM (`RuntimeOptions(iam=True)` covers the home stack only, so
+the runtime refuses it together with `extra_regions`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from infra.local.cloud import (
     service_trust,
 )
 from infra.local.sandbox import FRAMEWORK_PYTHON
-from infra.regions import satellite_parameter_name
+from infra.regions import SATELLITE_TAG, satellite_parameter_name
 from infra.userdata import agent_environment, render_user_data
 from infra.wiring import WIRING
 from respot import config as cfg
@@ -163,7 +164,12 @@ def _forwarding(home: LocalDeployment, region: str) -> tuple[tuple[str, ...], st
     names = []
     for rule in WIRING.rules:
         name = f"{home.name}-{region}-forward-{rule.name}"[:64]
-        events.put_rule(Name=name, EventPattern=json.dumps(rule.pattern), State="ENABLED")
+        events.put_rule(
+            Name=name,
+            EventPattern=json.dumps(rule.pattern),
+            State="ENABLED",
+            Tags=[{"Key": SATELLITE_TAG, "Value": home.name}],  # the stack tags all it makes
+        )
         events.put_targets(
             Rule=name,
             Targets=[

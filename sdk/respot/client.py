@@ -272,10 +272,13 @@ def run(
         else:
             deployment = discover(session)
     from respot.core.placement import disallowed_instance_types
+    from respot.reach import unreachable
 
     problem = disallowed_instance_types(env.instance_types, deployment.instance_types or ())
-    if problem is not None:  # the deployment says which types it allows: refuse here
-        raise SpecError([problem])
+    # The deployment says which types it allows, and what its instances may read: refuse here.
+    refused = ([problem] if problem is not None else []) + unreachable(env, deployment)
+    if refused:
+        raise SpecError(refused)
     code = None
     if code_bytes is not None:
         sha = hashlib.sha256(code_bytes).hexdigest()

@@ -144,3 +144,21 @@ def test_a_launch_template_gone_blocks(account: Account) -> None:
     finding = account.doctor()[f"satellite {WEST}"]
     assert finding.status is Status.BLOCKER
     assert f"launch template {account.west.launch_template_id} is gone" in finding.summary
+
+
+def test_another_stage_s_satellite_in_the_region_is_not_this_deployment_s(
+    account: Account,
+) -> None:
+    # GIVEN another deployment's satellite in us-west-2, forwarding to the same home bus,
+    # with a disabled rule and dead letters
+    other_home = cloud.provision(account.endpoint, prefix=f"o{secrets.token_hex(3)}")
+    other = provision_satellite(other_home, WEST)
+    account.client("events", WEST).disable_rule(Name=other.forward_rules[0])
+    account.client("sqs", WEST).send_message(
+        QueueUrl=other.forward_dead_letters_url, MessageBody="{}"
+    )
+    # WHEN the doctor checks this deployment THEN none of that is its finding
+    found = account.doctor()
+    assert found[f"forwarding {WEST}"].status is Status.OK
+    assert f"{len(WIRING.rules)} enabled rules" in found[f"forwarding {WEST}"].summary
+    assert found[f"forward dead letters {WEST}"].status is Status.OK

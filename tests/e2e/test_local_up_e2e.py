@@ -187,3 +187,35 @@ def test_other_processes_use_the_runtime_local_up_runs(
     assert not state.exists()
     after = respot(env, "ls", "--local")
     assert after.returncode == 1 and "respot local up" in after.stderr
+
+
+def test_local_up_with_a_satellite_region_and_the_doctor_checks_it(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    state = Path(env["RESPOT_LOCAL_STATE"])
+    log = (tmp_path / "up-regions.log").open("wb")
+    # GIVEN `respot local up` with a satellite in us-west-2
+    proc = subprocess.Popen(
+        [*RESPOT, "local", "up", "--extra-regions", "us-west-2"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: state.exists() or proc.poll() is not None, 60, "the state file")
+        assert proc.poll() is None, (tmp_path / "up-regions.log").read_text()
+        # WHEN another shell runs the doctor against it
+        doctor = respot({**env, "RESPOT_LOCAL": "1"}, "doctor", "--json")
+        # THEN the satellite is checked as a deployed one: parameter, launch template and
+        # instance profile, forwarding rules and their empty dead-letter queue
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        found = {f["check"]: f["status"] for f in json.loads(doctor.stdout)["findings"]}
+        for check in ("satellite", "forwarding", "forward dead letters"):
+            assert found[f"{check} us-west-2"] == "ok", found
+        assert found["quotas (us-west-2)"] == "skipped"
+    finally:
+        down = respot(env, "local", "down")
+        assert down.returncode == 0, down.stderr
+        assert proc.wait(timeout=30) == 0
+        log.close()

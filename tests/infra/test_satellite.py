@@ -455,3 +455,10 @@ def test_bad_extra_regions_are_refused_with_the_fix():
     assert settings.extra_regions == EXTRA
     with pytest.raises(ValueError, match="home region"):
         _app(DeploySettings(extra_regions=(HOME,)))
+
+
+def test_forwarding_rules_carry_the_deployment_tag_the_doctor_selects_them_by(synthesized):
+    # respot.doctor.satellites tells this deployment's rules from another stage's by it
+    for template in synthesized["satellites"].values():
+        for rule in _resources(template, "AWS::Events::Rule"):
+            assert {"Key": "respot:satellite-of", "Value": "Respot"} in rule["Properties"]["Tags"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -59,6 +60,21 @@ def _scale(text: str) -> float:
     return value
 
 
+def _extra_regions(text: str) -> tuple[str, ...]:
+    """`--extra-regions us-west-2,eu-west-1` as a tuple; a clear error for a bad name."""
+    from infra.local.cloud import REGION
+
+    regions = tuple(r.strip() for r in text.split(",") if r.strip())
+    for region in regions:
+        if not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
+            fail(f"--extra-regions: {region!r} is not a region name; write e.g. us-west-2")
+        if region == REGION:
+            fail(f"--extra-regions: {region} is the local runtime's home region; name others")
+    if len(set(regions)) != len(regions):
+        fail(f"--extra-regions: {text!r} names a region twice")
+    return regions
+
+
 @app.command()
 def up(
     time_scale: Annotated[
@@ -83,6 +99,13 @@ def up(
         Path | None,
         typer.Option(help="Keep the instances' work directories here (default: a temp dir)."),
     ] = None,
+    extra_regions: Annotated[
+        str,
+        typer.Option(
+            help="Satellite regions, as `cdk deploy -c extra_regions=...` (e.g. us-west-2): "
+            "their subnets are pools too; the home region is us-east-1."
+        ),
+    ] = "",
 ) -> None:
     """Run the local runtime in the foreground until Ctrl-C; other shells use it with --local.
 
@@ -101,6 +124,7 @@ def up(
         )
     if interruptions < 0:
         fail("--interruptions must be 0 or more")
+    regions = _extra_regions(extra_regions)
 
     from infra.local.market import ChaosSchedule
     from infra.local.runtime import LocalRuntime, RuntimeOptions
@@ -109,7 +133,11 @@ def up(
     if interrupt_after is not None:
         chaos = ChaosSchedule(after_boot={n: interrupt_after for n in range(1, interruptions + 1)})
     options = RuntimeOptions(
-        time_scale=scale, chaos=chaos, work_root=work_root, keep_work_root=work_root is not None
+        time_scale=scale,
+        chaos=chaos,
+        work_root=work_root,
+        keep_work_root=work_root is not None,
+        extra_regions=regions,
     )
     stop = threading.Event()
 

@@ -82,6 +82,9 @@ JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
 HANDOFF_TAG = "respot:await-handoff"
 MANAGED_TAG = "respot:managed"
+# Every resource of a satellite stack (infra/satellite.py) carries this tag, its value the
+# home stack's name: how the home grants and `respot doctor` tell one deployment's apart.
+SATELLITE_TAG = "respot:satellite-of"
 # Periodic checkpoint lines kept on the job record (the notifier still gets every one). The
 # whole record is written on every heartbeat and DynamoDB bills each started KB: a timeline
 # growing by a line per checkpoint made a day-old job's heartbeats 4-5x dearer (bench.cost).

@@ -5,9 +5,10 @@ in its region (`respot.aws.satellites.load_satellites`, at every cold start); a 
 missing or malformed there fails the functions, so it is checked first, with what it names:
 the launch template (and the instance profile on it, whose role must be the one the control
 plane accepts agent messages from), the subnets. Then what carries the instances' EC2 events
-home: the forwarding rules (enabled, targeting the home bus) and their dead-letter queue
-(empty). Then the instance types and spot vCPU quotas in that region, with the home checks.
-Every finding names the region and its fix.
+home: the forwarding rules (this deployment's, by their `respot:satellite-of` tag; targeting
+the home bus; enabled) and their dead-letter queue (empty). Then the instance types and
+spot vCPU quotas in that region, with the home checks. Every finding names the region and
+its fix.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from respot.aws.satellites import Satellite, SatelliteError, parse_satellite
+from respot.core.lifecycle import SATELLITE_TAG
 from respot.doctor.checks import error_code, error_text
 from respot.doctor.findings import Finding, blocker, ok, warn
 from respot.doctor.target import Target
@@ -132,6 +134,11 @@ def _rules(events: Any) -> list[dict[str, Any]]:
             return rules
 
 
+def _tag(events: Any, arn: str, key: str) -> str | None:
+    tags = events.list_tags_for_resource(ResourceARN=arn).get("Tags", [])
+    return next((str(t["Value"]) for t in tags if t.get("Key") == key), None)
+
+
 def check_forwarding(
     target: Target, events: Any, sqs: Any, region: str, *, account: str
 ) -> list[Finding]:
@@ -142,7 +149,8 @@ def check_forwarding(
     for rule in _rules(events):
         found = events.list_targets_by_rule(Rule=rule["Name"]).get("Targets", [])
         home = [t for t in found if str(t.get("Arn", "")).endswith(home_bus)]
-        if home:
+        # Another stage's satellite forwards to the same bus: only this deployment's rules.
+        if home and _tag(events, rule["Arn"], SATELLITE_TAG) == target.stack_name:
             forwarding.append((rule, home))
     why = (
         "the control plane would not see instances there start, get interrupted or stop "
