@@ -220,14 +220,16 @@ def _dead_letters(sqs: Any, queue_arn: str, region: str) -> Finding:
     if waiting == 0:
         return ok(name, f"{queue} is empty")
     # No redrive: SQS's StartMessageMoveTask takes only dead-letter queues of SQS queues (these
-    # are EventBridge targets'), and PutEvents refuses the aws.ec2 source. The events are over
-    # an hour old (the targets' retry policy); reconcile has looked at those jobs since.
+    # are EventBridge targets'), and PutEvents refuses the aws.ec2 source. What the events
+    # said, reconcile learns later: it looks at every live job each minute (stuck launches,
+    # silent instances).
     return warn(
         name,
         f"{waiting} EC2 event(s) from {region} could not be put on the home bus and wait in "
         f"{queue}; they cannot be replayed (EventBridge refuses aws.ec2 from PutEvents, SQS "
-        "redrive takes only SQS queues' dead letters); reconcile has looked at those jobs "
-        "since, every minute",
+        "redrive takes only SQS queues' dead letters); the control plane learned of those "
+        "launches and interruptions only from reconcile (stuck launches, silent instances), "
+        "later",
         f"read why (ERROR_CODE, ERROR_MESSAGE): aws sqs receive-message --queue-url {url} "
         f"--region {region} --max-number-of-messages 10 --message-attribute-names All; fix "
         f"that (the forwarding role, the home bus), then: aws sqs purge-queue --queue-url "
