@@ -4,8 +4,12 @@ One way for every command (lambdas/commands.py): the SQS body is checked for siz
 the SNS envelope is opened, the command is validated (the job id by `respot.jobid`), it must
 be the command its path expects, and its identity proof is verified by STS
 (`respot.identity`): the caller's ARN from STS's answer replaces whatever the message
-claimed. Every refusal is a `PoisonMessageError` whose text is the reason the dead-letter
-queue keeps.
+claimed. A job (or a sweep's job) naming a secret or an ECR image this deployment's
+instances may not read is refused here too (`refuse_unreachable`, the rule `run()` applies
+in `respot.reach`): a submission that never went through `run()` would otherwise be
+launched, paid for, and fail at setup. The function knows its home region and account from
+its own ARN (`Home.of`), never from the message. Every refusal is a `PoisonMessageError`
+whose text is the reason the dead-letter queue keeps.
 
 On AWS the verifier is built from the function's environment (the stack sets the STS URL
 and the table that records used proofs). The local runtime installs one pointed at the
@@ -17,7 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -26,7 +31,11 @@ from respot.ec2events import sns_envelope
 from respot.identity import ENV_ADMINS, DynamoProofLedger, ProofError, Verifier
 from respot.inputs import InputLimitError, check_json_text
 from respot.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
+from respot.reach import refused_reads
 from respot.spec import describe_validation_error
+
+if TYPE_CHECKING:
+    from respot.spec import TrainingEnvVar
 
 C = TypeVar("C", JobSubmission, CancelCommand)
 
@@ -55,6 +64,30 @@ def verifier() -> Verifier | None:
         _verifier = Verifier.from_env()
         _installed = True
     return _verifier
+
+
+@dataclass(frozen=True)
+class Home:
+    """The region and account the commands function runs in: the deployment's home."""
+
+    region: str | None
+    account: str | None
+
+    @classmethod
+    def of(cls, context: Any) -> Home:
+        """From the function's own ARN (arn:aws:lambda:REGION:ACCOUNT:function:NAME); if that
+        is unreadable, the region Lambda sets in AWS_REGION and no account (not checked)."""
+        parts = str(getattr(context, "invoked_function_arn", "") or "").split(":")
+        if len(parts) >= 7 and parts[2] == "lambda" and parts[3] and parts[4].isdigit():
+            return cls(parts[3], parts[4])
+        return cls(os.environ.get("AWS_REGION") or None, None)
+
+
+def refuse_unreachable(spec: TrainingEnvVar, home: Home, *, what: str, field: str = "") -> None:
+    """Poison if `spec` names a secret or an ECR image the instances may not read."""
+    problems = refused_reads(spec, region=home.region, account=home.account, field=field)
+    if problems:
+        raise PoisonMessageError(f"{what} refused before launch: " + "; ".join(problems))
 
 
 def admin_principals() -> tuple[str, ...]:

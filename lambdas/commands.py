@@ -6,7 +6,8 @@ at rest an event source mapping's pollers long-poll an empty queue all month, an
 most of what an idle deployment pays (docs/decisions.md, "One commands queue").
 
 Each message goes by its `command` field to one path:
-- `submit`: record the job (create-only by job id) and request its first capacity;
+- `submit`: record the job (create-only by job id) and request its first capacity, unless it
+  names a secret or an ECR image the instances may not read (refused before anything is spent);
 - `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
 - `sweep`: record a sweep and kick it (`lambdas.sweep.start_sweep`);
 - `sweep-stop`: stop a sweep (`lambdas.sweep.stop_sweep`).
@@ -19,16 +20,23 @@ is retried by SQS.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from lambdas import _activity
-from lambdas._commands import admin_principals, published_command, read_command
+from lambdas._commands import (
+    Home,
+    admin_principals,
+    published_command,
+    read_command,
+    refuse_unreachable,
+)
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.messages import CancelCommand, JobSubmission
 
 
-def submit(body: str) -> None:
+def submit(body: str, home: Home) -> None:
     """A job: recorded once (a redelivery changes nothing), its capacity requested."""
     command = read_command(body, JobSubmission)
     if command.sweep is not None:
@@ -37,6 +45,7 @@ def submit(body: str) -> None:
             f"job {command.job_id} claims to be trial {command.sweep.trial} of sweep "
             f"{command.sweep.sweep_id}; only respot's sweep function submits trials"
         )
+    refuse_unreachable(command.spec, home, what=f"job {command.job_id}")
     try:
         result = control_plane().submit(command)
     except DuplicateJobError as exc:
@@ -46,7 +55,7 @@ def submit(body: str) -> None:
     _ensure_pollers_on()
 
 
-def cancel(body: str) -> None:
+def cancel(body: str, home: Home) -> None:
     """A cancellation, applied only for the job's owner or an admin."""
     command = read_command(body, CancelCommand)
     try:
@@ -57,22 +66,22 @@ def cancel(body: str) -> None:
     logger.info("cancel", extra={"job_id": command.job_id, "outcome": result.outcome})
 
 
-def sweep(body: str) -> None:
+def sweep(body: str, home: Home) -> None:
     """A sweep: recorded and kicked; its trials are live jobs, so the pollers go on."""
     from lambdas.sweep import start_sweep
 
-    start_sweep(body)
+    start_sweep(body, home)
     _ensure_pollers_on()
 
 
-def sweep_stop(body: str) -> None:
+def sweep_stop(body: str, home: Home) -> None:
     """A sweep's stop: no new trials, its running trials cancelled."""
     from lambdas.sweep import stop_sweep
 
     stop_sweep(body)
 
 
-PATHS: dict[str, Callable[[str], None]] = {
+PATHS: dict[str, Callable[[str, Home], None]] = {
     "submit": submit,
     "cancel": cancel,
     "sweep": sweep,
@@ -86,7 +95,7 @@ def _ensure_pollers_on() -> None:
         switch.ensure_on()
 
 
-def _command(body: str) -> None:
+def _command(body: str, home: Home) -> None:
     kind = published_command(body)
     if kind is None:
         # Unreadable, or no `command` field: the parser names what is wrong (and raises).
@@ -97,10 +106,10 @@ def _command(body: str) -> None:
         raise PoisonMessageError(
             f"unknown command {kind!r}: the commands queue takes {', '.join(PATHS)}"
         )
-    path(body)
+    path(body, home)
 
 
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """SQS batch -> one command per record, each to its path."""
-    return sqs_batch(event, context, _command, source="commands")
+    return sqs_batch(event, context, partial(_command, home=Home.of(context)), source="commands")

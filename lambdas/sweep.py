@@ -29,6 +29,7 @@ from lambdas._runtime import (
 from respot.messages import CancelCommand, CodeArtifact, JobSubmission
 
 if TYPE_CHECKING:
+    from lambdas._commands import Home
     from respot.sweep.engine import SweepEngine, SweepMessage, SweepNews
     from respot.sweep.model import SweepSubmission
 
@@ -128,16 +129,18 @@ def _send(message: dict[str, Any], dedup: str) -> None:
 # ---- commands from researchers (called by the commands Lambda) -----------------------------
 
 
-def start_sweep(body: str) -> None:
+def start_sweep(body: str, home: Home) -> None:
     """Record a researcher's sweep (create-only) and kick it; a redelivery changes nothing.
 
     `body` is the SQS body from the commands queue: read like a job submission, its identity
     proof verified (`lambdas._commands.read_signed`), `submitted_by` the caller STS names.
     """
-    from lambdas._commands import read_signed
+    from lambdas._commands import read_signed, refuse_unreachable
     from respot.sweep.model import SweepSubmission
 
     submission: SweepSubmission = read_signed(body, SweepSubmission, "submitted_by")
+    # Its trials would each be launched and fail at setup on a secret or image out of reach.
+    refuse_unreachable(submission.spec.job, home, what=f"sweep {submission.sweep_id}", field="job.")
     if submission.code is not None:
         # The code must be the sweep's own upload: never another job's, never another bucket.
         from respot import layout

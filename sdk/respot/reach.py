@@ -4,15 +4,23 @@ The instance role (home and satellite regions alike, infra/constructs/fleet.py) 
 Secrets Manager secrets named `respot/jobs/...` in this account's home region, and pulls
 only from this account's ECR registry there. A job naming anything else would be launched,
 paid for, and fail at setup on the instance, so `run()` refuses it first, naming the field
-and the fix. (Other registries than ECR are not checked: public images need no grant.)
+and the fix, and the commands function refuses it again for submissions that never went
+through `run()` (another client, an older SDK, a hand-written message): one rule,
+`refused_reads`, which each side calls with the home region and account it knows (the SDK
+from the deployment it found, the function from its own ARN). (Other registries than ECR
+are not checked: public images need no grant.)
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from respot.agent.regional import ECR_IMAGE
 from respot.agent.secrets import JOB_SECRET_PREFIX
-from respot.deployment import Deployment
-from respot.spec import TrainingEnvVar
+
+if TYPE_CHECKING:
+    from respot.deployment import Deployment
+    from respot.spec import TrainingEnvVar
 
 
 def _account(deployment: Deployment) -> str | None:
@@ -22,26 +30,34 @@ def _account(deployment: Deployment) -> str | None:
 
 def unreachable(spec: TrainingEnvVar, deployment: Deployment) -> list[str]:
     """A problem line for each secret or image the deployment's instances may not read."""
-    region, account = deployment.region, _account(deployment)
+    return refused_reads(spec, region=deployment.region, account=_account(deployment))
+
+
+def refused_reads(
+    spec: TrainingEnvVar, *, region: str | None, account: str | None, field: str = ""
+) -> list[str]:
+    """A problem line for each secret or image that instances of a deployment whose home is
+    `region` in `account` may not read (None: that part is not checked). `field` prefixes
+    each field name (a sweep's job: "job.")."""
     problems: list[str] = []
     for name, arn in sorted(spec.secrets.items()):
         # arn:<partition>:secretsmanager:<region>:<account>:secret:<name>
         _, _, _, there, owner, _, secret = arn.split(":", 6)
         if region is not None and there != region:
             problems.append(
-                f"secrets.{name}: {arn} is in {there}; respot's instances (in every region "
+                f"{field}secrets.{name}: {arn} is in {there}; respot's instances (in every region "
                 f"they run in) read secrets in {region}: create it there, or replicate it "
                 f"(aws secretsmanager replicate-secret-to-regions --secret-id {arn} "
                 f"--add-replica-regions Region={region}) and name the replica's ARN"
             )
         elif account is not None and owner != account:
             problems.append(
-                f"secrets.{name}: {arn} is in account {owner}; respot's instances read "
+                f"{field}secrets.{name}: {arn} is in account {owner}; respot's instances read "
                 f"secrets of account {account} only: create it there"
             )
         elif not secret.startswith(JOB_SECRET_PREFIX):
             problems.append(
-                f"secrets.{name}: respot's instances read only secrets named "
+                f"{field}secrets.{name}: respot's instances read only secrets named "
                 f"{JOB_SECRET_PREFIX}...; create it under that name"
             )
     match = ECR_IMAGE.match(spec.image or "")
@@ -51,8 +67,8 @@ def unreachable(spec: TrainingEnvVar, deployment: Deployment) -> list[str]:
         if (region is not None and there != region) or (account is not None and owner != account):
             home = f"{account or 'this account'}.dkr.ecr.{region or '<home region>'}"
             problems.append(
-                f"image: {spec.image} is in the ECR registry of {owner} in {there}; respot's "
-                f"instances pull only from {home}.amazonaws.com: push it there (or replicate "
-                f"the repository there with ECR replication)"
+                f"{field}image: {spec.image} is in the ECR registry of {owner} in {there}; "
+                f"respot's instances pull only from {home}.amazonaws.com: push it there (or "
+                f"replicate the repository there with ECR replication)"
             )
     return problems
