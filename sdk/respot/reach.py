@@ -28,9 +28,9 @@ def _account(deployment: Deployment) -> str | None:
     return parts[4] if len(parts) > 5 and parts[4].isdigit() else None
 
 
-def unreachable(spec: TrainingEnvVar, deployment: Deployment) -> list[str]:
+def unreachable(spec: TrainingEnvVar, deployment: Deployment, *, field: str = "") -> list[str]:
     """A problem line for each secret or image the deployment's instances may not read."""
-    return refused_reads(spec, region=deployment.region, account=_account(deployment))
+    return refused_reads(spec, region=deployment.region, account=_account(deployment), field=field)
 
 
 def refused_reads(

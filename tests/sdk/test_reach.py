@@ -62,3 +62,14 @@ def test_run_refuses_what_the_instances_cannot_read(fields: dict[str, object], s
         run(spec(**fields), deployment=DEPLOYMENT, session=NoAws())
     (problem,) = exc.value.problems
     assert problem.startswith(said), problem
+
+
+def test_sweep_refuses_a_job_the_instances_cannot_read() -> None:
+    from respot.sweep.client import sweep
+    from tests.sweep.conftest import sweep_spec
+
+    job = {"entry_point": "m:S", "secrets": {"K": SECRET.replace("us-east-1", "eu-west-1")}}
+    with pytest.raises(SpecError) as exc:
+        sweep(sweep_spec(job=job), deployment=DEPLOYMENT, session=NoAws())
+    (problem,) = exc.value.problems
+    assert problem.startswith("job.secrets.K: arn:aws:secretsmanager:eu-west-1:"), problem

@@ -199,6 +199,12 @@ def sweep(
             deployment, session = connect_local()
         else:
             deployment = discover(session)
+    from respot.reach import unreachable
+
+    # Every trial would be launched and fail at setup (the commands function refuses it too).
+    refused = unreachable(checked.job, deployment, field="job.")
+    if refused:
+        raise SpecError(refused)
     code = None
     if code_bytes is not None:
         sha = hashlib.sha256(code_bytes).hexdigest()
