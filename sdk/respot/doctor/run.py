@@ -8,7 +8,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from respot.aws.satellites import Satellite
-from respot.doctor import checks, satellites
+from respot.doctor import checks, deployed, satellites
 from respot.doctor.findings import Finding, skipped, warn
 from respot.doctor.satellites import RegionalFactory
 from respot.doctor.target import Target
@@ -83,6 +83,22 @@ def run_checks(
             "stack",
             lambda: checks.check_stack(client("cloudformation"), stack_name=target.stack_name),
         )
+    # The extra regions the deployed functions carry, if deployed (cdk.json's before that).
+    extra_regions = target.extra_regions
+    if not target.local:  # the local runtime's state names the regions its functions use
+        carried: list[tuple[str, ...] | None] = []
+
+        def regions() -> list[Finding]:
+            carried.append(
+                deployed.deployed_regions(
+                    client("cloudformation"), client("lambda"), stack_name=target.stack_name
+                )
+            )
+            return deployed.check_regions(target, carried[0])
+
+        findings += _guarded(deployed.CHECK, regions)
+        if carried:
+            extra_regions = deployed.regions_to_check(target.extra_regions, carried[0])
     findings += _guarded("spot service-linked role", lambda: checks.check_spot_role(client("iam")))
     zones = sorted(set(target.subnets.values()))
     findings += _guarded(
@@ -118,10 +134,10 @@ def run_checks(
             slack_configured=target.slack_configured,
         ),
     )
-    if target.extra_regions:
+    if extra_regions:
         if regional is None:
             raise ValueError("extra_regions need a regional client factory")
-        for extra in target.extra_regions:
+        for extra in extra_regions:
             findings += _satellite_region(target, regional, account, extra)
     return findings
 
