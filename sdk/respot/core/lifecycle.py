@@ -76,7 +76,7 @@ from respot.messages import (
     redacted,
     submission_digest,
 )
-from respot.policy.live_view import return_backoff_ticks
+from respot.policy.live_view import backoff_cap_ticks, return_backoff_ticks
 
 JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
@@ -447,9 +447,10 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
 
     The on-demand attempt it would have left was never stopped (`_begin_return`), so the job
     is RUNNING on it again and the refusal cost nothing but API calls; those are bounded:
-    the next return waits 1, 2, 4, ... policy ticks (`return_backoff_ticks`), so a job makes
-    at most log2(ticks to its deadline) + 1 returns that find nothing (and at most
-    `MAX_SPOT_RETURNS` in all). If the on-demand instance went away meanwhile (lost, silent),
+    the next return waits 1, 2, 4, ... policy ticks, at most two changeovers
+    (`return_backoff_ticks`), so a job asks the pools at most about once per two changeovers
+    while it trains on on-demand (and moves back to spot at most `MAX_SPOT_RETURNS` times).
+    If the on-demand instance went away meanwhile (lost, silent),
     the job waits and is placed again as after any loss.
     """
     job = d.job
@@ -457,7 +458,9 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
     left = job.attempt(int(job.policy.pop("return_from", 0) or 0))
     refused = int(job.policy.get("refused_returns", 0)) + 1
     job.policy["refused_returns"] = refused
-    after = d.now + settings.policy_tick * return_backoff_ticks(refused)
+    tick = settings.policy_tick.total_seconds()
+    cap = backoff_cap_ticks(settings.changeover_estimate.total_seconds(), tick)
+    after = d.now + settings.policy_tick * return_backoff_ticks(refused, cap)
     job.policy["next_return_at"] = after.isoformat()
     job.attempts.pop()
     backoff = f"no other return before {after:%H:%M:%S} UTC"
