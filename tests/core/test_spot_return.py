@@ -125,7 +125,7 @@ def test_a_job_alone_in_its_account_returns_to_spot_by_asking() -> None:
     assert never.job is not None and never.job.state.value == "COMPLETED", never.kinds()
     assert never.markets() == ["on-demand"] and len(never.instances) == 1
     longest = backoff_cap_ticks(BOOT, TICK)
-    assert 1 <= never.kinds().count("spot-return") <= 5 + (5 * HOUR // TICK) // longest
+    assert 1 <= never.kinds().count("return-refused") <= 5 + (5 * HOUR // TICK) // longest
     assert not [e for _, e in never.effects if isinstance(e, StopAttempt)]
     assert never.completed_at is not None and never.completed_at <= 5 * HOUR
 
@@ -287,6 +287,12 @@ def test_a_return_every_pool_refuses_backs_off_before_the_next() -> None:
         assert after - entry.at == SETTINGS.policy_tick * min(2 ** (k - 1), longest)
         assert "no other return before" in entry.text
         assert "trained on on-demand, nothing was stopped" in entry.text
+        assert "asked because" in entry.text, entry.text  # the return's reason, folded in
+    # AND each refused return is one line: its start, request and the pools' refusals fold
+    # into it (a long outage would otherwise fill the timeline with them)
+    kinds = sim.kinds()
+    after_first = kinds[kinds.index("return-refused") :]
+    assert not {"spot-return", "requested", "capacity"} & set(after_first), after_first
     # AND switch_running keeps the job on on-demand until then
     roomy = on_demand(35)
     assert roomy.job is not None

@@ -463,6 +463,8 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
     after = d.now + settings.policy_tick * return_backoff_ticks(refused, cap)
     job.policy["next_return_at"] = after.isoformat()
     job.attempts.pop()
+    began = _fold_return_notes(job)
+    why = f"{began}; {why}" if began else why
     backoff = f"no other return before {after:%H:%M:%S} UTC"
     if left is not None and left.is_open and left.instance_id and left.notice_at is None:
         d.go(Transition.RETURN_REFUSED)
@@ -489,6 +491,26 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
     )
     d.follow_up = PlaceNow("the return found no spot and the on-demand instance is gone")
     return d.decision()
+
+
+_RETURN_DETAIL = frozenset({"spot-return", "requested", "capacity"})
+
+
+def _fold_return_notes(job: JobRecord) -> str | None:
+    """Fold a refused return's own notes into the one `return-refused` note that follows.
+
+    A job on on-demand in a long outage asks the pools every few minutes; its start, its
+    request and each pool's refusal as lines of their own would be most of the timeline
+    (and push out what matters past `TIMELINE_LIMIT`). What happened meanwhile (checkpoints,
+    progress, a lost instance) stays. Returns the reason the return began with, if found.
+    """
+    starts = [i for i, e in enumerate(job.timeline) if e.kind == "spot-return"]
+    if not starts:
+        return None
+    start = starts[-1]
+    reason = job.timeline[start].data.get("reason")
+    job.timeline[start:] = [e for e in job.timeline[start:] if e.kind not in _RETURN_DETAIL]
+    return f"asked because {reason}" if reason else None
 
 
 def _begin_return(
