@@ -123,7 +123,12 @@ def main() -> None:
     parser.add_argument(
         "--policy",
         default="respot",
-        choices=["respot", "respot-live-view", "respot-live-view-sightings-only"],
+        choices=[
+            "respot",
+            "respot-live-view",
+            "respot-live-view-sightings-only",
+            "respot-live-view-stop-first",
+        ],
     )
     args = parser.parse_args()
     names: list[str] = []

@@ -41,6 +41,7 @@ from respot.messages import (
     AgentStarted,
     CancelCommand,
 )
+from respot.policy.live_view import backoff_cap_ticks
 from tests.core.factories import SETTINGS, agent, at
 from tests.core.market_sim import BOOT, TICK, Market_, Sim
 from tests.core.test_pool_placement import FLICKER, G4DN_A, G4DN_B, NOW, STEADY, history
@@ -117,12 +118,14 @@ def test_a_job_alone_in_its_account_returns_to_spot_by_asking() -> None:
     assert "to be asked first" in note.text, note.text
     assert sim.completed_at is not None and sim.completed_at <= 5 * HOUR
     assert sim.max_alive == 2 and not sim.handoff_violations, sim.handoff_violations
-    # AND without spot anywhere it tries at most MAX_SPOT_RETURNS times, and every refused
-    # return leaves the one on-demand instance training: nothing stopped, no second launch
+    # AND without spot anywhere every refused return leaves the one on-demand instance
+    # training (nothing stopped, no second launch), and they come at most about once per
+    # two changeovers (the backoff's longest wait)
     never = Sim(4 * HOUR, 5 * HOUR, returns_at(2**30), all_down(), others_see=False).run()
     assert never.job is not None and never.job.state.value == "COMPLETED", never.kinds()
     assert never.markets() == ["on-demand"] and len(never.instances) == 1
-    assert 1 <= never.kinds().count("spot-return") <= MAX_SPOT_RETURNS
+    longest = backoff_cap_ticks(BOOT, TICK)
+    assert 1 <= never.kinds().count("return-refused") <= 5 + (5 * HOUR // TICK) // longest
     assert not [e for _, e in never.effects if isinstance(e, StopAttempt)]
     assert never.completed_at is not None and never.completed_at <= 5 * HOUR
 
@@ -274,14 +277,22 @@ def test_a_return_every_pool_refuses_backs_off_before_the_next() -> None:
     assert job is not None and job.state.value == "COMPLETED", sim.kinds()
     assert sim.completed_at is not None and sim.completed_at <= 5 * HOUR
     # THEN each refused return is counted and sets when the next may come: 1, 2, 4, ...
-    # policy ticks later
+    # policy ticks later, never more than two changeovers (12 ticks here)
+    longest = backoff_cap_ticks(BOOT, TICK)
+    assert longest == 12
     refused = [e for e in job.timeline if e.kind == "return-refused"]
-    assert len(refused) == job.policy["refused_returns"] >= 2, sim.kinds()
+    assert len(refused) == job.policy["refused_returns"] >= 6, sim.kinds()
     for k, entry in enumerate(refused, start=1):
         after = datetime.fromisoformat(entry.data["next_return_at"])
-        assert after - entry.at == SETTINGS.policy_tick * 2 ** (k - 1)
+        assert after - entry.at == SETTINGS.policy_tick * min(2 ** (k - 1), longest)
         assert "no other return before" in entry.text
         assert "trained on on-demand, nothing was stopped" in entry.text
+        assert "asked because" in entry.text, entry.text  # the return's reason, folded in
+    # AND each refused return is one line: its start, request and the pools' refusals fold
+    # into it (a long outage would otherwise fill the timeline with them)
+    kinds = sim.kinds()
+    after_first = kinds[kinds.index("return-refused") :]
+    assert not {"spot-return", "requested", "capacity"} & set(after_first), after_first
     # AND switch_running keeps the job on on-demand until then
     roomy = on_demand(35)
     assert roomy.job is not None
@@ -293,6 +304,11 @@ def test_a_return_every_pool_refuses_backs_off_before_the_next() -> None:
     roomy.job.policy["next_return_at"] = (now + timedelta(seconds=1)).isoformat()
     assert policy.switch_running(roomy.job, now, SETTINGS) is None
     roomy.job.policy["next_return_at"] = now.isoformat()
+    assert policy.switch_running(roomy.job, now, SETTINGS) is not None
+    # AND refused returns do not count against MAX_SPOT_RETURNS: only returns that moved it
+    roomy.job.policy.update(spot_returns=MAX_SPOT_RETURNS + 5, refused_returns=5)
+    assert policy.switch_running(roomy.job, now, SETTINGS) is None
+    roomy.job.policy["refused_returns"] = 6
     assert policy.switch_running(roomy.job, now, SETTINGS) is not None
 
 

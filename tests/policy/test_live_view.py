@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from respot.policy import Choice, Job, MultiPoolPolicy, Placement, Pool, simulate_pools
-from respot.policy.live_view import MAX_SPOT_RETURNS, LiveView
+from respot.policy.live_view import MAX_SPOT_RETURNS, LiveView, backoff_cap_ticks
 from respot.policy.pools import PoolsObservation
 
 POOLS = [Pool.named("us-east-1a_gpu_1"), Pool.named("us-east-1b_gpu_1")]
@@ -82,20 +82,29 @@ class AlwaysBack:
         return Placement(Choice.ON_DEMAND)
 
 
-def test_a_return_every_pool_refuses_costs_a_changeover_and_returns_are_bounded() -> None:
+def test_a_return_every_pool_refuses_costs_nothing_and_returns_are_bounded() -> None:
     # GIVEN no spot anywhere, a job with hours of slack on on-demand, and a policy that
     # always wants to go back to spot
     window = [[0] * 25, [0] * 25]
     job = Job(3600, 4 * 3600, 600)
     live = LiveView(AlwaysBack())
     outcome = simulate_pools(live, POOLS, window, job, GAP)
-    # THEN each return stopped the on-demand instance and found nothing: the job is back
-    # on on-demand with a new changeover each time, the returns 1, 2, 4, ... ticks apart
-    # (on-demand from tick 0, returns at ticks 1, 2, 4 and 8; the job is done at tick 11)
+    # THEN each return asked every pool and found nothing while the on-demand instance
+    # trained on (spot first): one changeover in all, the job done after it and its 6 ticks
+    # of work; the returns 1, 2, 4, ... ticks apart, at most two changeovers (2 ticks here):
+    # at ticks 1, 2, 4 and 6
+    assert backoff_cap_ticks(job.changeover_seconds, GAP) == 2
     assert outcome.spot_ticks == 0 and not outcome.missed
-    assert outcome.finish_seconds == 11 * GAP
-    assert live._refused == 4 and outcome.changeovers == 1 + 4
-    # AND at most MAX_SPOT_RETURNS of them
+    assert outcome.changeovers == 1 and outcome.finish_seconds == 7 * GAP
+    assert live._refused == 4 and not live.restarted
+    # AND stop first (as live did until 2026-11-24) each refused one cost a changeover
+    stop_first = LiveView(AlwaysBack(), stop_first=True)
+    before = simulate_pools(stop_first, POOLS, window, job, GAP)
+    assert stop_first._refused == 4 and before.changeovers == 1 + 4
+    assert before.finish_seconds == 11 * GAP and before.cost > outcome.cost
+    # AND bounded: over a long outage, about one refused return per two changeovers, and
+    # never more than MAX_SPOT_RETURNS returns that moved the job
     capped = LiveView(AlwaysBack())
     capped_outcome = simulate_pools(capped, POOLS, [[0] * 400] * 2, Job(3600, 66 * 3600, 600), GAP)
-    assert capped._returns <= MAX_SPOT_RETURNS and not capped_outcome.missed
+    assert capped._returns - capped._refused <= MAX_SPOT_RETURNS and not capped_outcome.missed
+    assert capped._refused <= 2 + 400 // 2

@@ -76,7 +76,7 @@ from respot.messages import (
     redacted,
     submission_digest,
 )
-from respot.policy.live_view import return_backoff_ticks
+from respot.policy.live_view import backoff_cap_ticks, return_backoff_ticks
 
 JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
@@ -447,9 +447,10 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
 
     The on-demand attempt it would have left was never stopped (`_begin_return`), so the job
     is RUNNING on it again and the refusal cost nothing but API calls; those are bounded:
-    the next return waits 1, 2, 4, ... policy ticks (`return_backoff_ticks`), so a job makes
-    at most log2(ticks to its deadline) + 1 returns that find nothing (and at most
-    `MAX_SPOT_RETURNS` in all). If the on-demand instance went away meanwhile (lost, silent),
+    the next return waits 1, 2, 4, ... policy ticks, at most two changeovers
+    (`return_backoff_ticks`), so a job asks the pools at most about once per two changeovers
+    while it trains on on-demand (and moves back to spot at most `MAX_SPOT_RETURNS` times).
+    If the on-demand instance went away meanwhile (lost, silent),
     the job waits and is placed again as after any loss.
     """
     job = d.job
@@ -457,9 +458,13 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
     left = job.attempt(int(job.policy.pop("return_from", 0) or 0))
     refused = int(job.policy.get("refused_returns", 0)) + 1
     job.policy["refused_returns"] = refused
-    after = d.now + settings.policy_tick * return_backoff_ticks(refused)
+    tick = settings.policy_tick.total_seconds()
+    cap = backoff_cap_ticks(settings.changeover_estimate.total_seconds(), tick)
+    after = d.now + settings.policy_tick * return_backoff_ticks(refused, cap)
     job.policy["next_return_at"] = after.isoformat()
     job.attempts.pop()
+    began = _fold_return_notes(job)
+    why = f"{began}; {why}" if began else why
     backoff = f"no other return before {after:%H:%M:%S} UTC"
     if left is not None and left.is_open and left.instance_id and left.notice_at is None:
         d.go(Transition.RETURN_REFUSED)
@@ -486,6 +491,26 @@ def _refused_return(d: _Draft, att: Attempt, settings: ControlSettings, why: str
     )
     d.follow_up = PlaceNow("the return found no spot and the on-demand instance is gone")
     return d.decision()
+
+
+_RETURN_DETAIL = frozenset({"spot-return", "requested", "capacity"})
+
+
+def _fold_return_notes(job: JobRecord) -> str | None:
+    """Fold a refused return's own notes into the one `return-refused` note that follows.
+
+    A job on on-demand in a long outage asks the pools every few minutes; its start, its
+    request and each pool's refusal as lines of their own would be most of the timeline
+    (and push out what matters past `TIMELINE_LIMIT`). What happened meanwhile (checkpoints,
+    progress, a lost instance) stays. Returns the reason the return began with, if found.
+    """
+    starts = [i for i, e in enumerate(job.timeline) if e.kind == "spot-return"]
+    if not starts:
+        return None
+    start = starts[-1]
+    reason = job.timeline[start].data.get("reason")
+    job.timeline[start:] = [e for e in job.timeline[start:] if e.kind not in _RETURN_DETAIL]
+    return f"asked because {reason}" if reason else None
 
 
 def _begin_return(

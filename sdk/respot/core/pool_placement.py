@@ -164,10 +164,12 @@ class PoolPlacementPolicy:
         histories old enough to be worth two changeovers; pools nobody asked this tick count
         as available, as when placing, so a job alone in its account returns by asking) and
         the slack pays for the whole changeover to spot and the one back
-        (tests/core/test_spot_return.py), at most `MAX_SPOT_RETURNS` times per job: a return
-        that finds no spot after all costs a changeover, and the next one backs off (1, 2,
-        4, ... ticks). A job training on spot stays there: leaving a running spot instance
-        for on-demand never finishes sooner (`respot.core.deadline`'s docstring).
+        (tests/core/test_spot_return.py), at most `MAX_SPOT_RETURNS` moves per job. A return
+        that finds no spot after all costs API calls only (spot is asked before the
+        on-demand instance stops: `lifecycle._begin_return`), and the next one backs off
+        (1, 2, 4, ... ticks, at most two changeovers). A job training on spot stays there:
+        leaving a running spot instance for on-demand never finishes sooner
+        (`respot.core.deadline`'s docstring).
         """
         att = job.current
         if att is None or att.end is not None or att.notice_at is not None:
@@ -176,7 +178,9 @@ class PoolPlacementPolicy:
             return None
         if att.placement.market is Market.SPOT:
             return None
-        returns = int(job.policy.get("spot_returns", 0))
+        # Returns that moved the job (each a changeover); refused ones are the backoff's.
+        moved = int(job.policy.get("spot_returns", 0)) - int(job.policy.get("refused_returns", 0))
+        returns = max(moved, 0)
         if returns >= MAX_SPOT_RETURNS:
             return None
         backoff = job.policy.get("next_return_at")
@@ -188,8 +192,8 @@ class PoolPlacementPolicy:
             return None
         seen = self._view(pools, now, settings)
         # As when placing: a pool seen this tick is as seen, one nobody asked counts as
-        # available (the return asks it; a refusal of every pool puts the job back on
-        # on-demand, a changeover lost, at most MAX_SPOT_RETURNS times), with a run of
+        # available (the return asks it; a refusal of every pool leaves the job training on
+        # on-demand, and the next return backs off), with a run of
         # unknown age. Whether to leave on-demand is the policy's: its switch needs a run
         # of spot (the union's, from the histories) old enough to pay two changeovers.
         available = [s is not False for s in seen.seen_now]

@@ -8,42 +8,57 @@ a pool never observed reads as up throughout and one observed later is padded be
 first sighting with that sighting. A pool nobody asked this tick counts as available when
 placing (asking is free, a refusal marks it down and the next pool is asked) and is marked
 not observed (`PoolsObservation.observed`); so does it when leaving on-demand
-(`switch_running`: the return stops the on-demand instance and asks).
+(`switch_running`: the return asks while the on-demand instance trains on).
 
 `LiveView(policy)` wraps a policy with exactly that: each tick it rebuilds the observation
 from its own sightings, asks the pools in the order the policy picks them (its pick, then
 its pick with that pool refused, ...) against the window's true availability, and returns
 the first that has spot, or the policy's non-spot answer. From on-demand it does what
 `PoolPlacementPolicy.switch_running` does: the same asking, at most `MAX_SPOT_RETURNS`
-returns, backing off after refused ones (`return_backoff_ticks`), and only with two
-changeovers of slack; a return that every pool refuses has stopped
-the on-demand instance, so the job pays a changeover to be back on on-demand (`restarted`,
-which `simulate_pools` reads). With no other job in the account, this is what live placement
-of one job would do on the window; `respot-live-view` in `bench/placement/dev.py --policy`
-measures it on every window of a set (`respot-live-view-sightings-only`: returns from
-on-demand only on a sighting, as live did until 2026-11-24). Not modelled: other jobs'
+returns that moved the job, backing off after refused ones (`return_backoff_ticks`: 1, 2,
+4, ... ticks, at most two changeovers), and only with two changeovers of slack. A return
+that every pool refuses costs nothing: live asks spot first and stops the on-demand
+instance only once a spot one has launched (`respot.core.lifecycle._begin_return`), so the
+job trains on on-demand. Until 2026-11-24 the on-demand instance stopped first and the job
+paid a changeover to be back on on-demand (`restarted`, which `simulate_pools` reads;
+`stop_first=True`, `respot-live-view-stop-first`, still models it, with the bounds of then:
+at most `MAX_SPOT_RETURNS` returns refused or not, the backoff doubling without limit).
+With no other job in the account, this is what live placement of one job would do on the
+window; `respot-live-view` in `bench/placement/dev.py --policy` measures it on every window
+of a set (`respot-live-view-sightings-only`: returns from on-demand only on a sighting, as
+live did until 2026-11-24). Not modelled: other jobs'
 sightings, the live-only rule for a first spot start from waiting (two changeovers of
 slack), and the changeover's length beyond d.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from respot.policy.model import Choice, HistoryView
 from respot.policy.multipool import MultiPoolPolicy
 from respot.policy.pools import Placement, PoolsObservation, PoolsPolicy
 
-MAX_SPOT_RETURNS = 24  # on-demand -> spot moves per job; refused ones also back off
+MAX_SPOT_RETURNS = 24  # on-demand -> spot moves per job (refused returns: the backoff)
 
 
-def return_backoff_ticks(refused: int) -> int:
+def return_backoff_ticks(refused: int, max_ticks: int) -> int:
     """Ticks to wait before the next return from on-demand after `refused` refused ones.
 
-    A return that every pool refuses has cost a changeover; the next waits 1, 2, 4, ...
-    ticks, so over a window of T ticks at most log2(T) + 1 of them are refused.
+    A return that every pool refuses costs API calls only (a refusal per pool: spot is asked
+    before the on-demand instance stops); the next waits 1, 2, 4, ... ticks, never more than
+    `max_ticks` (`backoff_cap_ticks`: two changeovers, the time a return must pay back), so
+    a job asks the pools at most about once per `max_ticks` ticks while on on-demand.
     """
-    return 2 ** (refused - 1) if refused > 0 else 0
+    if refused <= 0:
+        return 0
+    return min(2 ** min(refused - 1, 30), max(max_ticks, 1))
+
+
+def backoff_cap_ticks(changeover_seconds: float, tick_seconds: float) -> int:
+    """The longest wait between refused returns: two changeovers, in whole ticks (>= 1)."""
+    return max(1, math.ceil(2 * changeover_seconds / max(tick_seconds, 1.0)))
 
 
 class _Sightings:
@@ -93,10 +108,15 @@ class LiveView:
     name = "respot-live-view"
 
     def __init__(
-        self, policy: PoolsPolicy | None = None, *, ask_from_on_demand: bool = True
+        self,
+        policy: PoolsPolicy | None = None,
+        *,
+        ask_from_on_demand: bool = True,
+        stop_first: bool = False,
     ) -> None:
         self.policy = policy or MultiPoolPolicy()
         self.ask_from_on_demand = ask_from_on_demand
+        self.stop_first = stop_first  # the return before 2026-11-24: on-demand stopped first
         self._returns = self._refused = self._next_return = 0
         self.restarted = False
         self._asked_from_on_demand = False
@@ -123,17 +143,24 @@ class LiveView:
         observed = [s.now is not None for s in sightings]
         histories = tuple(s.history(tick, self._ones) for s in sightings)
         choice = self._ask(obs, obs.held, available, observed, histories)
-        # a return that every pool refused has stopped the on-demand instance: the job is
-        # placed again from nothing (the pools just refused are seen down), and going back
-        # to on-demand pays a changeover (`simulate_pools` reads `restarted`)
+        # a return that every pool refused: the on-demand instance trained on (spot first),
+        # and the next return backs off. Stop first (before 2026-11-24), the job was placed
+        # again from nothing (the pools just refused are seen down), and going back to
+        # on-demand paid a changeover (`simulate_pools` reads `restarted`)
         returned = obs.held.choice is Choice.ON_DEMAND and self._asked_from_on_demand
         self.restarted = False
         if returned and choice.choice is not Choice.SPOT:
-            idle = replace(obs, held=Placement(Choice.NONE))
-            choice = self._ask(idle, idle.held, available, observed, histories)
-            self.restarted = choice == obs.held
+            if self.stop_first:
+                idle = replace(obs, held=Placement(Choice.NONE))
+                choice = self._ask(idle, idle.held, available, observed, histories)
+                self.restarted = choice == obs.held
+            else:
+                choice = obs.held
             self._refused += 1
-            self._next_return = obs.tick + return_backoff_ticks(self._refused)
+            cap = backoff_cap_ticks(obs.changeover_seconds, obs.gap_seconds)
+            if self.stop_first:
+                cap = 2**30  # then: doubling without limit
+            self._next_return = obs.tick + return_backoff_ticks(self._refused, cap)
         self._held = choice
         return choice
 
@@ -158,11 +185,12 @@ class LiveView:
                 break
             k = choice.pool
             if held.choice is Choice.ON_DEMAND:
-                # the live return: at most MAX_SPOT_RETURNS, with slack for the whole
-                # changeover and the one back; the on-demand instance stops first
+                # the live return: at most MAX_SPOT_RETURNS that moved the job, with slack
+                # for the whole changeover and the one back; spot is asked first
                 late = obs.slack_seconds < 2 * obs.changeover_seconds
                 backing_off = obs.tick < self._next_return
-                if self._returns >= MAX_SPOT_RETURNS or late or backing_off:
+                moved = self._returns - (0 if self.stop_first else self._refused)
+                if moved >= MAX_SPOT_RETURNS or late or backing_off:
                     return held
                 self._returns += 1
                 self._asked_from_on_demand = True

@@ -35,6 +35,8 @@ _FACTORIES: dict[str, Callable[[], PoolsPolicy]] = {
     # the reported policies: `bench/placement/dev.py --policy respot-live-view`
     LiveView.name: LiveView,
     "respot-live-view-sightings-only": lambda: LiveView(ask_from_on_demand=False),
+    # returns as live made them until 2026-11-24: the on-demand instance stopped first
+    "respot-live-view-stop-first": lambda: LiveView(stop_first=True),
 }
 # Reported policies, in the order of the JSON output.
 PLACEMENT_POLICIES: tuple[str, ...] = (
