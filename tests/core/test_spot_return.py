@@ -629,18 +629,24 @@ def test_the_on_demand_instance_lost_during_the_return_then_spot_launches() -> N
 def test_an_on_demand_instance_that_never_stops_is_terminated() -> None:
     r = Returning()
     r.apply(r.launched())
+    # The stop is held until the spot successor is warm, at most boot_timeout (the agent
+    # obeys the limit the stop carries): the watch allows for that hold
+    (stop,) = r.stops()
+    hold = SETTINGS.boot_timeout
+    assert stop.hold_seconds == hold.total_seconds()
     # WHEN the on-demand agent keeps heartbeating but never reports its stop
-    for minute in range(1, 12):
+    limit = hold + SETTINGS.heartbeat_timeout
+    for minute in range(1, int(limit.total_seconds() // 60) + 3):
         r.od_says(AgentProgress(step=7000 + minute, total_steps=4 * HOUR), after=60)
         r.apply(ReconcileTick(at(r.t)), after=0)
         if r.od_instance in r.terminated():
             break
-    # THEN it is terminated heartbeat_timeout after it was asked to stop
+    # THEN it is terminated heartbeat_timeout after its hold's limit (it bills no longer)
     assert r.od_instance in r.terminated(), [e.text for e in r.job.timeline[-3:]]
     od = r.job.attempts[0]
     assert od.ended_at is not None and od.notice_at is not None
-    assert od.ended_at - od.notice_at >= SETTINGS.heartbeat_timeout
-    assert od.ended_at - od.notice_at < SETTINGS.heartbeat_timeout + timedelta(minutes=2)
+    assert od.ended_at - od.notice_at >= limit
+    assert od.ended_at - od.notice_at < limit + timedelta(minutes=2)
 
 
 @pytest.mark.parametrize("ending", ["cancel", "max_runtime", "budget", "completed"])

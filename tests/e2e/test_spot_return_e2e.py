@@ -14,6 +14,7 @@ of hours the policy buys on-demand earlier, with slack to spare.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -21,6 +22,7 @@ import pytest
 
 from infra.local.market import Trace
 from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot import layout
 from respot.core.cost import ledger
 from respot.core.job import AttemptEnd, JobRecord, Market
 from tests.e2e.helpers import (
@@ -128,6 +130,22 @@ def test_a_job_pushed_to_on_demand_goes_back_to_spot_when_spot_returns(rt: Local
     assert od.end is AttemptEnd.INTERRUPTED and od.checkpoint_step
     assert spot.restored_step == od.checkpoint_step == od.last_step
     assert spot_inst.tags.get("respot:await-handoff") == str(od.number), spot_inst.tags
+    # AND the stop was held: the on-demand instance trained on after the spot launch until
+    # its successor said it was warm, so the successor's first step came soon after the
+    # on-demand's last (the pause is the final checkpoint and the restore, not the boot)
+    ready = json.loads(
+        rt.client("s3")
+        .get_object(
+            Bucket=rt.sdk_deployment().bucket, Key=layout.successor_ready_key(handle.job_id, 1)
+        )["Body"]
+        .read()
+    )
+    assert od.last_step_at is not None and spot.first_step_at is not None
+    assert spot.launched_at < od.last_step_at
+    pause = (spot.first_step_at - od.last_step_at).total_seconds()
+    print(f"return pause: {pause:.2f}s (on-demand's last step -> spot's first step)")
+    assert datetime.fromisoformat(ready["at"]) <= od.last_step_at, (ready, od.last_step_at)
+    assert 0 <= pause < 20, pause
     assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(STEPS, 2)
     # AND the cost ledger bills both, each for its own instance's life: they overlap by the
     # hand-off (spot launched before the on-demand one ended)

@@ -32,6 +32,17 @@ END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
 class InterruptionNotice:
     notice: Notice
     at: datetime | None  # when EC2 acts, if known
+    # A return's stop (docs/agent.md, "The notice hold"): hold it from the session until the
+    # spot successor is warm, at most this long (the control plane's limit). None: no hold.
+    hold_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """The control plane's request that this attempt checkpoint and stop (layout.control_key)."""
+
+    reason: str
+    hold_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ class NoticePoller:
         *,
         every_seconds: float,
         emit: Any,
-        control: Callable[[], str | None] | None = None,
+        control: Callable[[], StopRequest | None] | None = None,
         control_every_seconds: float = 60.0,
     ) -> None:
         self._imds = imds
@@ -103,15 +114,20 @@ class NoticePoller:
             return
         self._control_next = time.monotonic() + self._control_every
         try:
-            reason = self._control()
+            request = self._control()
         except Exception as exc:
             logger.warning("reading the control plane's requests failed: %s", exc)
             return
-        if reason is not None:
+        if request is not None:
             self._seen_action = True
-            logger.warning("the control plane asks this attempt to stop: %s", reason)
-            stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
-            self._emit(InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
+            logger.warning("the control plane asks this attempt to stop: %s", request.reason)
+            self._emit(stop_notice(request.hold_seconds))
+
+
+def stop_notice(hold_seconds: float | None = None) -> InterruptionNotice:
+    """A "stop" notice given now: the session has STOP_NOTICE_SECONDS from when it is told."""
+    stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
+    return InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC), hold_seconds)
 
 
 def deadlines(at: datetime | None) -> tuple[float, float]:

@@ -35,7 +35,6 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,11 +51,12 @@ from respot.agent.messenger import AgentMessenger
 from respot.agent.notebook import session_entry
 from respot.agent.notices import (
     DEFAULT_NOTICE_SECONDS,
-    STOP_NOTICE_SECONDS,
     InterruptionNotice,
     NoticePoller,
     RebalanceNotice,
+    StopRequest,
     deadlines,
+    stop_notice,
 )
 from respot.agent.process import (
     AttemptDirs,
@@ -284,7 +284,7 @@ class Agent:
             poller.stop()
             messenger.close(timeout=FINAL_FLUSH_SECONDS)
 
-    def _stop_requested(self, job_id: str, attempt: int) -> str | None:
+    def _stop_requested(self, job_id: str, attempt: int) -> StopRequest | None:
         """The control plane's stop request for this attempt (layout.control_key), if any."""
         key = layout.control_key(job_id, attempt)
         try:
@@ -294,9 +294,19 @@ class Agent:
                 return None
             raise
         try:
-            return str(json.loads(body).get("reason") or "stop requested")
+            data = json.loads(body)
         except ValueError:
-            return "stop requested"
+            return StopRequest("stop requested")
+        if not isinstance(data, dict):
+            return StopRequest("stop requested")
+        reason = str(data.get("reason") or "stop requested")
+        hold = data.get("hold_seconds")
+        if hold is not None and (
+            isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold < 1e6
+        ):
+            logger.warning("the stop request's hold_seconds %r is not a number: no hold", hold)
+            hold = None
+        return StopRequest(reason, None if hold is None else float(hold))
 
     def _on_notice(self, event: InterruptionNotice | RebalanceNotice) -> None:
         if isinstance(event, InterruptionNotice) and self._notice is None:
@@ -306,8 +316,7 @@ class Agent:
     def _check_signal(self) -> None:
         if self._signalled and self._notice is None:
             logger.warning("stop requested (signal): treating it as a stop notice")
-            stop_at = datetime.now(UTC).timestamp() + STOP_NOTICE_SECONDS
-            self._on_notice(InterruptionNotice("stop", datetime.fromtimestamp(stop_at, UTC)))
+            self._on_notice(stop_notice())
 
     def _notice_pending(self) -> bool:
         self._check_signal()
@@ -613,6 +622,8 @@ class _AttemptRun:
                 notice = self.agent._notice
                 if notice is not None and not told and self._may_tell(notice, hold, spec):
                     told = True
+                    if notice.hold_seconds is not None:  # a held stop: its 60 s start now
+                        notice = self.agent._notice = stop_notice()
                     process.interrupt(notice.notice)
                     kill_at, end_by = deadlines(notice.at)
                     logger.warning("told the session: %s", notice.notice)
@@ -684,8 +695,15 @@ class _AttemptRun:
         return not self._launcher(spec, session_entry(spec)[1]).named_pipes
 
     def _may_tell(self, notice: InterruptionNotice, hold: NoticeHold, spec: Any) -> bool:
-        """Pass the notice on now? A spot notice waits for a replacement that starts warm."""
-        if notice.notice != "spot-interruption":
+        """Pass the notice on now? A spot notice, and a return's stop (which carries the
+        control plane's hold limit), wait for a replacement that starts warm."""
+        held_stop = notice.notice == "stop" and notice.hold_seconds is not None
+        if notice.notice != "spot-interruption" and not held_stop:
+            return True
+        if self.agent._signalled:  # SIGTERM meanwhile: the instance is going, tell now
+            if hold.started and not hold.due():
+                hold.stop()
+                logger.warning("telling the session now: the instance is shutting down")
             return True
         if self.warm_capable is None:
             self.warm_capable = self._warm_capable(spec)
@@ -694,7 +712,10 @@ class _AttemptRun:
         if not self.warm_capable:
             return True
         if not hold.started:
-            hold.start(notice.at, DEFAULT_NOTICE_SECONDS, self.slowest_upload)
+            if held_stop:
+                hold.start_for(notice.hold_seconds or 0.0)
+            else:
+                hold.start(notice.at, DEFAULT_NOTICE_SECONDS, self.slowest_upload)
         return hold.due()
 
     def _gpu_sample(self, gpus: list[GpuSample]) -> None:

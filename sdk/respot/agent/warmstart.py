@@ -13,6 +13,8 @@ old instance still has most of its two minutes. Both sides use that time:
 - the old instance (`NoticeHold`): it holds the spot-interruption notice back from the session
   (which keeps training) until the successor marker appears or until the reserve it needs to
   save and upload its final checkpoint before the reclaim time is reached, whichever is first.
+  A return's stop (on-demand -> spot) is held the same way, until the successor marker or
+  the limit the control plane sent with it (there is no reclaim time), whichever is first.
 
 So the pause the researcher sees is the final checkpoint's save and upload, the restore and
 the resume, not the replacement's boot. `TrainingEnvVar(warm_start=False)` turns both off.
@@ -196,16 +198,18 @@ class NoticeHold:
             else (reclaim_at - datetime.now(UTC)).total_seconds()
         )
         hold = hold_seconds(remaining, slowest)
+        self._begin(hold, f"of {remaining:.1f}s while the replacement warms up")
+
+    def start_for(self, limit: float) -> None:
+        """Begin holding a return's stop: no reclaim time, the control plane's `limit`."""
+        self._begin(limit, "(the control plane's limit) while the spot successor warms up")
+
+    def _begin(self, hold: float, why: str) -> None:
         self._until = time.monotonic() + hold
         if hold <= 0:
             self.reason = "no hold"
             return
-        logger.warning(
-            "holding the notice from the session for up to %.1fs of %.1fs while the "
-            "replacement warms up",
-            hold,
-            remaining,
-        )
+        logger.warning("holding the notice from the session for up to %.1fs %s", hold, why)
         self._thread = threading.Thread(target=self._watch, name="notice-hold", daemon=True)
         self._thread.start()
 

@@ -492,7 +492,13 @@ class ControlPlane:
             case ReleaseHandoff():
                 self._release_handoff(effect, record)
             case StopAttempt():
-                body = {"notice": "stop", "reason": effect.reason, "at": self.clock().isoformat()}
+                body: dict[str, object] = {
+                    "notice": "stop",
+                    "reason": effect.reason,
+                    "at": self.clock().isoformat(),
+                }
+                if effect.hold_seconds is not None:
+                    body["hold_seconds"] = effect.hold_seconds
                 self.s3.put_object(
                     Bucket=self._bucket_of(record, effect.attempt),
                     Key=layout.control_key(effect.job_id, effect.attempt),

@@ -46,6 +46,9 @@ class StopAttempt:
     job_id: str
     attempt: int
     reason: str
+    # A return's stop: the agent may keep training until its spot successor is warm (its
+    # successor marker), at most this long, then checkpoints and stops. None: stop at once.
+    hold_seconds: float | None = None
 
 
 Effect = LaunchInstance | TerminateInstances | ReleaseHandoff | StopAttempt

@@ -544,6 +544,15 @@ def _begin_return(
     return d.decision()
 
 
+def return_hold(settings: ControlSettings) -> timedelta:
+    """How long a return's on-demand agent may hold its stop for the spot successor's warm-up.
+
+    The successor has boot_timeout to report before it is judged lost, so waiting longer for
+    its warm-up is pointless; the agent then checkpoints and stops anyway.
+    """
+    return settings.boot_timeout
+
+
 def _hand_over_return(d: _Draft) -> bool:
     """The return's spot instance exists: now stop the on-demand attempt it leaves.
 
@@ -551,7 +560,9 @@ def _hand_over_return(d: _Draft) -> bool:
     running event or its agent's first report: any may come first, and each may repeat)
     asks the on-demand agent to checkpoint and stop, once (`notice_at` records the stop
     request: from then on the attempt is a notice's hand-off, and its final checkpoint is
-    what the spot successor restores after `await-handoff`). True if it did so now.
+    what the spot successor restores after `await-handoff`). The stop is held: the agent
+    trains on until the spot successor is warm, at most `return_hold(settings)` (the spot
+    instance's boot_timeout), as a spot notice is held. True if it did so now.
     """
     job = d.job
     number = job.policy.get("return_from")
@@ -564,7 +575,8 @@ def _hand_over_return(d: _Draft) -> bool:
     left.notice_at = d.now
     job.policy["market"] = Market.SPOT.value
     reason = f"spot {new.instance_id} launched for the return (attempt {new.number})"
-    d.effects.append(StopAttempt(job.job_id, left.number, reason))
+    hold = return_hold(d.settings).total_seconds()
+    d.effects.append(StopAttempt(job.job_id, left.number, reason, hold_seconds=hold))
     d.note(
         "returned",
         f"back to spot: {new.instance_id} launched in "
@@ -1356,9 +1368,10 @@ def _tick(
 def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) -> bool:
     """Heartbeats of the on-demand attempt a return leaves, which is not `job.current`.
 
-    Silent for `heartbeat_timeout` (as a RUNNING job's current attempt), or still up that
-    long after it was asked to stop (its agent gives a stop 60 s): terminate it so that it
-    bills no longer. True if it was ended now.
+    Silent for `heartbeat_timeout` (as a RUNNING job's current attempt), or still up
+    `heartbeat_timeout` past the hold after it was asked to stop (its agent holds the stop
+    until the spot successor is warm, at most `return_hold`, then gives the stop 60 s):
+    terminate it so that it bills no longer. True if it was ended now.
     """
     job = d.job
     number = job.policy.get("return_from")
@@ -1368,7 +1381,10 @@ def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) ->
     silent_since = left.last_heard_at or left.bound_at or left.launched_at or left.requested_at
     if now - silent_since >= settings.heartbeat_timeout:
         why = f"no heartbeat for {int((now - silent_since).total_seconds())}s"
-    elif left.notice_at is not None and now - left.notice_at >= settings.heartbeat_timeout:
+    elif (
+        left.notice_at is not None
+        and now - left.notice_at >= return_hold(settings) + settings.heartbeat_timeout
+    ):
         why = f"still up {int((now - left.notice_at).total_seconds())}s after it was asked to stop"
     else:
         return False
