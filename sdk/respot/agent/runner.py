@@ -10,7 +10,8 @@
 5. run the session in a child process (or let the warm one resume); heartbeats
    (AgentProgress); upload each checkpoint it saves (AgentCheckpoint) and prune
 6. on an interruption notice tell the session (with warm start: once the replacement is warm
-   or the reserve for the final upload is reached); on a rebalance ask it to checkpoint
+   or the reserve for the final upload is reached; a return's stop: once the spot successor
+   is warm or the hold limit it carries is reached); on a rebalance ask it to checkpoint
 7. the end: completed (outputs uploaded, AgentCompleted), preempted (uploads finished,
    handoff marker, AgentPreempted) or failed (AgentFailed with the log tail)
 
