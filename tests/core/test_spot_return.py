@@ -649,6 +649,21 @@ def test_an_on_demand_instance_that_never_stops_is_terminated() -> None:
     assert od.ended_at - od.notice_at < limit + timedelta(minutes=2)
 
 
+def test_a_return_into_another_region_is_not_held() -> None:
+    # GIVEN a return whose spot attempt is placed in another region (a satellite's zone)
+    r = Returning()
+    spot = r.job.current
+    assert spot is not None and spot.placement.availability_zone.startswith("us-east-1")
+    spot.placement = spot.placement.model_copy(update={"availability_zone": "us-west-2a"})
+    # WHEN its spot instance launches
+    r.apply(r.launched())
+    # THEN the on-demand attempt is asked to stop at once, not held: its successor's warm
+    # marker stays in us-west-2, and the successor, once ready, waits only a bounded time for
+    # the hand-off before it trains (two trainers if the on-demand one held to its limit)
+    (stop,) = r.stops()
+    assert stop.hold_seconds is None
+
+
 @pytest.mark.parametrize("ending", ["cancel", "max_runtime", "budget", "completed"])
 def test_the_job_ending_during_the_return_terminates_both_instances(ending: str) -> None:
     r = Returning(budget_usd=0.01 if ending == "budget" else None)

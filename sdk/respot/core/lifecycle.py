@@ -63,7 +63,7 @@ from respot.core.placement import (
 )
 from respot.core.quotas import QuotaReading, quota_for
 from respot.core.states import JobState, Transition, can, next_state
-from respot.core.transfer import note_restore
+from respot.core.transfer import note_restore, region_of_attempt
 from respot.gpu import mean_utilization
 from respot.messages import (
     AgentBootFailed,
@@ -575,7 +575,11 @@ def _hand_over_return(d: _Draft) -> bool:
     left.notice_at = d.now
     job.policy["market"] = Market.SPOT.value
     reason = f"spot {new.instance_id} launched for the return (attempt {new.number})"
-    hold = return_hold(d.settings).total_seconds()
+    # Held only within one region: the successor's warm marker stays in its own region's
+    # bucket, so an on-demand agent in another would hold to the limit while its successor,
+    # ready, waits only RESPOT_HANDOFF_WAIT_SECONDS for the hand-off and then trains too.
+    same_region = region_of_attempt(left) == region_of_attempt(new)
+    hold = return_hold(d.settings).total_seconds() if same_region else None
     d.effects.append(StopAttempt(job.job_id, left.number, reason, hold_seconds=hold))
     d.note(
         "returned",
