@@ -166,6 +166,12 @@ def test_a_job_pushed_to_on_demand_goes_back_to_spot_when_spot_returns(rt: Local
     fell = next(i for i, t in enumerate(texts) if "Falling back to on-demand" in t)
     back = next(i for i, t in enumerate(texts) if "Back to spot" in t)
     assert fell < back, texts
-    assert "spot seen up in g5.xlarge us-east-1b" in texts[back], texts[back]
+    # The reply names where it went and why. Whether the scout's launch in us-east-1b was
+    # recorded before the return's tick (then "seen up") or not ("to be asked first": a
+    # return asks pools nobody asked) is a race this test does not control; each wording is
+    # pinned down in tests/core/test_spot_return.py.
+    reply = texts[back]
+    assert "g5.xlarge us-east-1b" in reply, reply
+    assert "spot seen up in" in reply or "spot to be asked first in" in reply, reply
     assert any("Completed" in t for t in texts[back:]), texts
     wait_no_live_instances(rt, handle.job_id)
