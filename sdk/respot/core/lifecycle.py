@@ -1322,14 +1322,11 @@ def _tick(
         return _unchanged("ignored: launch in flight")
     # Silent instances: a RUNNING agent that stopped reporting, or an instance that never got
     # as far as its agent's first report (stuck pending, broken boot).
-    silent_since = att.last_heard_at or att.bound_at or att.launched_at or att.requested_at
+    silent_since = _silent_since(att)
     limit = settings.heartbeat_timeout if job.state is JobState.RUNNING else settings.boot_timeout
     watched = (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
     if job.state in watched and att.instance_id and now - silent_since >= limit:
-        d.terminate([att.instance_id or ""], "no heartbeat")
-        att.end = AttemptEnd.LOST
-        att.ended_at = now
-        d.effects.append(ReleaseHandoff(job.job_id, att.number))
+        _lose(d, att, "no heartbeat", now)
         if att.never_started and att.notice_at is None:
             silent = int((now - silent_since).total_seconds())
             _boot_failure(d, att, f"no report from {att.instance_id}'s agent for {silent}s")
@@ -1382,7 +1379,7 @@ def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) ->
     left = job.attempt(int(number)) if number else None
     if left is None or left is job.current or not left.is_open or not left.instance_id:
         return False
-    silent_since = left.last_heard_at or left.bound_at or left.launched_at or left.requested_at
+    silent_since = _silent_since(left)
     if now - silent_since >= settings.heartbeat_timeout:
         why = f"no heartbeat for {int((now - silent_since).total_seconds())}s"
     elif (
@@ -1392,10 +1389,7 @@ def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) ->
         why = f"still up {int((now - left.notice_at).total_seconds())}s after it was asked to stop"
     else:
         return False
-    d.terminate([left.instance_id], why)
-    left.end = AttemptEnd.LOST
-    left.ended_at = now
-    d.effects.append(ReleaseHandoff(job.job_id, left.number))
+    _lose(d, left, why, now)
     d.note(
         "instance-lost",
         f"{left.instance_id}, the on-demand attempt the return to spot leaves, is lost ({why}); "
@@ -1404,3 +1398,16 @@ def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) ->
         instance_id=left.instance_id,
     )
     return True
+
+
+def _silent_since(att: Attempt) -> datetime:
+    """Since when nothing has been heard of an attempt's instance (its agent, or its start)."""
+    return att.last_heard_at or att.bound_at or att.launched_at or att.requested_at
+
+
+def _lose(d: _Draft, att: Attempt, why: str, at: datetime) -> None:
+    """Terminate a silent (or stuck) attempt's instance: it ends LOST, its hand-off released."""
+    d.terminate([att.instance_id or ""], why)
+    att.end = AttemptEnd.LOST
+    att.ended_at = at
+    d.effects.append(ReleaseHandoff(d.job.job_id, att.number))
