@@ -5,7 +5,8 @@
 2. the submission from S3; the code (SHA-256 checked, unpacked safely); the data
 3. warm start (respot.agent.warmstart): start the session process, which imports and
    prepares; if await-handoff = N: once it is ready, say so, and wait for attempt N's
-   handoff marker (its notice checkpoint)
+   handoff marker (its notice checkpoint), as long as N may still train
+   (respot.agent.handoff)
 4. restore the newest complete checkpoint; send AgentStarted
 5. run the session in a child process (or let the warm one resume); heartbeats
    (AgentProgress); upload each checkpoint it saves (AgentCheckpoint) and prune
@@ -17,6 +18,7 @@
 
 This module is the order of those steps; each has its own room: `imds`, `workspace` (1-2),
 `environment` and `launch` (the job's Python or image), `warmstart` (3 and the notice hold),
+`handoff` (3: the successor's bounded wait),
 `sessions` (the session process's launcher and launch file), `process` (the child),
 `uploads` (checkpoints), `progress` (reports and heartbeats), `notices` (the IMDS poller and
 the deadlines a notice sets), `telemetry`, `scalars`, `logship`, `messenger`.
