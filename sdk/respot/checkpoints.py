@@ -411,9 +411,19 @@ class CheckpointStore:
     # ---- prune -------------------------------------------------------------------------------
 
     def prune(self, keep: int) -> PruneResult:
-        """Delete all but the newest `keep` manifests, then blobs no kept manifest names."""
+        """Delete all but the newest `keep` manifests, then blobs no kept manifest names.
+
+        Not once sealed: the successor is the job's writer then, and its blobs uploaded ahead
+        of its manifest are named by none yet (`seal` waits for a prune under way)."""
         if keep < 1:
             raise ValueError("keep at least one checkpoint")
+        with self._manifest_lock:
+            if self._sealed is not None:
+                logger.info("prune: the store is sealed (%s); the successor prunes", self._sealed)
+                return PruneResult(0, 0)
+            return self._prune(keep)
+
+    def _prune(self, keep: int) -> PruneResult:
         keys = self.manifest_keys()
         old, kept = keys[:-keep], keys[-keep:]
         self._delete(old)

@@ -179,6 +179,18 @@ def test_a_sealed_store_writes_no_manifest(s3: Any, bucket: str, tmp_path: Path)
     assert [m.step for m in map(store.read_manifest, store.manifest_keys())] == [10]
 
 
+def test_a_sealed_store_prunes_nothing(s3: Any, bucket: str, tmp_path: Path) -> None:
+    store = CheckpointStore(bucket=bucket, job_id=JOB, client=s3)
+    for step in (10, 20, 30):
+        store.upload(_dir(tmp_path / str(step), step), step=step, attempt=1, reason="periodic")
+    store.seal("handed off")
+    # the successor's blob, uploaded ahead of its manifest, is named by no manifest yet
+    s3.put_object(Bucket=bucket, Key=layout.blob_key(JOB, "f" * 64), Body=b"successor's")
+    assert store.prune(1).manifests_deleted == 0
+    assert len(store.manifest_keys()) == 3
+    s3.head_object(Bucket=bucket, Key=layout.blob_key(JOB, "f" * 64))
+
+
 def test_the_seal_waits_for_a_manifest_put_in_flight(s3: Any, bucket: str, tmp_path: Path) -> None:
     slow = _SlowManifests(s3)
     store = CheckpointStore(bucket=bucket, job_id=JOB, client=slow)  # type: ignore[arg-type]
