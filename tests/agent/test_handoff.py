@@ -6,8 +6,10 @@ test_handoff_faults.py.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,13 @@ from respot.agent.handoff import (
     predecessor_limit_seconds,
     write_with_retry,
 )
-from respot.agent.notices import STOP_NOTICE_SECONDS, StopRequest, deadlines, stop_notice
+from respot.agent.notices import (
+    STOP_NOTICE_SECONDS,
+    StopRequest,
+    deadlines,
+    parse_stop_request,
+    stop_notice,
+)
 from respot.checkpoints import CheckpointSealedError, CheckpointStore
 
 JOB = "handoff-job"
@@ -68,6 +76,29 @@ def test_the_limit_covers_everything_the_held_predecessor_may_still_do() -> None
     assert limit > heartbeat + hold + after_tell
     # an unheld stop (a move to on-demand): read within a heartbeat, then the stop's 60 s
     assert predecessor_limit_seconds(StopRequest("switch"), heartbeat) > heartbeat + after_tell
+
+
+@pytest.mark.parametrize(
+    ("body", "hold"),
+    [
+        ({"hold_seconds": 100, "at": "2026-11-24T06:00:00+00:00"}, 70.0),  # read 30 s late
+        ({"hold_seconds": 100, "at": "2026-11-24T05:00:00+00:00"}, 0.0),  # read after its end
+        ({"hold_seconds": 100, "at": "2026-11-24T06:01:00+00:00"}, 100.0),  # a clock ahead
+        ({"hold_seconds": 100, "at": "not a time"}, 100.0),
+        ({"hold_seconds": 100}, 100.0),
+        ({"hold_seconds": "100"}, None),  # not a number: no hold
+        ({}, None),
+    ],
+)
+def test_a_stop_is_held_from_when_it_was_written_not_when_it_was_read(
+    body: dict[str, Any], hold: float | None
+) -> None:
+    # The successor's bound counts from the stop's write (its predecessor reads it up to a
+    # heartbeat later, or later still if its reads fail): the hold must end by then too.
+    now = datetime(2026, 11, 24, 6, 0, 30, tzinfo=UTC)
+    request = parse_stop_request(json.dumps({"reason": "return", **body}).encode(), now)
+    assert request.reason == "return"
+    assert request.hold_seconds == (None if hold is None else pytest.approx(hold))
 
 
 def test_a_marker_ends_the_wait_and_says_so(s3: Any, bucket: str) -> None:

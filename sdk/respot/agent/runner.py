@@ -38,6 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -60,6 +61,7 @@ from respot.agent.notices import (
     RebalanceNotice,
     StopRequest,
     deadlines,
+    parse_stop_request,
     stop_notice,
 )
 from respot.agent.process import (
@@ -297,20 +299,7 @@ class Agent:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404", "NotFound"):
                 return None
             raise
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return StopRequest("stop requested")
-        if not isinstance(data, dict):
-            return StopRequest("stop requested")
-        reason = str(data.get("reason") or "stop requested")
-        hold = data.get("hold_seconds")
-        if hold is not None and (
-            isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold < 1e6
-        ):
-            logger.warning("the stop request's hold_seconds %r is not a number: no hold", hold)
-            hold = None
-        return StopRequest(reason, None if hold is None else float(hold))
+        return parse_stop_request(body, datetime.now(UTC))
 
     def _on_notice(self, event: InterruptionNotice | RebalanceNotice) -> None:
         if isinstance(event, InterruptionNotice) and self._notice is None:
