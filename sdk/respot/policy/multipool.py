@@ -362,9 +362,12 @@ class MultiPoolPolicy:
           starting it k ticks later, if it survives (S_k, the product of 1 - h over those
           ticks), buys more expected work P_k for the same overhead c = d (p_spot + value) +
           fee. Wait iff the overhead per second of work is lower that way for some k from 1
-          to ceil(d / G): (value k G + S_k c) / (S_k P_k) < c / P. The horizon is the
-          changeover's length: a run shorter than it yields nothing, and a one-tick horizon
-          would look 34 s ahead on one trace set and 10 min on another. P and P_k count
+          to max(ceil(d / G), A - age): (value k G + S_k c) / (S_k P_k) < c / P. The
+          horizon is at least the changeover's length: a run shorter than it yields nothing,
+          and a one-tick horizon would look 34 s ahead on one trace set and 10 min on
+          another. While the run is younger than A, the wait one start can afford
+          (`_affordable_wait`), it reaches that age: a one-tick look at a bumpy run-length
+          law misses a likely end a few ticks ahead. P and P_k count
           the run's life only until the job would be done (E[min(progress, W)], not
           min(E[progress], W), which is W for any young run with a long tail). Only the k
           after which a new instance could still boot under the safety net count
