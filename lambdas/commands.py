@@ -30,7 +30,6 @@ from typing import Any
 from lambdas import _activity
 from lambdas._commands import Home, admin_principals, published_command, read_command
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
-from respot.core.states import JobState
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.messages import CancelCommand, JobSubmission
 from respot.reach import refused_reads
@@ -60,8 +59,9 @@ def submit(body: str, home: Home) -> None:
             extra={"job_id": command.job_id, "outcome": result.outcome, "reason": refused},
         )
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
-    if result.state is None or not JobState(result.state).is_terminal():
-        _ensure_pollers_on()
+    # A refused job is over, but its news waits on the notifications queue, whose poller
+    # is off while nothing runs: on either way (the reconcile tick turns them off again).
+    _ensure_pollers_on()
 
 
 def cancel(body: str, home: Home) -> None:
