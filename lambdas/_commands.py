@@ -4,12 +4,13 @@ One way for every command (lambdas/commands.py): the SQS body is checked for siz
 the SNS envelope is opened, the command is validated (the job id by `respot.jobid`), it must
 be the command its path expects, and its identity proof is verified by STS
 (`respot.identity`): the caller's ARN from STS's answer replaces whatever the message
-claimed. A job (or a sweep's job) naming a secret or an ECR image this deployment's
-instances may not read is refused here too (`refuse_unreachable`, the rule `run()` applies
-in `respot.reach`): a submission that never went through `run()` would otherwise be
-launched, paid for, and fail at setup. The function knows its home region and account from
-its own ARN (`Home.of`), never from the message. Every refusal is a `PoisonMessageError`
-whose text is the reason the dead-letter queue keeps.
+claimed. A sweep whose job names a secret or an ECR image this deployment's instances may
+not read is refused here too (`refuse_unreachable`, the rule `run()` applies in
+`respot.reach`; a single job so refused is recorded FAILED instead, lambdas/commands.py): a
+submission that never went through `run()` would otherwise be launched, paid for, and fail
+at setup. The function knows its home region and account from its own ARN (`Home.of`), never
+from the message. Every refusal here is a `PoisonMessageError` whose text is the reason the
+dead-letter queue keeps.
 
 On AWS the verifier is built from the function's environment (the stack sets the STS URL
 and the table that records used proofs). The local runtime installs one pointed at the

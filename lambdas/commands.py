@@ -6,15 +6,19 @@ at rest an event source mapping's pollers long-poll an empty queue all month, an
 most of what an idle deployment pays (docs/decisions.md, "One commands queue").
 
 Each message goes by its `command` field to one path:
-- `submit`: record the job (create-only by job id) and request its first capacity, unless it
-  names a secret or an ECR image the instances may not read (refused before anything is spent);
+- `submit`: record the job (create-only by job id) and request its first capacity; a job that
+  names a secret or an ECR image the instances may not read (`respot.reach`, the rule `run()`
+  applies) is recorded FAILED with the field and the fix instead, nothing launched, so the
+  researcher who bypassed `run()` sees it in `respot status` and Slack (`lifecycle._submitted`);
 - `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
 - `sweep`: record a sweep and kick it (`lambdas.sweep.start_sweep`);
 - `sweep-stop`: stop a sweep (`lambdas.sweep.stop_sweep`).
 Every path reads its command the same way (`lambdas._commands`: size and depth limits,
-validation, the identity proof verified by STS). A message that can never succeed (unreadable,
-unknown command, forged proof, not the owner) is dead-lettered with the reason; anything else
-is retried by SQS.
+validation, the identity proof verified by STS). A message that can never succeed and cannot
+be put on a job of its verified sender (unreadable, invalid, unknown command, forged or
+missing proof, a job id that is taken, not the owner) is dead-lettered with the reason: a
+refusal is recorded on a job only when the job id and the submitter are both verified and the
+id is free, so it never replaces anyone's job. Anything else is retried by SQS.
 """
 
 from __future__ import annotations
@@ -24,34 +28,39 @@ from functools import partial
 from typing import Any
 
 from lambdas import _activity
-from lambdas._commands import (
-    Home,
-    admin_principals,
-    published_command,
-    read_command,
-    refuse_unreachable,
-)
+from lambdas._commands import Home, admin_principals, published_command, read_command
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.messages import CancelCommand, JobSubmission
+from respot.reach import refused_reads
 
 
 def submit(body: str, home: Home) -> None:
-    """A job: recorded once (a redelivery changes nothing), its capacity requested."""
-    command = read_command(body, JobSubmission)
+    """A job: recorded once (a redelivery changes nothing), its capacity requested, or, if its
+    instances could not read what it names, recorded FAILED with the field and the fix."""
+    command = read_command(body, JobSubmission)  # poison unless the id and the sender verify
     if command.sweep is not None:
         # Trial jobs are submitted by the sweep Lambda itself, never through the topic.
         raise PoisonMessageError(
             f"job {command.job_id} claims to be trial {command.sweep.trial} of sweep "
             f"{command.sweep.sweep_id}; only respot's sweep function submits trials"
         )
-    refuse_unreachable(command.spec, home, what=f"job {command.job_id}")
+    # The home is the function's own region and account, never the message's.
+    refused = refused_reads(command.spec, region=home.region, account=home.account)
     try:
-        result = control_plane().submit(command)
+        # Create-only either way: a refusal never replaces a job that has this id.
+        result = control_plane().submit(command, refused=refused)
     except DuplicateJobError as exc:
         logger.warning("duplicate job id", extra={"job_id": command.job_id, "reason": str(exc)})
         raise PoisonMessageError(str(exc)) from exc
+    if refused:
+        logger.warning(
+            "refused before launch",
+            extra={"job_id": command.job_id, "outcome": result.outcome, "reason": refused},
+        )
     logger.info("submitted", extra={"job_id": command.job_id, "outcome": result.outcome})
+    # A refused job is over, but its news waits on the notifications queue, whose poller
+    # is off while nothing runs: on either way (the reconcile tick turns them off again).
     _ensure_pollers_on()
 
 

@@ -455,9 +455,14 @@ class LocalRuntime:
 
         Returns False on timeout, e.g. while the local Slack is down.
         """
+        return self.wait_queue("notifications", timeout)
+
+    def wait_queue(self, queue: str, timeout: float = 30.0) -> bool:
+        """Wait until `queue` (e.g. "commands") is empty: every message handled or
+        dead-lettered, none in flight. Returns False on timeout."""
         assert self.deployment is not None
         sqs = self.deployment.client("sqs")
-        url = self.deployment.queue_urls["notifications"]
+        url = self.deployment.queue_urls[queue]
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             attrs = sqs.get_queue_attributes(

@@ -9,7 +9,10 @@ and SHA-256 of every file and fall back to the previous manifest if anything is 
 corrupt.
 
 Single writer: `prune` assumes no other process writes checkpoints of the same job at the
-same time (the handoff marker gives that order between attempts).
+same time (the handoff marker gives that order between attempts). An attempt seals its store
+(`seal`) before it writes its handoff marker: no manifest of it can land after the marker,
+even one whose PUT was still in flight (the seal waits for it), so the checkpoint its
+successor restores is the newest it will ever write.
 """
 
 from __future__ import annotations
@@ -94,6 +97,10 @@ class Manifest(BaseModel):
         return sum(f.size for f in self.files)
 
 
+class CheckpointSealedError(CheckpointError):
+    """This store is sealed (its attempt handed off): it writes no more manifests."""
+
+
 @dataclass(frozen=True)
 class UploadResult:
     """What one `CheckpointStore.upload` did."""
@@ -157,6 +164,10 @@ class CheckpointStore:
         # (device, inode, size, mtime_ns) -> sha256: unchanged files (hard-linked snapshots
         # share inodes) are hashed once per process.
         self._digest_cache: dict[tuple[int, int, int, int], str] = {}
+        # Held while a manifest is written; `seal` takes it, so it waits for one in flight.
+        self._manifest_lock = threading.Lock()
+        self._sealed: str | None = None
+        self.last_written: Manifest | None = None  # the newest manifest this store wrote
 
     # ---- upload ------------------------------------------------------------------------------
 
@@ -166,6 +177,7 @@ class CheckpointStore:
         Blobs already in S3 are not sent again; the manifest is written last.
         """
         started = time.monotonic()
+        self._check_sealed(step)
         local_dir = Path(local_dir)
         if not local_dir.is_dir():
             raise CheckpointError(f"{local_dir} is not a directory")
@@ -192,22 +204,42 @@ class CheckpointStore:
             reason=reason,
             files=[ManifestFile(path=f.rel, size=f.size, sha256=f.sha256) for f in files],
         )
-        # Written last: from here on the checkpoint counts.
-        try:
-            self._client.put_object(
-                Bucket=self.bucket,
-                Key=manifest.key,
-                Body=manifest.model_dump_json(indent=1).encode(),
-                ContentType="application/json",
-            )
-        except Exception as exc:
-            raise CheckpointError(f"writing manifest {manifest.key} failed: {exc}") from exc
+        # Written last: from here on the checkpoint counts. Never after the seal.
+        with self._manifest_lock:
+            self._check_sealed(step)
+            try:
+                self._client.put_object(
+                    Bucket=self.bucket,
+                    Key=manifest.key,
+                    Body=manifest.model_dump_json(indent=1).encode(),
+                    ContentType="application/json",
+                )
+            except Exception as exc:
+                raise CheckpointError(f"writing manifest {manifest.key} failed: {exc}") from exc
+            if self.last_written is None or manifest.step >= self.last_written.step:
+                self.last_written = manifest
         return UploadResult(
             manifest_key=manifest.key,
             size_bytes=manifest.size_bytes,
             uploaded_bytes=sum(f.size for f in to_send),
             seconds=time.monotonic() - started,
         )
+
+    def seal(self, why: str) -> Manifest | None:
+        """Write no more manifests from now on; returns the newest this store wrote.
+
+        Waits for a manifest PUT in flight (its outcome, success or failure, is then known),
+        so once this returns, every checkpoint of this store that will ever exist does.
+        """
+        with self._manifest_lock:
+            self._sealed = self._sealed or why
+            return self.last_written
+
+    def _check_sealed(self, step: int) -> None:
+        if self._sealed is not None:
+            raise CheckpointSealedError(
+                f"checkpoint step {step} is not written: the store is sealed ({self._sealed})"
+            )
 
     def _scan(self, local_dir: Path) -> list[_LocalFile]:
         out: list[_LocalFile] = []
@@ -379,9 +411,19 @@ class CheckpointStore:
     # ---- prune -------------------------------------------------------------------------------
 
     def prune(self, keep: int) -> PruneResult:
-        """Delete all but the newest `keep` manifests, then blobs no kept manifest names."""
+        """Delete all but the newest `keep` manifests, then blobs no kept manifest names.
+
+        Not once sealed: the successor is the job's writer then, and its blobs uploaded ahead
+        of its manifest are named by none yet (`seal` waits for a prune under way)."""
         if keep < 1:
             raise ValueError("keep at least one checkpoint")
+        with self._manifest_lock:
+            if self._sealed is not None:
+                logger.info("prune: the store is sealed (%s); the successor prunes", self._sealed)
+                return PruneResult(0, 0)
+            return self._prune(keep)
+
+    def _prune(self, keep: int) -> PruneResult:
         keys = self.manifest_keys()
         old, kept = keys[:-keep], keys[-keep:]
         self._delete(old)

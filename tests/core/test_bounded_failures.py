@@ -252,3 +252,29 @@ def test_a_type_outside_the_allowed_list_fails_at_submit_naming_the_allowed_type
         None, Submitted(submission(instance_types=["g4dn.xlarge"])), now=T0, settings=settings
     )
     assert ok.record is not None and ok.record.state is JobState.QUEUED
+
+
+def test_a_submission_refused_before_launch_is_failed_with_every_reason_and_no_launch() -> None:
+    from dataclasses import replace
+
+    from respot.core.lifecycle import decide
+    from tests.core.factories import T0
+
+    # GIVEN the commands function found what the instances may not read, and the type is off
+    settings = replace(SETTINGS, allowed_instance_types=("g5.xlarge",))
+    sub = submission(instance_types=["p4d.24xlarge"])
+    refused = ("secrets.K: respot's instances read only secrets named respot/jobs/...; create it",)
+    decision = decide(None, Submitted(sub, refused), now=T0, settings=settings)
+    # THEN the job is created FAILED with both problem lines, and nothing is launched
+    record = decision.record
+    assert decision.outcome == "created"
+    assert record is not None and record.state is JobState.FAILED
+    assert record.reason == (
+        f"{refused[0]}; instance_types: p4d.24xlarge is not allowed by this deployment; "
+        "choose from g5.xlarge (the platform team sets allowed_instance_types)"
+    )
+    assert decision.follow_up is None and decision.effects == [] and record.attempts == []
+    assert [n.kind for n in decision.notes] == ["queued", "failed"]
+    # AND its redelivery, or any submission with that id, changes nothing
+    again = decide(record, Submitted(sub, refused), now=T0, settings=settings)
+    assert again.outcome == "duplicate" and again.record is None and again.notes == []

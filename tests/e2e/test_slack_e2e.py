@@ -10,7 +10,7 @@ import itertools
 import time
 from collections import Counter
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,8 +18,10 @@ import pytest
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from infra.local.slack import SlackThread
+from respot.client import run
 from respot.core.job import JobRecord
-from respot.messages import new_job_id
+from respot.exceptions import SpecError
+from respot.messages import JobSubmission, new_job_id
 from respot.notify import REPLY_KINDS
 from respot.spec import TrainingEnvVar
 
@@ -172,3 +174,51 @@ def assert_no_dead_letters(rt: LocalRuntime) -> None:
         AttributeNames=["ApproximateNumberOfMessages"],
     )["Attributes"]
     assert attrs["ApproximateNumberOfMessages"] == "0"
+
+
+def test_a_submission_that_skipped_run_s_checks_is_refused_as_a_failed_job_told_once(
+    rt: LocalRuntime,
+) -> None:
+    # GIVEN a submission published the way an SDK older than the stack would: signed by the
+    # researcher, but never checked by run(); it names a secret in another region
+    assert rt.slack is not None
+    secret = "arn:aws:secretsmanager:us-west-2:123456789012:secret:respot/jobs/wandb-AbCdEf"
+    job_id = new_job_id("past-run")
+    sub = JobSubmission(
+        job_id=job_id,
+        spec=TrainingEnvVar(name="past-run", entry_point="a.b:C", secrets={"WANDB": secret}),
+        submitted_at=datetime.now(UTC),
+    )
+    handle = rt.handle(job_id)
+    with pytest.raises(SpecError, match=r"secrets\.WANDB: .* is in us-west-2"):
+        run(sub.spec, deployment=rt.sdk_deployment(), session=rt.researcher_session())
+    handle.publish(sub)
+    # THEN the researcher sees it FAILED, with what run() would have said, and no instance
+    status = handle.wait(timeout=30, poll_seconds=0.2)
+    assert status.state == "FAILED", status
+    said = f"secrets.WANDB: {secret} is in us-west-2; respot's instances"
+    assert said in (status.reason or "")
+    record = status.record
+    assert record is not None and record.attempts == []
+    me = rt.researcher_session().client("sts", endpoint_url=rt.sdk_deployment().endpoint_url)
+    assert record.submission.submitted_by == me.get_caller_identity()["Arn"]
+    # WHEN the same researcher publishes it again (a retrying client)
+    handle.publish(sub)
+    assert rt.wait_queue("commands", 30) and rt.wait_notifications(30)
+    # THEN it changed nothing: one record, one Slack card, one failure reply with the reason
+    again = rt.job_record(job_id)
+    assert again is not None and again.timeline == record.timeline
+    parents = [m for m in rt.slack.workspace.top_level(CHANNEL) if job_id in m.text]
+    assert len(parents) == 1, [p.text for p in parents]
+    thread = thread_of(rt, again)
+    assert reply_kinds(thread).count("failed") == 1, reply_kinds(thread)
+    assert any(said in m.text for m in thread.replies)
+    instances = rt.client("ec2").describe_instances(
+        Filters=[{"Name": "tag:respot:job-id", "Values": [job_id]}]
+    )["Reservations"]
+    assert instances == []
+    assert rt.deployment is not None
+    dead = rt.client("sqs").get_queue_attributes(
+        QueueUrl=rt.deployment.dlq_urls["commands"], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert dead["ApproximateNumberOfMessages"] == "0"

@@ -11,7 +11,7 @@ same worker: order-dependent, so it showed in some full runs and not others.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -37,7 +37,7 @@ class SubmitOnly:
     def __init__(self) -> None:
         self.submitted: list[str] = []
 
-    def submit(self, sub: JobSubmission) -> Applied:
+    def submit(self, sub: JobSubmission, *, refused: Sequence[str] = ()) -> Applied:
         self.submitted.append(sub.job_id)
         return Applied(
             job_id=sub.job_id, event="Submitted", outcome="applied", state="QUEUED", version=1

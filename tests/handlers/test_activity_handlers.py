@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 import lambdas._activity as activity_lambda
-from lambdas import reconcile
+from lambdas import commands, reconcile
 from respot.control.activity import ActivitySwitch, Switchboard
-from tests.handlers.test_handlers import CONTEXT, Env, submit_job
+from respot.core.states import JobState
+from tests.handlers.test_handlers import CONTEXT, Env, submission, submit_job
 
 TICK = {"source": "aws.events", "detail-type": "Scheduled Event"}
 
@@ -80,3 +81,27 @@ def test_a_live_job_whose_tick_failed_still_keeps_the_pollers_on(
     assert result["jobs"] == 0
     assert result["activity"] == "stay-on"
     assert _on(deployment) and switch.marker().state == "on"
+
+
+def test_a_refused_submission_turns_the_pollers_on_for_its_news_then_a_tick_turns_them_off(
+    env: tuple[Env, ActivitySwitch],
+) -> None:
+    # GIVEN an idle deployment (pollers off) and a submission its instances could not serve
+    deployment, switch = env
+    assert not deployment.local.mappings.polling("notifications")
+    sub = submission(secrets={"K": "arn:aws:secretsmanager:us-west-2:123456789012:secret:x"})
+    response = commands.handler(
+        deployment.sqs_event(deployment.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
+    )
+    assert response == {"batchItemFailures": []}
+    # THEN the job is FAILED, nothing launched, and the notifications poller is on for its news
+    record = deployment.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert deployment.instances(sub.job_id) == []
+    assert deployment.local.mappings.polling("notifications")
+    # AND once the news is gone, the tick turns the pollers off: no live job keeps them
+    for queue in ("agent-events", "notifications"):
+        deployment.clients["sqs"].purge_queue(QueueUrl=deployment.local.queue_urls[queue])
+    reconcile.handler(TICK, CONTEXT)
+    assert not deployment.local.mappings.polling("notifications")
+    assert switch.marker().state != "on"

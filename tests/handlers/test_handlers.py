@@ -181,10 +181,10 @@ def test_a_transient_failure_fails_only_its_record(
     good, bad = submission(), submission()
     real = env.control.submit
 
-    def flaky(sub: JobSubmission) -> Any:
+    def flaky(sub: JobSubmission, **how: Any) -> Any:
         if sub.job_id == bad.job_id:
             raise ConnectionError("DynamoDB unreachable")
-        return real(sub)
+        return real(sub, **how)
 
     monkeypatch.setattr(env.control, "submit", flaky)
     event = env.sqs_event(

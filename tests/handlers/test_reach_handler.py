@@ -1,8 +1,9 @@
 """The commands function refuses, before anything is spent, a job (or a sweep's job) naming a
 secret or an ECR image the deployment's instances may not read, by the rule `run()` applies
-(`respot.reach.refused_reads`): a submission that never went through `run()` (another client,
-an older SDK, a hand-written message) is dead-lettered with the field and the fix, nothing is
-recorded and nothing is launched. The home region and account come from the function's own
+(`respot.reach.refused_reads`): a job that never went through `run()` (another client, an
+older SDK, a hand-written message) is recorded FAILED with the field and the fix, and nothing
+is launched (its submitter's view: tests/handlers/test_refused_submissions.py); a sweep so
+refused is dead-lettered with them. The home region and account come from the function's own
 ARN (the Lambda context), never from the message."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from infra.local.dispatcher import LambdaContext
 from lambdas import commands
 from lambdas._commands import Home
+from respot.core.states import JobState
 from respot.sweep.model import SweepSubmission
 from tests.handlers.test_handlers import CONTEXT, Env, env, submission
 from tests.sweep.conftest import submission as sweep_submission
@@ -77,12 +79,12 @@ def test_a_submission_past_run_naming_what_instances_cannot_read_is_refused_befo
     # GIVEN a submission published by hand (no run(), so no SDK check) on the commands path
     sub = submission(**spec)
     response = send(env, sub.model_dump_json(), "submit")
-    # THEN it is dead-lettered with the field and the fix, nothing recorded, nothing launched
+    # THEN it is a FAILED job whose reason names the field and the fix; nothing is launched
     assert response == {"batchItemFailures": []}
-    (reason,) = dead_letters(env)
-    assert reason.startswith(f"job {sub.job_id} refused before launch: ")
-    assert said in reason
-    assert env.control.jobs.get(sub.job_id) is None
+    assert dead_letters(env) == []
+    record = env.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert record.reason is not None and said in record.reason
     assert env.instances(sub.job_id) == []
 
 
@@ -109,10 +111,12 @@ def test_the_home_is_the_function_s_own_region_and_account_not_the_message_s(env
     context.invoked_function_arn = "arn:aws:lambda:eu-west-1:210987654321:function:commands"
     sub = submission(secrets={"WANDB": SECRET})
     send(env, sub.model_dump_json(), "submit", context)
-    (reason,) = dead_letters(env)
+    record = env.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    reason = record.reason or ""
     assert "is in us-east-1; respot's instances (in every region they run in) read " in reason
     assert "secrets in eu-west-1" in reason
-    assert env.control.jobs.get(sub.job_id) is None
+    assert env.instances(sub.job_id) == []
 
 
 def test_home_falls_back_to_the_region_lambda_sets(monkeypatch: pytest.MonkeyPatch) -> None:

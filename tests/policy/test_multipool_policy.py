@@ -262,10 +262,23 @@ def test_near_the_end_a_young_run_is_judged_by_the_work_it_can_still_do():
     # use counts (E[min(progress, W)], not min(E[progress], W), which is W either way and
     # saw nothing to gain by waiting)
     assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
-    # once the run has lasted five ticks it has proven itself: it starts
-    proven = ([1, 0] * 15 + [1] * 60 + [0]) * 2 + [0] * 12 + [1] * 5
-    later = observation(NOTHING, [True, False], [proven, steady], done=48 * 3600 - 1800)
-    assert MultiPoolPolicy().place(later) == Placement.spot(0)
+
+    # once the run is older than the wait one start can afford it has proven itself: it
+    # starts. With one start left, that is most of the spare slack (here about 17 h, so the
+    # run must be 120 ticks old); younger, with a tick of slack worth nothing, it keeps
+    # waiting (the affordable-wait lookahead; the slack it spends is spare by the reserve)
+    def later(age):
+        proven = ([1, 0] * 15 + [1] * 60 + [0]) * 2 + [0] * 12 + [1] * age
+        pools = [proven, [1] * len(proven)]
+        return observation(NOTHING, [True, False], pools, done=48 * 3600 - 1800)
+
+    policy = MultiPoolPolicy()
+    old = later(120)
+    assert (
+        policy._affordable_wait(old, policy._statistics(old), policy._union_statistics(old)) < 120
+    )
+    assert MultiPoolPolicy().place(old) == Placement.spot(0)
+    assert MultiPoolPolicy().decide(later(5)) == PoolsDecision(NOTHING, Mode.WAIT)
 
 
 def test_across_pools_it_leaves_on_demand_when_the_slack_likely_does_not_bind():
@@ -357,6 +370,30 @@ def test_with_ticks_shorter_than_a_changeover_it_looks_ahead_as_far_as_the_chang
     # the next tick's hazard is small (runs end at age 4) so a one-tick lookahead would start
     # now; three ticks ahead (d / G) the likely 4-tick run has shown itself: it waits
     assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+
+
+def test_with_slack_to_spare_it_looks_ahead_as_far_as_one_start_can_afford_to_wait():
+    # GIVEN G = 10 min >= d = 3 min (a one-tick changeover lookahead); pool 0's runs mostly
+    # end at 3 ticks (one in seven lasts 40), its run is 1 tick old; pool 1 (held) was just
+    # lost; 20 h of slack, about 13 starts ahead
+    short = ([1] * 3 + [0] * 2) * 6
+    history = (short + [1] * 40 + [0] * 2) * 2 + [0, 1]
+    steady = [1] * len(history)
+    obs = observation(NOTHING, [True, False], [history, steady], done=len(history) * 600 - 6000)
+    policy = MultiPoolPolicy()
+    pools = policy._statistics(obs)
+    union = policy._union_statistics(obs)
+    assert policy._affordable_wait(obs, pools, union) >= 3
+    # the next tick's hazard is small (runs end at age 3), so one tick ahead looks no better
+    stats = pools[0]
+    assert stats.hazard(1, stats.current_age(1), 1.0) < 0.1
+    # THEN it waits: within the wait one start can afford (its share of the slack the
+    # changeovers ahead spare) the likely 3-tick run shows itself
+    assert MultiPoolPolicy().decide(obs) == PoolsDecision(NOTHING, Mode.WAIT)
+    # with the slack the changeovers ahead need and little more, it looks a tick ahead only
+    tight = replace(obs, work_seconds=obs.work_seconds + 17 * 3600)
+    assert MultiPoolPolicy()._affordable_wait(tight, pools, union) == 0
+    assert MultiPoolPolicy().place(tight) == Placement.spot(0)
 
 
 def test_the_safety_net_overrides_every_wish():

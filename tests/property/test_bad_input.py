@@ -59,7 +59,7 @@ class RecordingControlPlane:
     def _applied(self, job_id: str) -> Applied:
         return Applied(job_id=job_id, event="x", outcome="applied", state="QUEUED", version=1)
 
-    def submit(self, sub: Any) -> Applied:
+    def submit(self, sub: Any, *, refused: Any = ()) -> Applied:
         self.calls.append(("submit", sub))
         return self._applied(sub.job_id)
 

@@ -8,6 +8,7 @@ stopped and when the uploads must be done.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -43,6 +44,39 @@ class StopRequest:
 
     reason: str
     hold_seconds: float | None = None
+
+
+def parse_stop_request(body: bytes, now: datetime) -> StopRequest:
+    """The control plane's stop request (respot.control.service, `StopAttempt`) as read now.
+
+    Its hold counts from when the control plane wrote it (`at`), not from when this agent
+    read it (up to a heartbeat later, or later still if reads failed): the hold ends by
+    `at + hold_seconds` however late it is read, which is what a successor waiting for this
+    attempt counts on (respot.agent.handoff). An `at` that is missing, unreadable or in the
+    future leaves the hold whole. Anything unreadable is a plain stop.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return StopRequest("stop requested")
+    if not isinstance(data, dict):
+        return StopRequest("stop requested")
+    reason = str(data.get("reason") or "stop requested")
+    hold = data.get("hold_seconds")
+    if hold is None:
+        return StopRequest(reason)
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold < 1e6:
+        logger.warning("the stop request's hold_seconds %r is not a number: no hold", hold)
+        return StopRequest(reason)
+    try:
+        at = datetime.fromisoformat(str(data.get("at")))
+        elapsed = (now - (at if at.tzinfo else at.replace(tzinfo=UTC))).total_seconds()
+    except (TypeError, ValueError):
+        elapsed = 0.0
+    left = max(0.0, float(hold) - max(0.0, elapsed))
+    if elapsed > 0:
+        logger.info("the stop was requested %.1fs ago: %.1fs of its hold left", elapsed, left)
+    return StopRequest(reason, left)
 
 
 @dataclass(frozen=True)

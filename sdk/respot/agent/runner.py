@@ -5,7 +5,8 @@
 2. the submission from S3; the code (SHA-256 checked, unpacked safely); the data
 3. warm start (respot.agent.warmstart): start the session process, which imports and
    prepares; if await-handoff = N: once it is ready, say so, and wait for attempt N's
-   handoff marker (its notice checkpoint)
+   handoff marker (its notice checkpoint), as long as N may still train
+   (respot.agent.handoff)
 4. restore the newest complete checkpoint; send AgentStarted
 5. run the session in a child process (or let the warm one resume); heartbeats
    (AgentProgress); upload each checkpoint it saves (AgentCheckpoint) and prune
@@ -17,6 +18,7 @@
 
 This module is the order of those steps; each has its own room: `imds`, `workspace` (1-2),
 `environment` and `launch` (the job's Python or image), `warmstart` (3 and the notice hold),
+`handoff` (3: the successor's bounded wait),
 `sessions` (the session process's launcher and launch file), `process` (the child),
 `uploads` (checkpoints), `progress` (reports and heartbeats), `notices` (the IMDS poller and
 the deadlines a notice sets), `telemetry`, `scalars`, `logship`, `messenger`.
@@ -36,6 +38,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -46,6 +49,7 @@ from respot.agent import environment as job_env
 from respot.agent import launch as launchers
 from respot.agent.config import ENV_FRAMEWORK_PYTHON, AgentConfig
 from respot.agent.exceptions import AgentError, SetupError
+from respot.agent.handoff import HandoffWait, write_with_retry
 from respot.agent.imds import ImdsClient, InstanceIdentity
 from respot.agent.logship import LogShipper, stream_name
 from respot.agent.messenger import AgentMessenger
@@ -57,6 +61,7 @@ from respot.agent.notices import (
     RebalanceNotice,
     StopRequest,
     deadlines,
+    parse_stop_request,
     stop_notice,
 )
 from respot.agent.process import (
@@ -90,7 +95,6 @@ from respot.agent.workspace import (
     fetch_code,
     fetch_data,
     read_submission,
-    wait_for_object,
     write_handoff,
 )
 from respot.checkpoints import CheckpointStore, UploadResult
@@ -101,6 +105,7 @@ from respot.messages import (
     AgentCompleted,
     AgentFailed,
     AgentPreempted,
+    AgentProgress,
     AgentStarted,
     JobSubmission,
 )
@@ -294,20 +299,7 @@ class Agent:
             if exc.response["Error"]["Code"] in ("NoSuchKey", "404", "NotFound"):
                 return None
             raise
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return StopRequest("stop requested")
-        if not isinstance(data, dict):
-            return StopRequest("stop requested")
-        reason = str(data.get("reason") or "stop requested")
-        hold = data.get("hold_seconds")
-        if hold is not None and (
-            isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 <= hold < 1e6
-        ):
-            logger.warning("the stop request's hold_seconds %r is not a number: no hold", hold)
-            hold = None
-        return StopRequest(reason, None if hold is None else float(hold))
+        return parse_stop_request(body, datetime.now(UTC))
 
     def _on_notice(self, event: InterruptionNotice | RebalanceNotice) -> None:
         if isinstance(event, InterruptionNotice) and self._notice is None:
@@ -467,28 +459,7 @@ class _AttemptRun:
             self._start_warm(submission)
         previous = self.identity.await_handoff
         if previous is not None:
-            if self.warm is not None or self.warm_failure is not None:
-                self._settle_warm()
-                try:
-                    announce_ready(self.s3, self.config.bucket, self.job_id, previous)
-                except Exception as exc:
-                    logger.warning("writing the successor marker failed: %s", exc)
-            key = layout.handoff_key(self.job_id, previous)
-            waited = time.monotonic()
-            found = wait_for_object(
-                self.s3,
-                self.config.bucket,
-                key,
-                timeout_seconds=self.config.handoff_wait_seconds,
-                poll_seconds=WARM_HANDOFF_POLL_SECONDS if spec.warm_start else 1.0,
-                give_up=self.agent._notice_pending,
-            )
-            logger.info(
-                "handoff from attempt %d: %s after %.1fs",
-                previous,
-                "found" if found else "not found, going on",
-                time.monotonic() - waited,
-            )
+            self._await_handoff(previous, spec.warm_start)
         t0 = time.monotonic()
         manifest = self.store.restore(self.dirs.checkpoint)
         restore_seconds = time.monotonic() - t0
@@ -503,6 +474,39 @@ class _AttemptRun:
             self.slowest_upload = restore_seconds  # until this attempt uploads one
         self._settle_warm()
         return submission, restore_seconds, manifest.key if manifest else None
+
+    # ---- 3: the hand-off (respot.agent.handoff) -----------------------------------------------
+
+    def _await_handoff(self, previous: int, warm_start: bool) -> None:
+        """Say this instance is warm (if it warmed up), then wait until attempt `previous`
+        writes no more checkpoints, or no longer than it may (respot.agent.handoff)."""
+
+        def announce() -> None:
+            announce_ready(self.s3, self.config.bucket, self.job_id, previous)
+
+        pending: Callable[[], object] | None = None
+        if self.warm is not None or self.warm_failure is not None:
+            self._settle_warm()
+            if not write_with_retry(announce, "the successor marker"):
+                logger.error(
+                    "the successor marker is not written: attempt %d holds its stop until it "
+                    "is or to its limit; waiting for it meanwhile (and trying again)",
+                    previous,
+                )
+                pending = announce
+        HandoffWait(
+            self.s3,
+            self.config.bucket,
+            self.job_id,
+            previous,
+            wait_seconds=self.config.handoff_wait_seconds,
+            heartbeat_seconds=self.config.heartbeat_seconds,
+            poll_seconds=WARM_HANDOFF_POLL_SECONDS if warm_start else 1.0,
+            read_stop=lambda: self.agent._stop_requested(self.job_id, previous),
+            beat=lambda: self.messenger.send(AgentProgress()),
+            give_up=self.agent._notice_pending,
+            announce=pending,
+        ).run()
 
     # ---- 3: warm start (respot.agent.warmstart) -----------------------------------------------
 
@@ -780,10 +784,17 @@ class _AttemptRun:
         if end_by is None:
             end_by = deadlines(notice.at)[1]
         if not uploader.wait_idle(max(1.0, end_by - time.monotonic())):
-            logger.error("the notice checkpoint did not finish uploading in time")
-        checkpoint_step = _max(uploader.last_step, self.restored_step)
+            logger.error(
+                "the notice checkpoint did not finish uploading in time: sealing the store "
+                "(a manifest PUT in flight still lands first; a later one never does)"
+            )
+        # Sealed before the handoff marker: the successor restores this attempt's last word.
+        sealed = self.store.seal(f"attempt {self.attempt} handed off")
+        checkpoint_step = _max(uploader.last_step, sealed.step if sealed else None)
+        checkpoint_step = _max(checkpoint_step, self.restored_step)
         step = _max(step, checkpoint_step)
-        self._write_handoff(step, checkpoint_step, uploader.last_manifest_key, notice.notice)
+        manifest = sealed.key if sealed is not None else uploader.last_manifest_key
+        self._write_handoff(step, checkpoint_step, manifest, notice.notice)
         self.messenger.send(
             AgentPreempted(
                 step=step,
@@ -850,7 +861,10 @@ class _AttemptRun:
     def _write_handoff(
         self, step: int | None, checkpoint_step: int | None, manifest: str | None, why: str
     ) -> None:
-        try:
+        """Seal the checkpoint store, then say so: the marker is this attempt's last word."""
+        self.store.seal(f"attempt {self.attempt} handed off")
+
+        def write() -> None:
             write_handoff(
                 self.s3,
                 self.config.bucket,
@@ -862,8 +876,12 @@ class _AttemptRun:
                 manifest_key=manifest,
                 why=why,
             )
-        except Exception as exc:
-            logger.error("writing the handoff marker failed: %s", exc)
+
+        if not write_with_retry(write, "the handoff marker"):
+            logger.error(
+                "the handoff marker is not written: a successor waits for it to this attempt's "
+                "limit (or until the control plane sees this instance gone)"
+            )
 
     def _upload_log(self) -> None:
         if self.shipper is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from respot.agent.snapshots import snapshot_seq
-from respot.checkpoints import CheckpointStore, UploadResult
+from respot.checkpoints import CheckpointSealedError, CheckpointStore, UploadResult
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +137,9 @@ class CheckpointUploader:
                 result = self._store.upload(
                     item.path, step=item.step, attempt=self._attempt, reason=item.reason
                 )
+                break
+            except CheckpointSealedError as exc:
+                logger.warning("%s", exc)  # the attempt handed off: trying again cannot help
                 break
             except Exception as exc:
                 gap = min(RETRY_GAP_SECONDS * 2**n, MAX_RETRY_GAP_SECONDS)

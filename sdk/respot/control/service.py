@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -256,7 +256,7 @@ class ControlPlane:
 
     # ---- inputs ------------------------------------------------------------------------------
 
-    def submit(self, submission: JobSubmission) -> Applied:
+    def submit(self, submission: JobSubmission, *, refused: Sequence[str] = ()) -> Applied:
         """Record a submitted job (once), store its submission (once), then request capacity.
 
         Create-only, in this order: the record first (a conditional put that fails if the id
@@ -265,9 +265,13 @@ class ControlPlane:
         A redelivery of the same submission is a no-op (it only completes a store that a
         crash interrupted); the same id with other content or from another owner raises
         `DuplicateJobError` (the handler dead-letters it with the reason).
+
+        `refused`: problem lines the caller found that no launch can get past (the commands
+        function's `respot.reach` check): the job is recorded the same create-only way, but
+        FAILED with them as its reason, and nothing is launched (`lifecycle._submitted`).
         """
         job_id = submission.job_id
-        event = Submitted(submission)
+        event = Submitted(submission, tuple(refused))
         decision, record = self._commit(job_id, event)
         if decision.outcome == "duplicate":
             if record is None or record.submission_digest != submission_digest(submission):

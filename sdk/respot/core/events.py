@@ -15,9 +15,14 @@ from respot.messages import AgentMessage, CancelCommand, JobSubmission
 
 @dataclass(frozen=True)
 class Submitted:
-    """A researcher's submission arrived (possibly again)."""
+    """A researcher's submission arrived (possibly again).
+
+    `refused`: problem lines (field and fix) the commands function found that no launch can
+    get past, e.g. a secret the instances may not read (`respot.reach`); the job is recorded
+    FAILED with them, nothing launched."""
 
     submission: JobSubmission
+    refused: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -221,9 +221,11 @@ def _submitted(
         owner=sub.submitted_by,
     )
     problem = disallowed_instance_types(spec.instance_types, settings.allowed_instance_types)
-    if problem is not None:
-        # Refused before anything is spent; IAM would refuse the launch anyway.
-        _finish(d, Transition.FAIL, AttemptEnd.FAILED, problem)
+    problems = [*event.refused, *([problem] if problem is not None else [])]
+    if problems:
+        # Refused before anything is spent (IAM would refuse the launch, or the instance
+        # could not read what the spec names): FAILED with each field and its fix.
+        _finish(d, Transition.FAIL, AttemptEnd.FAILED, "; ".join(problems))
         return d.decision("created")
     d.follow_up = PlaceNow("submitted")
     return d.decision("created")

@@ -194,7 +194,9 @@ class MultiPoolPolicy:
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
         slack_value = self._slack_value(obs, supply)
         candidate = self._candidate(obs, self._choice_statistics(pools), slack_value)
-        if candidate is not None and self._worth_waiting(obs, pools, candidate, slack_value):
+        if candidate is not None and self._worth_waiting(
+            obs, pools, supply, candidate, slack_value
+        ):
             return PoolsDecision(NOTHING, Mode.WAIT)
         view = single_view(obs, pool=candidate)
         # A trip off on-demand ends when no pool has spot any more (a lost pool is replaced
@@ -260,29 +262,51 @@ class MultiPoolPolicy:
             return False
         return obs.slack_seconds - gap < self._changeover_reserve(obs, pools, supply)
 
-    def _changeover_reserve(
+    def _starts_ahead(
         self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
     ) -> float:
-        """Slack the rest of the window's changeovers are expected to use, plus the net's margin.
+        """Starts (spot or on-demand) the rest of the window is expected to need.
 
-        Every start (spot or on-demand) costs d of slack. Expected starts ahead: one per spot
-        run the remaining work needs, W / (mean up-run of the pools: their up time over their
-        up-runs, with the prior's availability_prior_seconds of up time per cycle_prior_runs
-        run), plus two per union outage ahead (on-demand through it, spot again after), at the
-        union's outage rate as in `_slack_value`. The net's margin is d + min(d, G): below it
-        no new spot instance is safe (`safety.is_safe`).
+        One per spot run the remaining work needs, W / (mean up-run of the pools: their up
+        time over their up-runs, with the prior's availability_prior_seconds of up time per
+        cycle_prior_runs run), plus two per union outage ahead (on-demand through it, spot
+        again after), at the union's outage rate as in `_slack_value`.
         """
         p = self.core.parameters
         gap = obs.gap_seconds
-        changeover = obs.changeover_seconds
         up_runs = sum(s.runs[1] + (s.last == 1) for s in pools) + p.cycle_prior_runs
         up_time = sum(s.up_ticks for s in pools) * gap + p.availability_prior_seconds
         outages = (supply.runs[0] + p.cycle_prior_runs) / (
             supply.ticks * gap + p.availability_prior_seconds
         )
         starts = obs.remaining_seconds * up_runs / up_time
-        starts += 2 * outages * obs.ticks_left * gap
-        return changeover + min(changeover, gap) + changeover * starts
+        return starts + 2 * outages * obs.ticks_left * gap
+
+    def _changeover_reserve(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> float:
+        """Slack the rest of the window's changeovers are expected to use, plus the net's margin.
+
+        Every start costs d of slack, and `_starts_ahead` counts them. The net's margin is
+        d + min(d, G): below it no new spot instance is safe (`safety.is_safe`).
+        """
+        changeover = obs.changeover_seconds
+        starts = self._starts_ahead(obs, pools, supply)
+        return changeover + min(changeover, obs.gap_seconds) + changeover * starts
+
+    def _affordable_wait(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
+    ) -> int:
+        """Ticks one start may be put off for: its share of the slack the changeovers spare.
+
+        The slack above the changeover reserve (`_changeover_reserve`) is what waiting for
+        runs to prove themselves can spend without taking slack the restarts ahead need; the
+        starts ahead (`_starts_ahead`, at least this one) share it evenly. No constant: the
+        same counts as the reserve of `_buy_in_outage`.
+        """
+        spare = obs.slack_seconds - self._changeover_reserve(obs, pools, supply)
+        starts = max(self._starts_ahead(obs, pools, supply), 1.0)
+        return max(int(spare / starts) // obs.gap_seconds, 0)
 
     def _slack_value(self, obs: PoolsObservation, supply: RunStatistics) -> float:
         """Dollars a second of slack is worth when choosing where and when to start spot.
@@ -326,6 +350,7 @@ class MultiPoolPolicy:
         self,
         obs: PoolsObservation,
         pools: Sequence[RunStatistics],
+        supply: RunStatistics,
         candidate: int,
         slack_value: float,
     ) -> bool:
@@ -337,9 +362,12 @@ class MultiPoolPolicy:
           starting it k ticks later, if it survives (S_k, the product of 1 - h over those
           ticks), buys more expected work P_k for the same overhead c = d (p_spot + value) +
           fee. Wait iff the overhead per second of work is lower that way for some k from 1
-          to ceil(d / G): (value k G + S_k c) / (S_k P_k) < c / P. The horizon is the
-          changeover's length: a run shorter than it yields nothing, and a one-tick horizon
-          would look 34 s ahead on one trace set and 10 min on another. P and P_k count
+          to max(ceil(d / G), A - age): (value k G + S_k c) / (S_k P_k) < c / P. The
+          horizon is at least the changeover's length: a run shorter than it yields nothing,
+          and a one-tick horizon would look 34 s ahead on one trace set and 10 min on
+          another. While the run is younger than A, the wait one start can afford
+          (`_affordable_wait`), it reaches that age: a one-tick look at a bumpy run-length
+          law misses a likely end a few ticks ahead. P and P_k count
           the run's life only until the job would be done (E[min(progress, W)], not
           min(E[progress], W), which is W for any young run with a long tail). Only the k
           after which a new instance could still boot under the safety net count
@@ -364,11 +392,15 @@ class MultiPoolPolicy:
         overhead = obs.changeover_seconds * (SPOT_PRICE_PER_SECOND + slack_value) + fee
         now = min(_expected_progress(obs, stats, prior, until_done=True), obs.remaining_seconds)
         # Look as far ahead as a changeover lasts (at least a tick): the runs that would
-        # yield nothing are those shorter than it, whatever the tick length.
-        steps = min(max(1, -(-obs.changeover_seconds // gap)), obs.ticks_left)
+        # yield nothing are those shorter than it, whatever the tick length. And, while the
+        # run is younger than the wait one start can afford, up to that age: a one-tick
+        # look at a bumpy run-length law started runs whose remaining life dipped for a
+        # tick and grew again a few ticks later.
+        age = stats.current_age(1)
+        steps = max(1, -(-obs.changeover_seconds // gap))
+        steps = min(max(steps, self._affordable_wait(obs, pools, supply) - age), obs.ticks_left)
         if not obs.seen_now(candidate):
             steps = 0  # its run's age is unknown: asking is the way to learn it
-        age = stats.current_age(1)
         lasts = 1.0
         for k in range(1, steps + 1):
             if not _boot_completes(obs, waited=k):
