@@ -717,3 +717,42 @@ def test_the_cost_ledger_bills_both_instances_during_the_hand_off() -> None:
     assert (od.ended - spot.started).total_seconds() == 40
     assert od.paid_usd > 0 and spot.paid_usd > 0
     assert spot.hours == pytest.approx((now - spot.started).total_seconds() / 3600)
+
+
+@pytest.mark.parametrize("beats", [True, False])
+def test_a_spot_successor_waiting_past_boot_timeout_for_its_held_predecessor(beats: bool) -> None:
+    # GIVEN a return whose spot instance launched: the on-demand attempt holds its stop
+    r = Returning()
+    r.apply(r.launched())
+    assert len(r.stops()) == 1
+    # WHEN the spot agent waits for the hand-off longer than boot_timeout (its warm marker was
+    # lost, so the on-demand agent holds to its limit and trains on, heartbeating), the spot
+    # agent heartbeating past its default wait as respot.agent.handoff does (or not)
+    minutes = int((SETTINGS.boot_timeout + timedelta(minutes=3)).total_seconds() // 60)
+    for minute in range(minutes):
+        r.od_says(AgentProgress(step=7000 + minute, total_steps=4 * HOUR), after=30)
+        if beats and minute >= 3:
+            body = AgentProgress()
+            msg = agent(r.job, 2, "i-spot", body, seq=20_000 + r.t, sent=r.t + 30)
+            r.apply(AgentReport(msg), after=30)
+        else:
+            r.t += 30
+        r.apply(ReconcileTick(at(r.t)), after=0)
+    spot = r.job.attempt(2)
+    assert spot is not None
+    if not beats:
+        # THEN without heartbeats it is judged lost while it waits (why the agent sends them)
+        assert "i-spot" in r.terminated() and spot.end is AttemptEnd.LOST
+        return
+    # THEN with them it is not judged lost, and the on-demand attempt is still open
+    assert "i-spot" not in r.terminated() and spot.end is None, r.job.timeline[-3:]
+    assert r.job.current is not None and r.job.current.number == 2
+    assert r.job.attempts[0].is_open
+    # AND once the on-demand attempt stops, the spot one restores its checkpoint and trains
+    r.od_says(AgentPreempted(step=7100, checkpoint_step=7100, notice="stop"))
+    r.apply(r.launched())  # a duplicate of the launch result changes nothing
+    start = AgentStarted(restored_step=7100, restore_seconds=1.0, setup_seconds=2.0)
+    r.apply(AgentReport(agent(r.job, 2, "i-spot", start, seq=30_000, sent=r.t + 1)))
+    current = r.job.current
+    assert r.job.state is JobState.RUNNING and current is not None and current.number == 2
+    assert current.restored_step == 7100 and current.end is None
