@@ -149,11 +149,11 @@ def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
     real_run = control._run
     crashed: list[int] = []
 
-    def crash_once(job_id: str, effect: Any, depth: int) -> None:
+    def crash_once(job_id: str, effect: Any, depth: int, *rest: Any) -> None:
         if isinstance(effect, LaunchInstance) and effect.attempt >= 2 and not crashed:
             crashed.append(effect.attempt)
             raise RuntimeError("injected crash after the write, before the launch")
-        real_run(job_id, effect, depth)
+        real_run(job_id, effect, depth, *rest)
 
     control._run = crash_once  # type: ignore[method-assign]
     watch = Invariants(rt)
