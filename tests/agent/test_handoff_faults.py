@@ -22,12 +22,13 @@ import pytest
 from respot import layout
 from respot.messages import AgentCompleted, AgentPreempted, AgentProgress, AgentStarted
 
-from .agent_harness import Mailbox, submit_job
+from .agent_harness import AgentProcess, Mailbox, submit_job
 from .s3_faults import FaultProxy, Rule
 from .test_agent import Stage, exists
 from .test_return_hold import LONG, ask_to_stop
 
 SUCCESSOR_MARKER_OF_1 = r"/handoff/0001\.successor\.json$"
+CONTROL_OF_1 = r"/control/0001\.json$"
 
 
 @pytest.fixture
@@ -42,6 +43,14 @@ def proxy(moto_url: str) -> Iterator[FaultProxy]:
     p.stop()
 
 
+@pytest.fixture
+def own_proxy(moto_url: str) -> Iterator[FaultProxy]:
+    """A second proxy: the on-demand attempt's own, so a rule can apply to it alone."""
+    p = FaultProxy(moto_url).start()
+    yield p
+    p.stop()
+
+
 def _started(stage: Stage, attempt: int) -> tuple[int, AgentStarted]:
     """(seq, body) of the attempt's one AgentStarted."""
     found = [(m.seq, m.body) for m in stage.mailbox.of(attempt) if isinstance(m.body, AgentStarted)]
@@ -49,25 +58,39 @@ def _started(stage: Stage, attempt: int) -> tuple[int, AgentStarted]:
     return found[0]
 
 
+def _wait_for_log(agent: AgentProcess, text: str, timeout: float) -> bool:
+    """Wait until `text` is in the agent's log (or its process ended); False on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in agent.log():
+            return True
+        if agent.process.poll() is not None:
+            return text in agent.log()
+        time.sleep(0.1)
+    return False
+
+
 def _first_wait_report(log: str) -> str:
     return next((line for line in log.splitlines() if "handoff from attempt" in line), "")
 
 
 def test_a_successor_whose_marker_write_fails_waits_for_its_held_predecessor(
-    stage: Stage, proxy: FaultProxy
+    stage: Stage, proxy: FaultProxy, own_proxy: FaultProxy
 ) -> None:
     s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
     sub = submit_job(s3, bucket, hyperparameters=LONG)
     # GIVEN S3 refuses every write of the spot successor's warm marker
     refuse = proxy.add(Rule("PUT", SUCCESSOR_MARKER_OF_1, fail=True))
-    first = stage.boot(sub.job_id, 1)
+    # (the on-demand attempt talks to S3 through a proxy of its own, so that it can be kept
+    # from reading its stop request until the successor has: see below)
+    first = stage.boot(sub.job_id, 1, AWS_ENDPOINT_URL=own_proxy.url)
     second = None
     try:
         mailbox.wait_for(lambda m: m.attempt == 1 and m.body.kind == "checkpoint", timeout=60)
         # WHEN the on-demand attempt is asked to stop for a return, held up to 15 s, and the
         # spot successor, which waits only 3 s by default, boots
+        unseen = own_proxy.add(Rule("GET", CONTROL_OF_1, fail=True))
         ask_to_stop(stage, sub.job_id, 1, hold_seconds=15)
-        asked = time.monotonic()
         second = stage.boot(
             sub.job_id,
             2,
@@ -75,6 +98,13 @@ def test_a_successor_whose_marker_write_fails_waits_for_its_held_predecessor(
             AWS_ENDPOINT_URL=proxy.url,
             RESPOT_HANDOFF_WAIT_SECONDS="3",
         )
+        # The 15 s hold starts when the on-demand attempt reads its stop request; the successor
+        # first boots and tries its marker at once (botocore's jittered back-off, slower on a
+        # loaded machine), so let the hold start only once the successor is in its wait and has
+        # read the stop, as it is on AWS where the stop comes before the successor launches.
+        assert _wait_for_log(second, "is asked to stop", 120), second.log()
+        own_proxy.remove(unseen)
+        asked = time.monotonic()
         code1 = first.wait(120)
         code2 = second.wait(120)
     finally:
