@@ -6,8 +6,10 @@ Kubernetes' aws-iam-authenticator prove an AWS identity to a third party:
 1. The laptop (`sign_proof`) builds an STS `GetCallerIdentity` request and signs it with
    SigV4 and its own AWS credentials, but does not send it. Three extra headers are part of
    the signature: `x-respot-job-id`, `x-respot-command` and `x-respot-digest` (the SHA-256
-   of the rest of the message). The signed request (method, URL, body, headers) travels in
-   the SNS message as `proof`.
+   of the rest of the message), and a fourth, `x-respot-nonce`, random per proof: SigV4 is
+   deterministic to the second, so without it the same command published twice within one
+   second carried the same proof and the second was refused as a replay. The signed
+   request (method, URL, body, headers) travels in the SNS message as `proof`.
 2. The commands function (`Verifier.verify`) checks the request is exactly an STS
    GetCallerIdentity call to the one STS endpoint it trusts (host allow-list: no SSRF),
    that the bound headers equal the message's job id, command and digest, and that it was
@@ -33,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,9 +51,20 @@ CONTENT_TYPE = "application/x-www-form-urlencoded; charset=utf-8"
 JOB_HEADER = "x-respot-job-id"
 COMMAND_HEADER = "x-respot-command"
 DIGEST_HEADER = "x-respot-digest"
+# Random per proof, so that two proofs of one command signed within the same second differ
+# (SigV4 signs the time to the second). Optional for the verifier (an older SDK sends none),
+# but signed when present.
+NONCE_HEADER = "x-respot-nonce"
 BOUND_HEADERS = (JOB_HEADER, COMMAND_HEADER, DIGEST_HEADER)
 ALLOWED_HEADERS = frozenset(
-    {"authorization", "x-amz-date", "x-amz-security-token", "content-type", *BOUND_HEADERS}
+    {
+        "authorization",
+        "x-amz-date",
+        "x-amz-security-token",
+        "content-type",
+        NONCE_HEADER,
+        *BOUND_HEADERS,
+    }
 )
 REQUIRED_SIGNED = frozenset({"host", "x-amz-date", *BOUND_HEADERS})
 DEFAULT_MAX_AGE = timedelta(minutes=5)
@@ -128,6 +142,7 @@ def sign_proof(
             JOB_HEADER: job_id,
             COMMAND_HEADER: command,
             DIGEST_HEADER: digest,
+            NONCE_HEADER: secrets.token_hex(16),
         },
     )
     frozen = credentials.get_frozen_credentials()
@@ -322,8 +337,9 @@ class Verifier:
     ) -> None:
         signed = set(auth.group("signed").split(";"))
         missing = REQUIRED_SIGNED - signed
-        if "x-amz-security-token" in headers:
-            missing |= {"x-amz-security-token"} - signed
+        for optional in ("x-amz-security-token", NONCE_HEADER):
+            if optional in headers:
+                missing |= {optional} - signed
         if missing:
             raise ProofError(f"the proof does not sign {', '.join(sorted(missing))}")
         if auth.group("service") != "sts" or auth.group("region") != self.region:

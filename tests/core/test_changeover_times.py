@@ -4,10 +4,11 @@ notice, the old attempt's last training step, the new attempt's first, and how i
 from __future__ import annotations
 
 from respot.core.events import AgentReport, InstanceDown, InterruptionNotice
+from respot.core.job import TimelineEntry
 from respot.ec2events import parse_ec2_event
 from respot.messages import AgentPreempted, AgentProgress, AgentStarted
 from tests.core.factories import agent, at
-from tests.core.test_lifecycle import started_job
+from tests.core.test_lifecycle import Driver, started_job
 
 
 def test_the_notice_keeps_the_time_ec2_emitted_it_not_only_when_it_was_handled() -> None:
@@ -110,3 +111,45 @@ def test_a_stop_report_after_the_instance_is_gone_keeps_the_later_step() -> None
     old = d.job.attempts[0]
     assert old.last_step == 183 and old.checkpoint_step == 183
     assert old.last_step_at == at(38)
+
+
+def resumed_note(d: Driver) -> TimelineEntry:
+    assert d.job is not None
+    return [e for e in d.job.timeline if e.kind == "resumed"][-1]
+
+
+def test_an_interruption_told_at_once_reports_its_downtime_from_the_notice() -> None:
+    # GIVEN an attempt heard training at step 160, then EC2's notice handled at 20; its session,
+    # told at once, made its last report at 19.5 (before the handler saw the notice)
+    d = started_job()
+    assert d.job is not None
+    d.apply(AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=160), seq=2, sent=15)), 15)
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(19)), 20)
+    body = AgentPreempted(
+        step=161, checkpoint_step=161, notice="spot-interruption", last_step_at=at(19.5)
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5, sent=22)), 22)
+    d.launch_ok("i-2", 22)
+    # WHEN the replacement has restored at 30
+    d.apply(AgentReport(agent(d.job, 2, "i-2", AgentStarted(restored_step=161), sent=30)), 30)
+    # THEN its downtime counts from the notice, as it always has: 10 s
+    note = resumed_note(d)
+    assert note.data["downtime_seconds"] == 10.0
+    assert "10.0s since the previous attempt stopped training" in note.text
+
+
+def test_an_interruption_held_while_the_replacement_warmed_counts_from_its_last_step() -> None:
+    # GIVEN an attempt that trains on through its notice (handled at 20) while the replacement
+    # boots (the warm start's hold): heartbeats to 40, its last report at 45
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(19)), 20)
+    d.launch_ok("i-2", 21)
+    d.apply(AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=300), seq=2, sent=40)), 40)
+    body = AgentPreempted(
+        step=310, checkpoint_step=310, notice="spot-interruption", last_step_at=at(45)
+    )
+    d.apply(AgentReport(agent(d.job, 1, "i-1", body, seq=5, sent=47)), 47)
+    d.apply(AgentReport(agent(d.job, 2, "i-2", AgentStarted(restored_step=310), sent=50)), 50)
+    # THEN the downtime is the pause the user had (5 s), not the replacement's boot too (30 s)
+    assert resumed_note(d).data["downtime_seconds"] == 5.0

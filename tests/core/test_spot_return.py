@@ -756,3 +756,42 @@ def test_a_spot_successor_waiting_past_boot_timeout_for_its_held_predecessor(bea
     current = r.job.current
     assert r.job.state is JobState.RUNNING and current is not None and current.number == 2
     assert current.restored_step == 7100 and current.end is None
+
+
+@pytest.mark.parametrize("stop_report_first", [True, False])
+def test_a_returns_downtime_is_the_pause_not_the_time_since_the_stop_request(
+    stop_report_first: bool,
+) -> None:
+    # GIVEN a return whose spot instance launched (the on-demand attempt asked to stop, held)
+    r = Returning()
+    r.apply(r.launched())
+    asked = r.job.attempts[0].notice_at
+    assert asked is not None
+    # AND the on-demand attempt trains on for 10 minutes while spot boots and warms up
+    for minute in range(20):
+        r.od_says(AgentProgress(step=7000 + minute, total_steps=4 * HOUR), after=30)
+    last_heartbeat = r.t
+    # WHEN it stops (its session's last report 3 s before its stop report) and the spot agent
+    # restores that checkpoint; SQS may deliver the two in either order
+    stop = AgentPreempted(
+        step=7020, checkpoint_step=7020, notice="stop", last_step_at=at(r.t + 5 - 3)
+    )
+    stop_msg = agent(r.job, 1, r.od_instance, stop, seq=90_000, sent=r.t + 5)
+    start = AgentStarted(restored_step=7020, restore_seconds=1.0)
+    start_msg = agent(r.job, 2, "i-spot", start, seq=90_001, sent=r.t + 9)
+    if stop_report_first:
+        r.apply(AgentReport(stop_msg), after=5).apply(AgentReport(start_msg), after=4)
+    else:
+        r.apply(AgentReport(start_msg), after=9).apply(AgentReport(stop_msg), after=0)
+    # THEN the started note's downtime counts from the on-demand attempt's last step when its
+    # stop report is in (7 s); else from its last heartbeat the record kept (a heartbeat that
+    # changes nothing is written once per heartbeat_write_interval): not from the stop request
+    (note,) = [e for e in r.job.timeline if e.kind == "resumed"]
+    started = r.job.attempts[1].started_at
+    assert started == at(last_heartbeat + 9)
+    assert (started - asked).total_seconds() > 600
+    if stop_report_first:
+        assert note.data["downtime_seconds"] == 7.0
+    else:
+        most = 9 + SETTINGS.heartbeat_write_interval.total_seconds()
+        assert 9 <= note.data["downtime_seconds"] <= most

@@ -118,6 +118,46 @@ def test_a_forged_signature_is_refused_by_sts(
         verifier(moto_endpoint, ledger=MemoryLedger()).verify(forged, "m1")
 
 
+def test_one_command_published_twice_within_a_second_is_two_proofs_not_a_replay(
+    moto_endpoint: str, iam_auth: tuple[Person, Person], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SigV4 signs the time to the second: a retrying client (or a test) that publishes the
+    # same command twice within one second used to send the same proof twice, and the
+    # second was dead-lettered as a replay although it was a new message.
+    import botocore.auth
+
+    alice, _ = iam_auth
+    second = datetime.now(UTC).replace(microsecond=0, tzinfo=None)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: second)
+    command = cancel_of("job-1")
+    first, again = signed(command, alice, moto_endpoint), signed(command, alice, moto_endpoint)
+    assert first.proof.headers["X-Amz-Date"] == again.proof.headers["X-Amz-Date"]
+    check = verifier(moto_endpoint, ledger=MemoryLedger())
+    assert check.verify(first, "sns-message-1").arn == alice.arn
+    assert check.verify(again, "sns-message-2").arn == alice.arn  # STS checked the nonce too
+
+
+def test_a_nonce_is_bound_by_the_signature(
+    moto_endpoint: str, iam_auth: tuple[Person, Person]
+) -> None:
+    alice, _ = iam_auth
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    check = verifier(moto_endpoint, ledger=MemoryLedger())
+    headers = {**command.proof.headers, "x-respot-nonce": "0" * 32}  # a replay made to look new
+    changed = command.model_copy(
+        update={"proof": command.proof.model_copy(update={"headers": headers})}
+    )
+    with pytest.raises(ProofError, match="SignatureDoesNotMatch"):
+        check.verify(changed, "m2")
+    auth = command.proof.headers["Authorization"]
+    unsigned = {**command.proof.headers, "Authorization": auth.replace(";x-respot-nonce", "")}
+    dropped = command.model_copy(
+        update={"proof": command.proof.model_copy(update={"headers": unsigned})}
+    )
+    with pytest.raises(ProofError, match="does not sign x-respot-nonce"):
+        check.verify(dropped, "m3")
+
+
 def test_a_made_up_signature_is_refused_by_sts(
     moto_endpoint: str, iam_auth: tuple[Person, Person]
 ) -> None:

@@ -71,6 +71,8 @@ class Attempt(BaseModel):
     last_heard_at: datetime | None = None  # the newest message of this attempt's agent
     first_step_at: datetime | None = None  # the session's first report() of this attempt
     last_step_at: datetime | None = None  # its last one, when the attempt was preempted
+    # The send time of its newest heartbeat that carried a step (the session was training).
+    last_progress_at: datetime | None = None
     notice_at: datetime | None = None  # when the control plane handled the notice
     notice_sent_at: datetime | None = None  # when EC2 emitted it (the event's `time`)
     # When the checkpoint saved on the interruption notice was complete in S3 (the agent's

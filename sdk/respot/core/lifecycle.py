@@ -869,15 +869,15 @@ def _started_note(
     d: _Draft, att: Attempt, instance_id: str, body: AgentStarted, *, late: bool
 ) -> None:
     previous = d.job.attempt(att.number - 1)
-    gone_at = previous.notice_at or previous.ended_at if previous else None
     started = att.started_at or d.now
-    downtime = (started - gone_at).total_seconds() if gone_at else None
+    paused_at = _paused_at(previous, started) if previous else None
+    downtime = max((started - paused_at).total_seconds(), 0.0) if paused_at else None
     if body.restored_step is not None:
         text = f"resumed from step {body.restored_step} on {instance_id}"
     else:
         text = f"started on {instance_id} (no checkpoint yet)"
     if downtime is not None:
-        text += f"; {downtime:.1f}s after the previous instance's notice"
+        text += f"; {downtime:.1f}s since the previous attempt stopped training"
     if body.warm_failure:
         text += f"; warm-up failed ({body.warm_failure}), started cold"
     elif body.warm:
@@ -894,6 +894,20 @@ def _started_note(
         downtime_seconds=downtime,
         warm=body.warm,
     )
+
+
+def _paused_at(previous: Attempt, started: datetime) -> datetime | None:
+    """When training paused for a changeover (its downtime counts from here to `started`):
+    the later of the previous attempt's notice (or its end, without one) and the last time it
+    was seen training (its session's last report(), its newest heartbeat with a step), no
+    later than `started`. One definition for both moves: a spot notice's clock starts at the
+    notice unless the old instance trained on through it (the warm start's hold), and a
+    return's (`_hand_over_return`: `notice_at` is the stop request, held while spot boots)
+    at the on-demand attempt's last step, not at the request (docs/lifecycle.md, "Downtime").
+    """
+    gone_at = previous.notice_at or previous.ended_at
+    seen = [t for t in (previous.last_step_at, previous.last_progress_at) if t and t <= started]
+    return max([gone_at, *seen]) if gone_at else None
 
 
 def _end_for(state: JobState) -> AttemptEnd:
@@ -959,6 +973,7 @@ def _agent(d: _Draft, event: AgentReport, settings: ControlSettings) -> Decision
                 job.progress.gpus = list(body.gpus)
             if body.step is not None:
                 att.last_step = max(att.last_step or 0, body.step)
+                att.last_progress_at = max(att.last_progress_at or msg.sent_at, msg.sent_at)
                 if job.progress.step is None or body.step >= job.progress.step:
                     job.progress.step = body.step
                     job.progress.total_steps = body.total_steps or job.progress.total_steps
