@@ -13,6 +13,8 @@ for the interruption notice. Only rank 0 reports, snapshots checkpoints and says
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import importlib
 import os
 import random
@@ -314,5 +316,32 @@ def _run_named(launch: SessionLaunch, events_path: str, control_path: str | None
         return run(launch, events, control)
 
 
+def end_process(code: int) -> None:
+    """End the session process: what the interpreter's own exit does first, then `_exit`.
+
+    Python's exit is: wait for the non-daemon threads (and `threading`'s exit hooks:
+    executors finish their work), run the `atexit` handlers (logging flushes, multiprocessing
+    reaps its children, torch's hooks), flush stdout and stderr, then tear the interpreter
+    down. Only that last step is skipped. It is where native threads that outlive `train()`
+    die: a torch.distributed gloo worker that frees the last collective's work object
+    (after `barrier()` returned in the main thread, even after `destroy_process_group()`)
+    must take the GIL to drop a Python reference; during finalization CPython ends that
+    thread with `pthread_exit`, whose unwinding through a noexcept C++ destructor calls
+    `std::terminate`: SIGABRT, and torchrun then fails the whole session with exit code 1
+    although `train()` returned and its checkpoint is uploaded (docs/agent.md, "How a
+    session process ends"). `os._exit` ends every thread at once, with the status the
+    session earned. Files the session left open and unclosed are not flushed by it: close
+    them (outputs must be complete when train() returns; they are uploaded after).
+    """
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize calls first
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())
