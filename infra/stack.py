@@ -132,6 +132,7 @@ class RespotStack(Stack):
             job_logs=self.fleet.log_group,
             slack_token_parameter=settings.slack_token_parameter_name,
             instance_types=settings.allowed,
+            data_buckets=settings.data_bucket_arns,
             policy_name=(
                 f"RespotResearcherPolicy-{settings.stage}"
                 if settings.stage
@@ -166,6 +167,8 @@ class RespotStack(Stack):
             config.ENV_DEPLOYMENT_NAME: self.stack_name,
             config.ENV_MAX_BOOT_FAILURES: str(settings.max_boot_failures),
             config.ENV_ALLOWED_INSTANCE_TYPES: ",".join(settings.allowed),
+            # What the instance role may read data from: the commands function refuses the rest.
+            config.ENV_DATA_BUCKETS: ",".join(settings.data_bucket_arns),
             config.ENV_SLACK_TOKEN_PARAMETER: settings.slack_token_parameter_name,
             **POWERTOOLS_ENVIRONMENT,
         }

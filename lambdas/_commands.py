@@ -4,8 +4,8 @@ One way for every command (lambdas/commands.py): the SQS body is checked for siz
 the SNS envelope is opened, the command is validated (the job id by `respot.jobid`), it must
 be the command its path expects, and its identity proof is verified by STS
 (`respot.identity`): the caller's ARN from STS's answer replaces whatever the message
-claimed. A sweep whose job names a secret or an ECR image this deployment's instances may
-not read is refused here too (`refuse_unreachable`, the rule `run()` applies in
+claimed. A sweep whose job names a secret, an ECR image or data this deployment's instances
+may not read is refused here too (`refuse_unreachable`, the rule `run()` applies in
 `respot.reach`; a single job so refused is recorded FAILED instead, lambdas/commands.py): a
 submission that never went through `run()` would otherwise be launched, paid for, and fail
 at setup. The function knows its home region and account from its own ARN (`Home.of`), never
@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, control_plane, is_installed
+from respot.config import ENV_BUCKET, ENV_DATA_BUCKETS
 from respot.ec2events import sns_envelope
 from respot.identity import ENV_ADMINS, DynamoProofLedger, ProofError, Verifier
 from respot.inputs import InputLimitError, check_json_text
@@ -69,24 +70,44 @@ def verifier() -> Verifier | None:
 
 @dataclass(frozen=True)
 class Home:
-    """The region and account the commands function runs in: the deployment's home."""
+    """The region and account the commands function runs in: the deployment's home; and what
+    its instances may read data from (the stack's data_bucket_arns and its bucket's jobs/)."""
 
     region: str | None
     account: str | None
+    data_buckets: tuple[str, ...] | None = None  # None: not said, not checked
+    bucket: str | None = None
 
     @classmethod
     def of(cls, context: Any) -> Home:
         """From the function's own ARN (arn:aws:lambda:REGION:ACCOUNT:function:NAME); if that
-        is unreadable, the region Lambda sets in AWS_REGION and no account (not checked)."""
+        is unreadable, the region Lambda sets in AWS_REGION and no account (not checked). The
+        data grants from the stack's environment (RESPOT_DATA_BUCKETS, RESPOT_BUCKET)."""
+        raw = os.environ.get(ENV_DATA_BUCKETS)
+        grants: dict[str, Any] = {}
+        if raw is not None:
+            grants["data_buckets"] = tuple(b.strip() for b in raw.split(",") if b.strip())
+            grants["bucket"] = os.environ.get(ENV_BUCKET) or None
         parts = str(getattr(context, "invoked_function_arn", "") or "").split(":")
         if len(parts) >= 7 and parts[2] == "lambda" and parts[3] and parts[4].isdigit():
-            return cls(parts[3], parts[4])
-        return cls(os.environ.get("AWS_REGION") or None, None)
+            return cls(parts[3], parts[4], **grants)
+        return cls(os.environ.get("AWS_REGION") or None, None, **grants)
+
+    def refused(self, spec: TrainingEnvVar, *, field: str = "") -> list[str]:
+        """What of `spec` this deployment's instances may not read (`respot.reach`)."""
+        return refused_reads(
+            spec,
+            region=self.region,
+            account=self.account,
+            data_buckets=self.data_buckets,
+            bucket=self.bucket,
+            field=field,
+        )
 
 
 def refuse_unreachable(spec: TrainingEnvVar, home: Home, *, what: str, field: str = "") -> None:
-    """Poison if `spec` names a secret or an ECR image the instances may not read."""
-    problems = refused_reads(spec, region=home.region, account=home.account, field=field)
+    """Poison if `spec` names a secret, an ECR image or data the instances may not read."""
+    problems = home.refused(spec, field=field)
     if problems:
         raise PoisonMessageError(f"{what} refused before launch: " + "; ".join(problems))
 

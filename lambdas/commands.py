@@ -7,7 +7,8 @@ most of what an idle deployment pays (docs/decisions.md, "One commands queue").
 
 Each message goes by its `command` field to one path:
 - `submit`: record the job (create-only by job id) and request its first capacity; a job that
-  names a secret or an ECR image the instances may not read (`respot.reach`, the rule `run()`
+  names a secret, an ECR image or data (outside the stack's data_bucket_arns) the instances
+  may not read (`respot.reach`, the rule `run()`
   applies) is recorded FAILED with the field and the fix instead, nothing launched, so the
   researcher who bypassed `run()` sees it in `respot status` and Slack (`lifecycle._submitted`);
 - `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
@@ -32,7 +33,6 @@ from lambdas._commands import Home, admin_principals, published_command, read_co
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.messages import CancelCommand, JobSubmission
-from respot.reach import refused_reads
 
 
 def submit(body: str, home: Home) -> None:
@@ -46,7 +46,7 @@ def submit(body: str, home: Home) -> None:
             f"{command.sweep.sweep_id}; only respot's sweep function submits trials"
         )
     # The home is the function's own region and account, never the message's.
-    refused = refused_reads(command.spec, region=home.region, account=home.account)
+    refused = home.refused(command.spec)
     try:
         # Create-only either way: a refusal never replaces a job that has this id.
         result = control_plane().submit(command, refused=refused)

@@ -44,6 +44,7 @@ class ResearcherAccess(Construct):
         job_logs: logs.ILogGroup | None = None,
         slack_token_parameter: str | None = None,
         instance_types: Sequence[str] = (),
+        data_buckets: Sequence[str] | None = None,
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
         fis_template_id: str | None = None,
@@ -68,6 +69,9 @@ class ResearcherAccess(Construct):
             self.deployment["slack_token_parameter"] = slack_token_parameter
         if instance_types:  # the allowed types: the SDK refuses others before uploading
             self.deployment["instance_types"] = ",".join(instance_types)
+        if data_buckets is not None:  # what instances read data from (even none): the SDK
+            # refuses a data URI outside it before uploading (respot.reach)
+            self.deployment["data_buckets"] = ",".join(data_buckets)
         self.parameter = ssm.StringParameter(
             self,
             "Deployment",

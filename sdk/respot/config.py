@@ -50,6 +50,10 @@ ENV_AGENT_ROLE_ID = "RESPOT_AGENT_ROLE_ID"
 ENV_MAX_BOOT_FAILURES = "RESPOT_MAX_BOOT_FAILURES"
 # Comma-separated instance types jobs may use (empty: any); IAM enforces the same list.
 ENV_ALLOWED_INSTANCE_TYPES = "RESPOT_ALLOWED_INSTANCE_TYPES"
+# Comma-separated data_bucket_arns (bucket names or S3 ARNs, a /prefix narrowing): what the
+# instance role may read data from; the commands function refuses the rest (respot.reach).
+# Unset: not checked.
+ENV_DATA_BUCKETS = "RESPOT_DATA_BUCKETS"
 # Comma-separated regions with a satellite stack (docs/deploy.md, "Extra regions"), and the
 # SSM parameter each of them holds (launch template, subnets, bucket, instance role id).
 ENV_SATELLITE_REGIONS = "RESPOT_SATELLITE_REGIONS"

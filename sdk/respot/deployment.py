@@ -43,6 +43,9 @@ class Deployment:
     # The instance types the deployment allows (the stack's allowed_instance_types); None: any.
     instance_types: tuple[str, ...] | None = None
     fis_template_id: str | None = None  # the self-test's FIS experiment template (respot selftest)
+    # The buckets (ARNs, a /prefix narrowing) the instances may read data from (the stack's
+    # data_bucket_arns); None: not said (an older stack, the local runtime), not checked.
+    data_buckets: tuple[str, ...] | None = None
 
     @property
     def job_log_group(self) -> str:
@@ -70,10 +73,11 @@ class Deployment:
         data = json.loads(text)
         fields = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in data.items() if k in fields}
-        if isinstance(values.get("instance_types"), list):
-            values["instance_types"] = tuple(values["instance_types"])
-        elif isinstance(values.get("instance_types"), str):  # the stack's Fn::Join, comma-separated
-            values["instance_types"] = tuple(t for t in values["instance_types"].split(",") if t)
+        for name in ("instance_types", "data_buckets"):
+            if isinstance(values.get(name), list):
+                values[name] = tuple(values[name])
+            elif isinstance(values.get(name), str):  # the stack's Fn::Join, comma-separated
+                values[name] = tuple(t for t in values[name].split(",") if t)
         return cls(**values)
 
 

@@ -144,6 +144,13 @@ def test_a_job_pushed_to_on_demand_goes_back_to_spot_when_spot_returns(rt: Local
     assert spot.launched_at < od.last_step_at
     pause = (spot.first_step_at - od.last_step_at).total_seconds()
     print(f"return pause: {pause:.2f}s (on-demand's last step -> spot's first step)")
+    (resumed,) = [e for e in record.timeline if e.kind == "resumed" and e.data["attempt"] == 2]
+    assert spot.started_at is not None
+    since_stop = (spot.started_at - od.notice_at).total_seconds()
+    print(
+        f"return downtime in the resumed note: {resumed.data['downtime_seconds']:.2f}s "
+        f"(counted from the stop request, as until 2026-11-24: {since_stop:.2f}s)"
+    )
     assert datetime.fromisoformat(ready["at"]) <= od.last_step_at, (ready, od.last_step_at)
     assert 0 <= pause < 20, pause
     assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(STEPS, 2)

@@ -17,6 +17,7 @@ from infra.local.dispatcher import LambdaContext
 from lambdas import commands
 from lambdas._commands import Home
 from respot.core.states import JobState
+from respot.spec import DataSourceEnvVar
 from respot.sweep.model import SweepSubmission
 from tests.handlers.test_handlers import CONTEXT, Env, env, submission
 from tests.sweep.conftest import submission as sweep_submission
@@ -143,3 +144,89 @@ def test_a_sweep_whose_job_names_a_foreign_secret_is_refused_before_any_trial(en
     (reason,) = dead_letters(env)
     assert reason.startswith(f"sweep {sub.sweep_id} refused before launch: job.secrets.WANDB: ")
     assert "read secrets in us-east-1" in reason
+
+
+# The stack tells the function what its instances read data from (RESPOT_DATA_BUCKETS: its
+# data_bucket_arns; RESPOT_BUCKET: its own bucket, whose jobs/ they read).
+GRANTS = "arn:aws:s3:::datasets,arn:aws:s3:::shared/imagenet"
+
+
+def test_a_submission_past_run_naming_ungranted_data_is_a_failed_job(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESPOT_DATA_BUCKETS", GRANTS)
+    # GIVEN a hand-published job reading a bucket beside a granted one, and a prefix beside one
+    sub = submission(
+        data=[
+            {"s3_uri": "s3://datasets/mnist/", "local_path": "a"},
+            {"s3_uri": "s3://datasets-other/x", "local_path": "b"},
+            {"s3_uri": "s3://shared/imagenet-21k/", "local_path": "c"},
+        ]
+    )
+    assert send(env, sub.model_dump_json(), "submit") == {"batchItemFailures": []}
+    # THEN it is FAILED with run()'s wording for each, and nothing is launched
+    assert dead_letters(env) == []
+    record = env.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    reason = record.reason or ""
+    assert "data[0]" not in reason
+    assert (
+        "data[1].s3_uri: s3://datasets-other/x is in bucket datasets-other, which respot's "
+        "instances may not read: add arn:aws:s3:::datasets-other to the stack's "
+        f"data_bucket_arns (now: {GRANTS.replace(',', ', ')}; docs/deploy.md) and redeploy, "
+        "or copy the data to a granted bucket"
+    ) in reason
+    assert "data[2].s3_uri: s3://shared/imagenet-21k/ is outside the prefixes" in reason
+    assert env.instances(sub.job_id) == []
+
+
+def test_granted_data_and_the_deployment_s_own_jobs_are_launched(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESPOT_DATA_BUCKETS", GRANTS)
+    monkeypatch.setenv("RESPOT_BUCKET", "respot-jobs")
+    sub = submission(
+        data=[
+            {"s3_uri": "s3://datasets/mnist/", "local_path": "a"},
+            {"s3_uri": "s3://shared/imagenet/train/", "local_path": "b"},
+            {"s3_uri": "s3://respot-jobs/jobs/job-1/outputs/", "local_path": "c"},
+        ]
+    )
+    assert send(env, sub.model_dump_json(), "submit") == {"batchItemFailures": []}
+    assert dead_letters(env) == []
+    assert len(env.live_instances(sub.job_id)) == 1
+
+
+def test_without_the_stack_s_data_setting_data_is_not_checked(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RESPOT_DATA_BUCKETS", raising=False)
+    sub = submission(data=[{"s3_uri": "s3://anything/x/", "local_path": "a"}])
+    assert send(env, sub.model_dump_json(), "submit") == {"batchItemFailures": []}
+    assert len(env.live_instances(sub.job_id)) == 1
+
+
+def test_a_sweep_whose_job_names_ungranted_data_is_refused_before_any_trial(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESPOT_DATA_BUCKETS", "")  # the stack grants no data bucket
+    base = sweep_submission()
+    job = base.spec.job.model_copy(
+        update={"data": [DataSourceEnvVar(s3_uri="s3://datasets/x/", local_path="a")]}
+    )
+    sub = SweepSubmission.model_validate(
+        {**json.loads(base.model_dump_json()), "submitted_by": None}
+        | {
+            "spec": {
+                **json.loads(base.spec.model_dump_json()),
+                "job": json.loads(job.model_dump_json()),
+            }
+        }
+    )
+    assert send(env, sub.model_dump_json(), "sweep") == {"batchItemFailures": []}
+    (reason,) = dead_letters(env)
+    assert reason.startswith(
+        f"sweep {sub.sweep_id} refused before launch: job.data[0].s3_uri: s3://datasets/x/ is in "
+        "bucket datasets, which respot's instances may not read"
+    )
+    assert "(now: none; docs/deploy.md)" in reason
