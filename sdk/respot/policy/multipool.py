@@ -31,7 +31,8 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    In an outage of every pool, on-demand from idle is bought as
    late as possible (`_buy_in_outage`): only when the outage time expected ahead exceeds
    the slack and another tick of waiting would leave less slack than the restarts ahead
-   need.
+   need; and no later than the last tick at which that on-demand can still hand the job
+   back to spot (`_last_call`: slack 3d, its own changeover and a spot boot's 2d).
 4. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
