@@ -127,6 +127,17 @@ class AgentProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def wait_for_log(self, text: str, timeout: float) -> None:
+        """Wait until the agent has logged `text` (an event, not a wall-clock budget: the
+        timeout only bounds a test whose agent never gets there)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            if time.monotonic() >= deadline or self.process.poll() is not None:
+                if text in self.log():
+                    return
+                raise AssertionError(f"the agent did not log {text!r} in {timeout}s:\n{self.log()}")
+            time.sleep(0.05)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.kill()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,18 @@ def test_the_on_demand_instance_trains_until_its_spot_successor_is_warm(stage: S
         # WHEN the control plane asks it to stop for a return, holding for up to 60 s
         ask_to_stop(stage, sub.job_id, 1, hold_seconds=60)
         asked = time.monotonic()
-        time.sleep(3.0)
-        # THEN the session is not told: it trains on while the spot successor boots
+        # THEN the agent holds the stop and the session is not told: it trains on (200 steps,
+        # at least 2 s of it, past where it was once holding) while no successor exists.
+        # Event-ordered: nothing can tell it before the successor below is booted.
+        first.wait_for_log("while the spot successor warms up", timeout=60)
+        mailbox.poll()
+        held_at = last_step(mailbox, 1)
+        mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) > held_at + 200,
+            timeout=60,
+        )
         assert not told(mailbox, 1), mailbox.kinds(1)
         step_before = last_step(mailbox, 1)
-        assert "while the spot successor warms up" in first.log()
         # WHEN the spot successor boots: it warms up, says so, and waits for the handoff
         second = stage.boot(sub.job_id, 2, await_handoff=1)
         code1 = first.wait(120)
@@ -86,8 +94,15 @@ def test_the_on_demand_instance_trains_until_its_spot_successor_is_warm(stage: S
     assert code1 == 0, first.log()
     assert code2 == 0, second.log()
     # THEN it was told once the successor was warm, well before the hold's limit
-    assert exists(s3, bucket, layout.successor_ready_key(sub.job_id, 1))
+    marker = get_json(s3, bucket, layout.successor_ready_key(sub.job_id, 1))
     assert "telling the session now: the replacement is warm" in first.log()
+    # and not before: its notice checkpoint was sent after the successor's marker was written
+    notice = [
+        m
+        for m in mailbox.of(1)
+        if isinstance(m.body, AgentCheckpoint) and m.body.reason == "notice"
+    ]
+    assert notice and notice[0].sent_at >= datetime.fromisoformat(marker["at"]), marker
     assert handed_off - asked < 60
     preempted = mailbox.of(1)[-1].body
     assert isinstance(preempted, AgentPreempted) and preempted.notice == "stop"
@@ -147,10 +162,10 @@ def test_the_hold_ends_at_the_control_planes_limit_without_a_successor(stage: St
     try:
         mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=60)
         # WHEN the stop holds for at most 4 s and no successor ever says it is warm
+        asked_at = datetime.now(UTC)
         ask_to_stop(stage, sub.job_id, 1, hold_seconds=4)
         asked = time.monotonic()
-        time.sleep(2.5)
-        assert not told(mailbox, 1), mailbox.kinds(1)
+        first.wait_for_log("holding the notice from the session for up to 4.0s", timeout=60)
         code = first.wait(60)
         stopped = time.monotonic()
     finally:
@@ -160,6 +175,14 @@ def test_the_hold_ends_at_the_control_planes_limit_without_a_successor(stage: St
     assert code == 0, first.log()
     assert "telling the session now: the hold's time is up" in first.log()
     assert 4 <= stopped - asked < 30, first.log()
+    # and the session was not told before the limit: its notice checkpoint came 4 s or more
+    # after the stop was asked for (timestamps, so no wall-clock guess about when to look)
+    notice = [
+        m
+        for m in mailbox.of(1)
+        if isinstance(m.body, AgentCheckpoint) and m.body.reason == "notice"
+    ]
+    assert notice and (notice[0].sent_at - asked_at).total_seconds() >= 4, mailbox.kinds(1)
     preempted = mailbox.of(1)[-1].body
     assert isinstance(preempted, AgentPreempted) and preempted.step == preempted.checkpoint_step
     assert exists(s3, bucket, layout.handoff_key(sub.job_id, 1))
