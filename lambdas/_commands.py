@@ -1,16 +1,18 @@
 """How the commands function reads a researcher's command off the commands queue.
 
 One way for every command (lambdas/commands.py): the SQS body is checked for size and depth,
-the SNS envelope is opened, the command is validated (the job id by `respot.jobid`), it must
-be the command its path expects, and its identity proof is verified by STS
-(`respot.identity`): the caller's ARN from STS's answer replaces whatever the message
-claimed. A sweep whose job names a secret, an ECR image or data this deployment's instances
-may not read is refused here too (`refuse_unreachable`, the rule `run()` applies in
-`respot.reach`; a single job so refused is recorded FAILED instead, lambdas/commands.py): a
-submission that never went through `run()` would otherwise be launched, paid for, and fail
-at setup. The function knows its home region and account from its own ARN (`Home.of`), never
-from the message. Every refusal here is a `PoisonMessageError` whose text is the reason the
-dead-letter queue keeps.
+the SNS envelope is opened, the published text is read strictly into one JSON object
+(`respot.identity.Received`: no repeated key, no NaN), the command is validated from that
+very object (the job id by `respot.jobid`), it must be the command its path expects, and its
+identity proof is verified by STS (`respot.identity`) against the digest of that object as
+received, not of our re-serialised model (an older SDK's proof survives a newer model):
+the caller's ARN from STS's answer replaces whatever the message claimed.
+A sweep whose job names a secret, an ECR image or data this deployment's instances may not read
+is refused here too (`refuse_unreachable`, the rule `run()` applies in `respot.reach`; a single
+job so refused is recorded FAILED instead, lambdas/commands.py): a submission that never went
+through `run()` would otherwise be launched, paid for, and fail at setup. The function knows
+its home region and account from its own ARN (`Home.of`), never from the message. Every refusal
+here is a `PoisonMessageError` whose text is the reason the dead-letter queue keeps.
 
 On AWS the verifier is built from the function's environment (the stack sets the STS URL
 and the table that records used proofs). The local runtime installs one pointed at the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -30,7 +33,14 @@ from pydantic import ValidationError
 from lambdas._runtime import PoisonMessageError, control_plane, is_installed
 from respot.config import ENV_BUCKET, ENV_DATA_BUCKETS
 from respot.ec2events import sns_envelope
-from respot.identity import ENV_ADMINS, DynamoProofLedger, ProofError, Verifier
+from respot.identity import (
+    ENV_ADMINS,
+    DynamoProofLedger,
+    MalformedMessageError,
+    ProofError,
+    Received,
+    Verifier,
+)
 from respot.inputs import InputLimitError, check_json_text
 from respot.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
 from respot.reach import refused_reads
@@ -133,55 +143,52 @@ def published_command(body: str) -> str | None:
 def read_signed(body: str, model: type[Any], identity_field: str) -> Any:
     """A command of another model (sweeps) read like `read_command`: limits, validation, the
     identity proof verified, and `identity_field` set to the caller STS names."""
-    try:
-        message, message_id = sns_envelope(body)
-        check_json_text(message, what="SNS message")
-        command = model.model_validate_json(message)
-    except InputLimitError as exc:
-        raise PoisonMessageError(str(exc)) from exc
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
-    check = verifier()
-    if check is None:
-        return command
-    jobs = control_plane().jobs
-    ledger = check.ledger or DynamoProofLedger(jobs.table_name, jobs.client)
-    try:
-        caller = check.verify(
-            command, message_id or hashlib.sha256(body.encode()).hexdigest(), ledger=ledger
-        )
-    except ProofError as exc:
-        raise PoisonMessageError(f"identity: {exc}") from exc
-    return command.model_copy(update={identity_field: caller.arn, "proof": None})
+    command, received, message_id = _read(body, model.model_validate_json)
+    return _verified(command, received, message_id, identity_field)
 
 
 def read_command(body: str, expected: type[C]) -> C:
     """The `expected` command in an SQS body, its caller verified; poison otherwise."""
-    try:
-        message, message_id = sns_envelope(body)
-        check_json_text(message, what="SNS message")
-        command = COMMAND_ADAPTER.validate_json(message)
-    except InputLimitError as exc:
-        raise PoisonMessageError(str(exc)) from exc
-    except ValidationError as exc:
-        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    command, received, message_id = _read(body, COMMAND_ADAPTER.validate_json)
     if not isinstance(command, expected):
         raise PoisonMessageError(
             f"expected a {expected.model_fields['command'].default!r} command, got "
             f"{command.command!r}"
         )
+    field = "submitted_by" if isinstance(command, JobSubmission) else "requested_by"
+    verified: C = _verified(command, received, message_id, field)
+    return verified
+
+
+def _read(body: str, validate: Callable[[str], Any]) -> tuple[Any, Received, str]:
+    """(command, the message as received, message id) of an SQS body; poison if unreadable.
+
+    The command is validated from the object the proof's digest is computed from (written
+    back as JSON, so pydantic reads it in JSON mode as before): what is verified is what is
+    acted on. Without an SNS message id, the body's SHA-256 stands in for it.
+    """
+    try:
+        message, message_id = sns_envelope(body)
+        check_json_text(message, what="SNS message")  # depth first: json.loads recurses
+        received = Received.read(message)
+        command = validate(json.dumps(received.content))
+    except (InputLimitError, MalformedMessageError) as exc:
+        raise PoisonMessageError(str(exc)) from exc
+    except ValidationError as exc:
+        raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    return command, received, message_id or hashlib.sha256(body.encode()).hexdigest()
+
+
+def _verified(command: Any, received: Received, message_id: str, identity_field: str) -> Any:
+    """`command` with `identity_field` set to the caller STS names and no proof; poison if its
+    proof does not verify. Unchanged if no verifier is installed (tests only)."""
     check = verifier()
     if check is None:
         return command
     jobs = control_plane().jobs  # this function's own table client (its role's credentials)
     ledger = check.ledger or DynamoProofLedger(jobs.table_name, jobs.client)
     try:
-        caller = check.verify(
-            command,
-            message_id or hashlib.sha256(body.encode()).hexdigest(),
-            ledger=ledger,
-        )
+        caller = check.verify(command, message_id, received=received, ledger=ledger)
     except ProofError as exc:
         raise PoisonMessageError(f"identity: {exc}") from exc
-    field = "submitted_by" if isinstance(command, JobSubmission) else "requested_by"
-    return command.model_copy(update={field: caller.arn, "proof": None})
+    return command.model_copy(update={identity_field: caller.arn, "proof": None})

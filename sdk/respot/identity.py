@@ -21,6 +21,13 @@ Kubernetes' aws-iam-authenticator prove an AWS identity to a third party:
    the SNS message id it first came in: the same message delivered again passes (and is a
    no-op downstream); the same proof in another message is a replay and is refused.
 
+What the digest covers (`signed_content`): the JSON object of the message *as sent*, read
+back from the text the control plane received (`read_message`), not the control plane's
+re-serialisation of the model it validated. So a control plane whose models gained a field
+with a default, or whose pydantic writes a float or a time another way, still accepts a
+proof an older SDK signed; the command it acts on is validated from that very object, so
+nothing unsigned rides along (a repeated key or a NaN is refused; `null` is not "absent").
+
 Why a header-signed POST (Vault's form) rather than a query-presigned GET URL
 (aws-iam-authenticator's form): both are verified by STS the same way, but the local
 emulator (moto) identifies the caller and checks the signature only from the
@@ -33,6 +40,8 @@ being unreachable raises `StsUnavailableError` (the message is retried).
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import os
 import re
 import secrets
@@ -43,8 +52,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from pydantic import BaseModel
+
 from respot.exceptions import RespotError
-from respot.messages import CancelCommand, IdentityProof, JobSubmission
+from respot.messages import CancelCommand, IdentityProof, JobSubmission, encode
 
 STS_BODY = "Action=GetCallerIdentity&Version=2011-06-15"
 CONTENT_TYPE = "application/x-www-form-urlencoded; charset=utf-8"
@@ -71,6 +82,10 @@ DEFAULT_MAX_AGE = timedelta(minutes=5)
 CLOCK_SKEW = timedelta(minutes=1)
 MAX_ANSWER_BYTES = 64 * 1024
 
+# Top-level keys the digest leaves out: the proof itself, and the identity the control plane
+# fills in from STS's answer (whatever a message claims there is replaced, never trusted).
+UNSIGNED_KEYS = frozenset({"proof", "submitted_by", "requested_by"})
+
 ENV_STS_URL = "RESPOT_STS_URL"
 ENV_ADMINS = "RESPOT_ADMIN_PRINCIPALS"
 
@@ -85,6 +100,10 @@ _AMZ_DATE = "%Y%m%dT%H%M%SZ"
 
 class ProofError(RespotError):
     """The identity proof is missing, forged, expired, replayed or for another message."""
+
+
+class MalformedMessageError(RespotError, ValueError):
+    """A command's text is not one unambiguous JSON object (not JSON, a repeated key, NaN)."""
 
 
 class StsUnavailableError(RespotError):
@@ -108,16 +127,144 @@ def sts_url(region: str | None, endpoint_url: str | None = None) -> str:
     return f"https://sts.{region or 'us-east-1'}.amazonaws.com/"
 
 
-def command_digest(command: JobSubmission | CancelCommand) -> str:
-    """SHA-256 of the command without its proof and without the identity fields it claims.
+def read_message(text: str) -> dict[str, Any]:
+    """The JSON object a command's text holds, read strictly: what is signed and acted on.
 
-    `submitted_by` / `requested_by` are left out because the control plane fills them in
+    `MalformedMessageError` if the text is not JSON, not an object, repeats a key in any
+    object (`json.loads` keeps the last silently, other parsers the first: the digest and
+    the command acted on could be read from different values), or holds a number that is
+    not finite (`NaN`, `Infinity`, `1e999`: not JSON, and no canonical form).
+    """
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+        )
+    except MalformedMessageError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise MalformedMessageError(f"the message is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise MalformedMessageError(
+            f"the message is a JSON {type(value).__name__}, not an object of fields"
+        )
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise MalformedMessageError(
+                f"the message gives the key {key[:80]!r} twice in one object; a signed message "
+                "gives each field once (send it with respot's SDK or CLI)"
+            )
+        obj[key] = value
+    return obj
+
+
+def _no_constant(name: str) -> Any:
+    raise MalformedMessageError(f"the message holds {name}, which is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise MalformedMessageError(f"the message holds the number {text[:40]}, beyond a double")
+    return value
+
+
+def signed_content(message: Mapping[str, Any]) -> bytes:
+    """The canonical form the digest covers: `message` without `UNSIGNED_KEYS` (top level),
+    keys sorted, no whitespace, non-ASCII escaped, numbers as Python writes an int or a double.
+
+    A function of the JSON *values*, not of the text's spelling: the SDK computes it from the
+    object it is about to send, the control plane from the object it received (`read_message`),
+    so `1e-3` and `0.001`, or any key order, agree. `null` is a value, not an absent key: a
+    `null` nobody signed changes the digest.
+    """
+    content = {k: v for k, v in message.items() if k not in UNSIGNED_KEYS}
+    return json.dumps(
+        content, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    ).encode("ascii")
+
+
+def content_digest(message: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of `signed_content(message)`: the value of the `x-respot-digest` header."""
+    return hashlib.sha256(signed_content(message)).hexdigest()
+
+
+def command_digest(command: BaseModel) -> str:
+    """The digest of `command` as the SDK publishes it (`encode`: its JSON, `None` fields left
+    out), read back as the control plane reads it.
+
+    `submitted_by` / `requested_by` are not covered because the control plane fills them in
     from STS's answer; everything else is bound to the signature.
     """
-    text = command.model_dump_json(
-        exclude={"proof", "submitted_by", "requested_by"}, exclude_none=True
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
+    return content_digest(read_message(encode(command)))
+
+
+def legacy_digest(text: str) -> str | None:
+    """The digest SDKs before `content_digest` signed, read from the text they sent.
+
+    They hashed their model's compact JSON without `UNSIGNED_KEYS`, and sent the same JSON
+    with `proof` in it (`encode`): so it is the text received with those top-level members
+    cut out, byte for byte, whatever fields our model has gained since. None if `text` is not
+    one JSON object. Accepted only until no SDK of that age is in use (docs/security.md).
+    """
+    decoder = json.JSONDecoder()
+    members: list[str] = []
+    i = _skip_space(text, 0)
+    if text[i : i + 1] != "{":
+        return None
+    i = _skip_space(text, i + 1)
+    try:
+        while text[i : i + 1] == '"':
+            key, end = decoder.raw_decode(text, i)
+            colon = _skip_space(text, end)
+            if text[colon : colon + 1] != ":":
+                return None
+            _, end = decoder.raw_decode(text, _skip_space(text, colon + 1))
+            if key not in UNSIGNED_KEYS:
+                members.append(text[i:end])
+            i = _skip_space(text, end)
+            if text[i : i + 1] == ",":
+                i = _skip_space(text, i + 1)
+    except ValueError:
+        return None
+    if text[i : i + 1] != "}":
+        return None
+    return hashlib.sha256(("{" + ",".join(members) + "}").encode()).hexdigest()
+
+
+def _skip_space(text: str, i: int) -> int:
+    while text[i : i + 1] in (" ", "\t", "\n", "\r"):
+        i += 1
+    return i
+
+
+@dataclass(frozen=True)
+class Received:
+    """A command as the control plane received it: the text and the object it holds.
+
+    The command is validated from `content`, and its proof must carry one of `digests()`.
+    """
+
+    text: str
+    content: dict[str, Any]
+
+    @classmethod
+    def read(cls, text: str) -> Received:
+        """`text` read strictly (`read_message`); `MalformedMessageError` otherwise."""
+        return cls(text, read_message(text))
+
+    def digests(self) -> set[str]:
+        """What a proof of this message may be bound to: `content_digest`, or for an SDK that
+        predates it, `legacy_digest`."""
+        legacy = legacy_digest(self.text)
+        return {content_digest(self.content), *([legacy] if legacy else [])}
 
 
 def sign_proof(
@@ -280,12 +427,15 @@ class Verifier:
         command: JobSubmission | CancelCommand,
         message_id: str,
         *,
+        received: Received,
         ledger: ProofLedger | None = None,
     ) -> Caller:
         """The verified caller of `command`; `ProofError` with the reason otherwise.
 
-        `ledger` (else the verifier's own) records the proof; without either, replays are
-        not detected (tests of the checks alone).
+        `received` is the message as it came in, which `command` was validated from
+        (`received.content`): the proof's digest must be one of `received.digests()`. `ledger`
+        (else the verifier's own) records the proof; without either, replays are not detected
+        (tests of the checks alone).
         """
         proof = command.proof
         if proof is None:
@@ -297,7 +447,7 @@ class Verifier:
         auth = _AUTH.fullmatch(headers["authorization"])
         if auth is None:
             raise ProofError("the proof's Authorization header is not an AWS SigV4 signature")
-        self._check_binding(command, headers, auth)
+        self._check_binding(command, received, headers, auth)
         signed_at = self._check_age(headers, auth)
         caller = self._ask_sts(proof, headers, auth.group("signature"))
         used = ledger or self.ledger
@@ -333,7 +483,11 @@ class Verifier:
         return headers
 
     def _check_binding(
-        self, command: JobSubmission | CancelCommand, headers: dict[str, str], auth: re.Match[str]
+        self,
+        command: JobSubmission | CancelCommand,
+        received: Received,
+        headers: dict[str, str],
+        auth: re.Match[str],
     ) -> None:
         signed = set(auth.group("signed").split(";"))
         missing = REQUIRED_SIGNED - signed
@@ -347,13 +501,13 @@ class Verifier:
                 f"the proof is signed for {auth.group('service')} in {auth.group('region')}, "
                 f"not sts in {self.region}"
             )
-        expected = {
-            JOB_HEADER: command.job_id,
-            COMMAND_HEADER: command.command,
-            DIGEST_HEADER: command_digest(command),
+        expected: dict[str, set[str]] = {
+            JOB_HEADER: {command.job_id},
+            COMMAND_HEADER: {command.command},
+            DIGEST_HEADER: received.digests(),
         }
-        for name, value in expected.items():
-            if headers[name] != value:
+        for name, values in expected.items():
+            if headers[name] not in values:
                 what = "content" if name == DIGEST_HEADER else name.removeprefix("x-respot-")
                 raise ProofError(
                     f"the proof was signed for another {what} ({name}: {headers[name][:80]!r}), "

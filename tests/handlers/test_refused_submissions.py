@@ -30,7 +30,7 @@ from respot.client import JobHandle
 from respot.core.job import JobRecord
 from respot.core.states import JobState
 from respot.identity import prove, sts_url
-from respot.messages import JobSubmission
+from respot.messages import JobSubmission, encode
 from respot.notify import SlackNotifier, SlackTokenSource
 from respot.spec import TrainingEnvVar
 from tests.conftest import aws_event
@@ -67,7 +67,7 @@ def signed_body(env: Env, sub: JobSubmission, who: Person, endpoint: str) -> str
     """The SQS body SNS delivers for `sub` published by `who` (one SNS message id)."""
     proof = prove(sub, who.session, region=REGION, url=sts_url(REGION, endpoint))
     envelope = json.loads(
-        env.sns_envelope(sub.model_copy(update={"proof": proof}).model_dump_json(), "submit")
+        env.sns_envelope(encode(sub.model_copy(update={"proof": proof})), "submit")
     )
     envelope["MessageId"] = secrets.token_hex(8)
     return json.dumps(envelope)
@@ -232,7 +232,7 @@ def test_what_cannot_be_attributed_stays_dead_lettered(verified: Env, moto_endpo
         refusable(wrong_id), alice.session, region=REGION, url=sts_url(REGION, moto_endpoint)
     )
     borrowed = verified.sns_envelope(
-        refusable(forged).model_copy(update={"proof": proof}).model_dump_json(), "submit"
+        encode(refusable(forged).model_copy(update={"proof": proof})), "submit"
     )
     # unreadable, and a command with no job id
     unreadable = verified.sns_envelope("{not json", "submit")

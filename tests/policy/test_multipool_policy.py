@@ -26,6 +26,7 @@ from respot.policy.multipool import PoolsDecision
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pool_baselines import single_view
 from respot.policy.pools import NOTHING, ON_DEMAND
+from respot.policy.respot_policy import Decision
 
 ZONES = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b"]
 
@@ -352,6 +353,42 @@ def test_in_a_union_outage_it_buys_on_demand_as_late_as_the_changeovers_ahead_al
     late = replace(obs, done_seconds=0, work_seconds=48 * 3600 + 1800)
     assert late.slack_seconds == 3600
     assert MultiPoolPolicy().decide(late) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
+
+
+def test_in_a_union_outage_it_buys_on_demand_while_on_demand_can_still_hand_back_to_spot():
+    # GIVEN the pools were up 69 ticks in 70 for 58 h, all have been down for 10 ticks, 10 h
+    # are left and the changeover is 0.2 h (d = 720 s > G = 600 s)
+    zones = ["us-east-1a", "us-east-1b", "us-east-1c"]
+    history = ([1] * 69 + [0]) * 5 + [0] * 10
+    base = replace(
+        observation(NOTHING, [False] * 3, [history] * 3, zones=zones), changeover_seconds=720
+    )
+
+    def with_slack(slack):
+        obs = replace(base, work_seconds=base.work_seconds + base.slack_seconds - slack)
+        assert obs.slack_seconds == slack
+        return obs
+
+    # the pace rule alone waits (as it did in a held-out window, down to a slack the net
+    # then locked on on-demand): slack priced by the fluid slack value is not worth a tick
+    # of on-demand
+    last = with_slack(2759)
+    policy = MultiPoolPolicy()
+    union = policy._union_statistics(last)
+    view = single_view(last, pool=None)
+    value = policy._slack_value(last, union)
+    wanted = policy.core.wanted(
+        view, supply=union, run=union, supply_prior=0.875, slack_value=value
+    )
+    assert wanted == Decision(Choice.NONE, Mode.WAIT)
+    # THEN with slack for on-demand's changeover and a spot boot after it (s - d >= 2d) and
+    # a tick of waiting would leave less (s - G - d < 2d), it buys on-demand now: later,
+    # on-demand could never hand the job back to spot (the outage ahead, its 10 ticks'
+    # Lindy remainder, exceeds the slack)
+    assert MultiPoolPolicy().decide(last) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
+    assert MultiPoolPolicy().decide(with_slack(2160)) == PoolsDecision(ON_DEMAND, Mode.CATCH_UP)
+    # and a tick before that threshold it still waits, as late as possible
+    assert MultiPoolPolicy().decide(with_slack(2760)) == PoolsDecision(NOTHING, Mode.WAIT)
 
 
 def test_with_ticks_shorter_than_a_changeover_it_looks_ahead_as_far_as_the_changeover():

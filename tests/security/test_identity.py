@@ -18,15 +18,17 @@ import pytest
 import requests
 
 from respot.identity import (
+    Caller,
     DynamoProofLedger,
     ProofError,
+    Received,
     Verifier,
     command_digest,
     principal_matches,
     prove,
     sts_url,
 )
-from respot.messages import CancelCommand, IdentityProof, JobSubmission
+from respot.messages import CancelCommand, IdentityProof, JobSubmission, encode
 from respot.spec import TrainingEnvVar
 
 REGION = "us-east-1"
@@ -91,12 +93,17 @@ def verifier(endpoint: str, **kwargs: Any) -> Verifier:
     return Verifier(sts_url=sts_url(REGION, endpoint), region=REGION, **kwargs)
 
 
+def verify(check: Verifier, command: Any, message_id: str) -> Caller:
+    """`check.verify` of `command` as it arrives, published as the SDK publishes it."""
+    return check.verify(command, message_id, received=Received.read(encode(command)))
+
+
 def test_a_genuine_proof_names_the_signer(
     moto_endpoint: str, iam_auth: tuple[Person, Person]
 ) -> None:
     alice, _ = iam_auth
     command = signed(cancel_of("job-1"), alice, moto_endpoint)
-    caller = verifier(moto_endpoint, ledger=MemoryLedger()).verify(command, "m1")
+    caller = verify(verifier(moto_endpoint, ledger=MemoryLedger()), command, "m1")
     assert caller.arn == alice.arn
 
 
@@ -115,7 +122,7 @@ def test_a_forged_signature_is_refused_by_sts(
         update={"proof": command.proof.model_copy(update={"headers": headers})}
     )
     with pytest.raises(ProofError, match="STS refused the proof: SignatureDoesNotMatch"):
-        verifier(moto_endpoint, ledger=MemoryLedger()).verify(forged, "m1")
+        verify(verifier(moto_endpoint, ledger=MemoryLedger()), forged, "m1")
 
 
 def test_one_command_published_twice_within_a_second_is_two_proofs_not_a_replay(
@@ -133,8 +140,8 @@ def test_one_command_published_twice_within_a_second_is_two_proofs_not_a_replay(
     first, again = signed(command, alice, moto_endpoint), signed(command, alice, moto_endpoint)
     assert first.proof.headers["X-Amz-Date"] == again.proof.headers["X-Amz-Date"]
     check = verifier(moto_endpoint, ledger=MemoryLedger())
-    assert check.verify(first, "sns-message-1").arn == alice.arn
-    assert check.verify(again, "sns-message-2").arn == alice.arn  # STS checked the nonce too
+    assert verify(check, first, "sns-message-1").arn == alice.arn
+    assert verify(check, again, "sns-message-2").arn == alice.arn  # STS checked the nonce too
 
 
 def test_a_nonce_is_bound_by_the_signature(
@@ -148,14 +155,14 @@ def test_a_nonce_is_bound_by_the_signature(
         update={"proof": command.proof.model_copy(update={"headers": headers})}
     )
     with pytest.raises(ProofError, match="SignatureDoesNotMatch"):
-        check.verify(changed, "m2")
+        verify(check, changed, "m2")
     auth = command.proof.headers["Authorization"]
     unsigned = {**command.proof.headers, "Authorization": auth.replace(";x-respot-nonce", "")}
     dropped = command.model_copy(
         update={"proof": command.proof.model_copy(update={"headers": unsigned})}
     )
     with pytest.raises(ProofError, match="does not sign x-respot-nonce"):
-        check.verify(dropped, "m3")
+        verify(check, dropped, "m3")
 
 
 def test_a_made_up_signature_is_refused_by_sts(
@@ -170,7 +177,7 @@ def test_a_made_up_signature_is_refused_by_sts(
         update={"proof": command.proof.model_copy(update={"headers": headers})}
     )
     with pytest.raises(ProofError, match="SignatureDoesNotMatch"):
-        verifier(moto_endpoint, ledger=MemoryLedger()).verify(forged, "m1")
+        verify(verifier(moto_endpoint, ledger=MemoryLedger()), forged, "m1")
 
 
 def test_a_proof_for_another_job_or_command_or_content_is_refused(moto_endpoint: str) -> None:
@@ -178,23 +185,23 @@ def test_a_proof_for_another_job_or_command_or_content_is_refused(moto_endpoint:
     check = verifier(moto_endpoint, ledger=MemoryLedger())
     proof = signed(cancel_of("job-a"), alice, moto_endpoint).proof
     with pytest.raises(ProofError, match="another job-id"):
-        check.verify(cancel_of("job-b").model_copy(update={"proof": proof}), "m1")
+        verify(check, cancel_of("job-b").model_copy(update={"proof": proof}), "m1")
     submission = JobSubmission(
         job_id="job-a",
         spec=TrainingEnvVar(name="x", entry_point="a.b:C"),
         submitted_at=datetime.now(UTC),
     )
     with pytest.raises(ProofError, match="another command"):
-        check.verify(submission.model_copy(update={"proof": proof}), "m1")
+        verify(check, submission.model_copy(update={"proof": proof}), "m1")
     good = signed(submission, alice, moto_endpoint)
     tampered = good.model_copy(
         update={"spec": TrainingEnvVar(name="x", entry_point="a.b:C", seed=9)}
     )
     with pytest.raises(ProofError, match="another content"):
-        check.verify(tampered, "m1")
+        verify(check, tampered, "m1")
     # the claimed identity is not part of what is signed: STS's answer replaces it
     claimed = good.model_copy(update={"submitted_by": "arn:aws:iam::123456789012:user/root"})
-    assert check.verify(claimed, "m2").arn == alice.arn
+    assert verify(check, claimed, "m2").arn == alice.arn
 
 
 def test_an_expired_or_future_proof_is_refused(moto_endpoint: str) -> None:
@@ -206,14 +213,14 @@ def test_an_expired_or_future_proof_is_refused(moto_endpoint: str) -> None:
         clock=lambda: datetime.now(UTC) + timedelta(minutes=6),
     )
     with pytest.raises(ProofError, match="expired"):
-        later.verify(command, "m1")
+        verify(later, command, "m1")
     earlier = verifier(
         moto_endpoint,
         ledger=MemoryLedger(),
         clock=lambda: datetime.now(UTC) - timedelta(minutes=3),
     )
     with pytest.raises(ProofError, match="future"):
-        earlier.verify(command, "m1")
+        verify(earlier, command, "m1")
 
 
 def test_a_replayed_proof_is_refused_and_a_redelivery_is_not(
@@ -226,10 +233,10 @@ def test_a_replayed_proof_is_refused_and_a_redelivery_is_not(
     alice = person(moto_endpoint, "alice")
     command = signed(cancel_of("job-1"), alice, moto_endpoint)
     check = verifier(moto_endpoint, ledger=ledger)
-    assert check.verify(command, "sns-message-1").arn == alice.arn
-    assert check.verify(command, "sns-message-1").arn == alice.arn  # SQS redelivered it
+    assert verify(check, command, "sns-message-1").arn == alice.arn
+    assert verify(check, command, "sns-message-1").arn == alice.arn  # SQS redelivered it
     with pytest.raises(ProofError, match="replayed"):
-        check.verify(command, "sns-message-2")  # the same proof published again
+        verify(check, command, "sns-message-2")  # the same proof published again
     items = local.client("dynamodb").scan(TableName=local.table_name)["Items"]
     (used,) = [i for i in items if i["pk"]["S"].startswith("PROOF#")]
     assert int(used["ttl"]["N"]) > datetime.now(UTC).timestamp()  # removed by TTL later
@@ -264,7 +271,7 @@ def test_only_the_trusted_sts_endpoint_is_ever_contacted(url: str) -> None:
         headers={"Authorization": "x"},
     )
     with pytest.raises(ProofError, match=r"not to this deployment's STS endpoint|credentials"):
-        check.verify(command.model_copy(update={"proof": proof}), "m1")
+        verify(check, command.model_copy(update={"proof": proof}), "m1")
     assert posted == []
 
 
@@ -286,9 +293,9 @@ def test_other_requests_and_headers_are_refused_before_sts_is_asked(moto_endpoin
     }
     for reason, bad in cases.items():
         with pytest.raises(ProofError, match=reason):
-            check.verify(command.model_copy(update={"proof": bad}), "m1")
+            verify(check, command.model_copy(update={"proof": bad}), "m1")
     with pytest.raises(ProofError, match="carries no identity proof"):
-        check.verify(cancel_of("job-1"), "m1")
+        verify(check, cancel_of("job-1"), "m1")
 
 
 def test_the_digest_survives_the_wire() -> None:

@@ -16,7 +16,7 @@ import lambdas._commands as reading
 from lambdas import commands
 from respot.core.states import JobState
 from respot.identity import DynamoProofLedger, Verifier, prove, sts_url
-from respot.messages import CancelCommand, JobSubmission
+from respot.messages import CancelCommand, JobSubmission, encode
 from respot.spec import TrainingEnvVar
 from tests.handlers.test_handlers import CONTEXT, Env
 from tests.security.test_hostile_handlers import reasons
@@ -39,7 +39,7 @@ def verified(env: Env, moto_endpoint: str) -> Iterator[Env]:
 def publish(env: Env, command: Any, who: Person, endpoint: str, *, message_id: str = "") -> Any:
     proof = prove(command, who.session, region=REGION, url=sts_url(REGION, endpoint))
     envelope = json.loads(
-        env.sns_envelope(command.model_copy(update={"proof": proof}).model_dump_json(), "x")
+        env.sns_envelope(encode(command.model_copy(update={"proof": proof})), "x")
     )
     envelope["MessageId"] = message_id or secrets.token_hex(8)
     return commands.handler(env.sqs_event(json.dumps(envelope)), CONTEXT)
@@ -120,9 +120,7 @@ def test_a_republished_message_is_a_replay(verified: Env, moto_endpoint: str) ->
         submitted_at=datetime.now(UTC),
     )
     proof = prove(sub, alice.session, region=REGION, url=sts_url(REGION, moto_endpoint))
-    body = json.loads(
-        verified.sns_envelope(sub.model_copy(update={"proof": proof}).model_dump_json(), "s")
-    )
+    body = json.loads(verified.sns_envelope(encode(sub.model_copy(update={"proof": proof})), "s"))
     for message_id in ("first", "first", "second"):
         body["MessageId"] = message_id
         commands.handler(verified.sqs_event(json.dumps(body)), CONTEXT)

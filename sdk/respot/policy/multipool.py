@@ -31,7 +31,8 @@ see (`PoolsObservation`: every pool's present and past, the job, where the check
    In an outage of every pool, on-demand from idle is bought as
    late as possible (`_buy_in_outage`): only when the outage time expected ahead exceeds
    the slack and another tick of waiting would leave less slack than the restarts ahead
-   need.
+   need; and no later than the last tick at which that on-demand can still hand the job
+   back to spot (`_last_call`: slack 3d, its own changeover and a spot boot's 2d).
 4. **The safety net** (`respot.policy.safety.guard`) is applied last, unchanged: the time
    rules do not depend on the pool, so the single-zone proof carries over and no deadline is
    missed when on-demand alone could make it.
@@ -221,6 +222,14 @@ class MultiPoolPolicy:
             and not self._buy_in_outage(obs, pools, supply)
         ):
             wanted = Decision(Choice.NONE, Mode.WAIT)
+        if (
+            wanted.choice is Choice.NONE
+            and obs.held.choice is Choice.NONE
+            and candidate is None
+            and len(obs.pools) > 1
+            and self._last_call(obs, supply)
+        ):
+            wanted = Decision(Choice.ON_DEMAND, Mode.CATCH_UP)
         choice = guard(view, wanted.choice)
         mode = wanted.mode if choice is wanted.choice else Mode.SAFETY_NET
         return PoolsDecision(to_placement(choice, candidate), mode)
@@ -248,6 +257,17 @@ class MultiPoolPolicy:
            the job can no longer afford the restarts that take spot back, and the safety
            net ends in on-demand to the deadline.
         """
+        if self._outage_ahead(obs, supply) <= obs.slack_seconds:
+            return False
+        return obs.slack_seconds - obs.gap_seconds < self._changeover_reserve(obs, pools, supply)
+
+    def _outage_ahead(self, obs: PoolsObservation, supply: RunStatistics) -> float:
+        """Seconds of union outage expected in the rest of the window, in an outage of every pool.
+
+        The current outage's remainder E[min(L - a, R) | L > a] (the union's completed outages
+        with the Lindy prior, a its age) plus (1 - f) times the rest of the window, f the
+        union's availability *before* this outage began (`_buy_in_outage`, point 1).
+        """
         p = self.core.parameters
         gap = obs.gap_seconds
         horizon = obs.ticks_left * gap
@@ -257,10 +277,32 @@ class MultiPoolPolicy:
         available = (
             supply.up_ticks * gap + self._union_prior(obs) * p.availability_prior_seconds
         ) / before
-        outage = remainder + (1 - available) * max(horizon - remainder, 0.0)
-        if outage <= obs.slack_seconds:
+        return remainder + (1 - available) * max(horizon - remainder, 0.0)
+
+    def _last_call(self, obs: PoolsObservation, supply: RunStatistics) -> bool:
+        """Whether on-demand bought now, in an outage, is the last that can hand back to spot.
+
+        Asked only when nothing runs and no pool has spot, after the rules above chose to
+        wait. On-demand's own changeover takes d of slack; after it the slack stays put, and
+        a spot instance started from it completes its changeover under the net only with
+        at least 2d (`_boot_completes`). So on-demand bought at a slack s >= 3d can hand
+        the job back to spot when a pool returns; bought a tick later, at s - G < 3d, it
+        cannot, and neither can a spot start once the net takes over: the job is locked on
+        on-demand for the rest of its work, whatever spot does. The other rules price slack
+        by a fluid model (`_slack_value`, the single-zone pace rule), which has no term for
+        that threshold, and waited through it (held-out 8-node pools, 60 h / 0.2 h, window
+        4: waited in a 14 h outage down to 2,160 s of slack, then 50 ticks on on-demand
+        next to a pool with spot). Buy now iff waiting one more tick would cross it
+        (s - d >= 2d > s - G - d) and the outage time expected ahead exceeds the slack
+        (`_outage_ahead`, as in `_buy_in_outage`): if it does not, the job likely never
+        needs on-demand. No constant: d, G and the net's 2d.
+        """
+        gap, changeover, slack = obs.gap_seconds, obs.changeover_seconds, obs.slack_seconds
+        if gap - changeover >= obs.remaining_seconds:
+            return False  # one tick of a new instance finishes the job: nothing to hand back
+        if not slack - changeover >= 2 * changeover > slack - gap - changeover:
             return False
-        return obs.slack_seconds - gap < self._changeover_reserve(obs, pools, supply)
+        return self._outage_ahead(obs, supply) > slack
 
     def _starts_ahead(
         self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from respot import layout
 from respot.deployment import Deployment, discover
@@ -136,7 +136,7 @@ class SweepHandle:
             url=sts_url(self.deployment.region, self.deployment.endpoint_url),
             job_id=self.sweep_id,
             command=command.command,
-            digest=command_digest(cast(Any, command)),
+            digest=command_digest(command),
         )
         signed = command.model_copy(update={"proof": proof})
         self._client("sns").publish(
