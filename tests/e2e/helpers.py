@@ -6,11 +6,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from infra.local.runtime import LocalRuntime
+from infra.local.sandbox import AGENT_JOURNAL
 from respot import layout
+from respot.client import JobHandle, JobStatus
 from respot.core.job import JobRecord
 from respot.spec import TrainingEnvVar
 
@@ -133,3 +136,70 @@ def assert_launches_match_attempts(rt: LocalRuntime, record: JobRecord) -> None:
     assert rt.fleet is not None
     instances = rt.fleet.of_job(record.job_id)
     assert [i.instance_id for i in instances] == [a.instance_id for a in record.attempts]
+
+
+def job_story(rt: LocalRuntime, job_id: str, *, timeline: int = 20, log_lines: int = 30) -> str:
+    """What a failed e2e test should print about a job: the control plane's record (state,
+    timeline tail, every attempt), each of its instances as the fleet saw it (its events,
+    seconds before now) and the agent journal's tail of its newest instances. CI logs are
+    all we get of a run that failed, so this is written for a reader who cannot rerun it."""
+    now, mono = datetime.now(UTC), time.monotonic()
+    lines = [f"--- job {job_id} at {now.isoformat(timespec='milliseconds')}"]
+    record = rt.job_record(job_id)
+    if record is None:
+        lines.append("no record")
+    else:
+        lines.append(
+            f"state={record.state} version={record.version} updated_at={_t(record.updated_at)}"
+            f" last_heartbeat_at={_t(record.last_heartbeat_at)} step={record.progress.step}"
+            f" checkpoint={record.checkpoint.step if record.checkpoint else None}"
+            f" interruptions={record.interruptions} reason={record.reason!r}"
+        )
+        lines.append(f"timeline (last {timeline} of {len(record.timeline)}):")
+        lines += [f"  {_t(e.at)} {e.kind}: {e.text}" for e in record.timeline[-timeline:]]
+        lines.append("attempts:")
+        for a in record.attempts:
+            lines.append(
+                f"  #{a.number} {a.placement.market} {a.instance_id} end={a.end}"
+                f" requested={_t(a.requested_at)} launched={_t(a.launched_at)}"
+                f" bound={_t(a.bound_at)} started={_t(a.started_at)}"
+                f" heard={_t(a.last_heard_at)} notice={_t(a.notice_at)} ended={_t(a.ended_at)}"
+                f" restored={a.restored_step} last_step={a.last_step}"
+                f" checkpoint={a.checkpoint_step} boot_failure={a.boot_failure!r}"
+            )
+    assert rt.fleet is not None
+    instances = rt.fleet.of_job(job_id)
+    lines.append("instances (fleet; seconds before now):")
+    for inst in instances:
+        events = ", ".join(f"-{mono - at:.1f}s {what}" for at, what in inst.events)
+        lines.append(
+            f"  {inst.instance_id} attempt={inst.attempt} {inst.market} state={inst.state}"
+            f" launched=-{mono - inst.launched_at:.1f}s [{events}]"
+        )
+    for inst in instances[-2:]:
+        journal = inst.root.log(AGENT_JOURNAL) if inst.root is not None else ""
+        tail = journal.splitlines()[-log_lines:]
+        lines.append(f"agent journal of {inst.instance_id} (last {len(tail)} lines):")
+        lines += [f"  | {line}" for line in tail]
+    return "\n".join(lines)
+
+
+def _t(at: datetime | None) -> str:
+    return at.strftime("%H:%M:%S.%f")[:-3] if at is not None else "-"
+
+
+def wait_all(rt: LocalRuntime, handles: list[JobHandle], timeout: float) -> list[JobStatus]:
+    """Wait for every job (each within `timeout` seconds of its own wait); a job still live
+    then fails the test with the story of every job not over (`job_story`)."""
+    statuses = []
+    for handle in handles:
+        try:
+            statuses.append(handle.wait(timeout=timeout, poll_seconds=0.5))
+        except TimeoutError as e:
+            stories = [
+                job_story(rt, h.job_id)
+                for h in handles
+                if (s := h.status()).record is None or not s.is_terminal
+            ]
+            raise AssertionError(f"{e} after {timeout}s\n" + "\n".join(stories)) from e
+    return statuses

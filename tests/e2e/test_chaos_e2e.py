@@ -34,7 +34,9 @@ from tests.e2e.helpers import (
     assert_launches_match_attempts,
     counting_spec,
     expected_total,
+    job_story,
     output,
+    wait_all,
     wait_no_live_instances,
 )
 
@@ -175,14 +177,14 @@ def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
     killer = MidUploadKiller(rt, ids[0])
     try:
         handles = [rt.run(spec, job_id=job_id) for spec, job_id in zip(specs, ids, strict=True)]
-        results = [h.wait(timeout=150, poll_seconds=0.5) for h in handles]
+        results = wait_all(rt, handles, timeout=150)
     finally:
         killer.stop()
         watch.stop()
     # THEN every job completed with the result of an uninterrupted run
     for n, (handle, status) in enumerate(zip(handles, results, strict=True)):
         record = status.record
-        assert record is not None and status.state == "COMPLETED", record.timeline[-5:]
+        assert record is not None and status.state == "COMPLETED", job_story(rt, handle.job_id)
         assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(STEPS, n)
         assert_launches_match_attempts(rt, record)
     # AND no instance is left running, and no job ever had two instances training
