@@ -170,7 +170,7 @@ def _read(body: str, validate: Callable[[str], Any]) -> tuple[Any, Received, str
     try:
         message, message_id = sns_envelope(body)
         check_json_text(message, what="SNS message")  # depth first: json.loads recurses
-        received = Received.read(message)
+        received = Received(message)
         command = validate(json.dumps(received.content))
     except (InputLimitError, MalformedMessageError) as exc:
         raise PoisonMessageError(str(exc)) from exc

@@ -23,6 +23,7 @@ from constructs import Construct
 from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
 from respot import layout
+from respot.identity import CANONICAL_DIGEST
 
 RESEARCHER_POLICY_NAME = "RespotResearcherPolicy"
 
@@ -60,6 +61,8 @@ class ResearcherAccess(Construct):
             "table_name": table.table_name,
             "bucket": bucket.bucket_name,
             "agent_queue_url": agent_queue.queue_url,
+            # The commands function checks proofs' canonical digest: the SDK signs that one.
+            "proof_digest": CANONICAL_DIGEST,
         }
         if fis_template_id is not None:  # what `respot selftest` starts
             self.deployment["fis_template_id"] = fis_template_id

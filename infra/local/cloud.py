@@ -29,6 +29,7 @@ from infra.wiring import WIRING, Wiring
 from respot import config as cfg
 from respot.core.placement import SubnetRef
 from respot.deployment import DEFAULT_PARAMETER, Deployment
+from respot.identity import CANONICAL_DIGEST
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -158,6 +159,7 @@ class LocalDeployment:
             log_group=self.log_group,
             instance_types=self.allowed_instance_types or None,
             fis_template_id=self.fis_template_id,
+            proof_digest=CANONICAL_DIGEST,
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:

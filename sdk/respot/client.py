@@ -218,6 +218,7 @@ class JobHandle:
             session,
             region=self.deployment.region,
             url=sts_url(self.deployment.region, self.deployment.endpoint_url),
+            proof_digest=self.deployment.proof_digest,
         )
         signed = command.model_copy(update={"proof": proof})
         self._client("sns").publish(

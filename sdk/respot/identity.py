@@ -47,7 +47,7 @@ import re
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -81,6 +81,10 @@ REQUIRED_SIGNED = frozenset({"host", "x-amz-date", *BOUND_HEADERS})
 DEFAULT_MAX_AGE = timedelta(minutes=5)
 CLOCK_SKEW = timedelta(minutes=1)
 MAX_ANSWER_BYTES = 64 * 1024
+
+# What a deployment parameter's `proof_digest` says when its commands function checks
+# `content_digest`; without it (a stack before that), the SDK signs `legacy_command_digest`.
+CANONICAL_DIGEST = "canonical"
 
 # Top-level keys the digest leaves out: the proof itself, and the identity the control plane
 # fills in from STS's answer (whatever a message claims there is replaced, never trusted).
@@ -206,6 +210,24 @@ def command_digest(command: BaseModel) -> str:
     return content_digest(read_message(encode(command)))
 
 
+def legacy_command_digest(command: BaseModel) -> str:
+    """The digest SDKs signed before `content_digest`, and still sign for a stack that does not
+    say it checks `content_digest` (`Deployment.proof_digest`): SHA-256 of `command`'s compact
+    JSON without `UNSIGNED_KEYS`. Such a stack recomputes it from the model it validated (so it
+    refuses a proof once the SDK's model and its own differ); this one reads it back from
+    the text (`legacy_digest`).
+    """
+    text = command.model_dump_json(exclude=set(UNSIGNED_KEYS), exclude_none=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def digest_to_sign(command: BaseModel, proof_digest: str | None) -> str:
+    """The digest to sign for `command` on a deployment whose parameter says `proof_digest`."""
+    if proof_digest == CANONICAL_DIGEST:
+        return command_digest(command)
+    return legacy_command_digest(command)
+
+
 def legacy_digest(text: str) -> str | None:
     """The digest SDKs before `content_digest` signed, read from the text they sent.
 
@@ -221,10 +243,10 @@ def legacy_digest(text: str) -> str | None:
         return None
     i = _skip_space(text, i + 1)
     try:
-        while text[i : i + 1] == '"':
+        while text[i : i + 1] != "}":
             key, end = decoder.raw_decode(text, i)
             colon = _skip_space(text, end)
-            if text[colon : colon + 1] != ":":
+            if not isinstance(key, str) or text[colon : colon + 1] != ":":
                 return None
             _, end = decoder.raw_decode(text, _skip_space(text, colon + 1))
             if key not in UNSIGNED_KEYS:
@@ -232,9 +254,11 @@ def legacy_digest(text: str) -> str | None:
             i = _skip_space(text, end)
             if text[i : i + 1] == ",":
                 i = _skip_space(text, i + 1)
+                if text[i : i + 1] != '"':
+                    return None
+            elif text[i : i + 1] != "}":
+                return None
     except ValueError:
-        return None
-    if text[i : i + 1] != "}":
         return None
     return hashlib.sha256(("{" + ",".join(members) + "}").encode()).hexdigest()
 
@@ -247,18 +271,18 @@ def _skip_space(text: str, i: int) -> int:
 
 @dataclass(frozen=True)
 class Received:
-    """A command as the control plane received it: the text and the object it holds.
+    """A command's text as the control plane received it, and the object it holds (read
+    strictly by `read_message`: `MalformedMessageError` otherwise; never given apart from
+    the text, so the two cannot disagree).
 
     The command is validated from `content`, and its proof must carry one of `digests()`.
     """
 
     text: str
-    content: dict[str, Any]
+    content: dict[str, Any] = field(init=False, repr=False)
 
-    @classmethod
-    def read(cls, text: str) -> Received:
-        """`text` read strictly (`read_message`); `MalformedMessageError` otherwise."""
-        return cls(text, read_message(text))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "content", read_message(self.text))
 
     def digests(self) -> set[str]:
         """What a proof of this message may be bound to: `content_digest`, or for an SDK that
@@ -299,9 +323,18 @@ def sign_proof(
 
 
 def prove(
-    command: JobSubmission | CancelCommand, session: Any, *, region: str | None, url: str
+    command: JobSubmission | CancelCommand,
+    session: Any,
+    *,
+    region: str | None,
+    url: str,
+    proof_digest: str | None = CANONICAL_DIGEST,
 ) -> IdentityProof:
-    """Sign a proof for `command` with the credentials of boto3 `session`."""
+    """Sign a proof for `command` with the credentials of boto3 `session`.
+
+    `proof_digest` is what the deployment says its commands function checks
+    (`Deployment.proof_digest`): `CANONICAL_DIGEST`, else (a stack before it) the legacy digest.
+    """
     credentials = session.get_credentials()
     if credentials is None:
         raise ProofError(
@@ -314,7 +347,7 @@ def prove(
         url=url,
         job_id=command.job_id,
         command=command.command,
-        digest=command_digest(command),
+        digest=digest_to_sign(command, proof_digest),
     )
 
 

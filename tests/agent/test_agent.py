@@ -48,6 +48,12 @@ def exists(s3: Any, bucket: str, key: str) -> bool:
     return "Contents" in s3.list_objects_v2(Bucket=bucket, Prefix=key)
 
 
+def logged_at(log: str, text: str) -> datetime:
+    """When the agent logged the first line containing `text` (its log's asctime)."""
+    line = next(line for line in log.splitlines() if text in line)
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
 @dataclass
 class Stage:
     """One test's AWS (moto) resources, and a way to boot an instance running the agent."""
@@ -109,7 +115,14 @@ def test_a_job_runs_to_completion(stage: Stage) -> None:
     progress = [m.body for m in msgs if isinstance(m.body, AgentProgress)]
     assert progress and any(p.step and p.total_steps == 30 for p in progress)
     checkpoints = [m.body for m in msgs if isinstance(m.body, AgentCheckpoint)]
-    assert [c.step for c in checkpoints] == [10, 20, 30]
+    # Every checkpoint is uploaded and reported, or (newest wins: respot.agent.uploads) skipped
+    # for a newer one while the one before still uploads, which a loaded machine can cause:
+    # the first and the last always go up, and each one is accounted for.
+    uploaded = [c.step for c in checkpoints]
+    skipped = re.findall(r"skipping checkpoint step (\d+): step (\d+) is newer", agent.log())
+    assert all(int(newer) in uploaded for _, newer in skipped), (uploaded, skipped)
+    assert sorted(uploaded + [int(old) for old, _ in skipped]) == [10, 20, 30], skipped
+    assert uploaded[0] == 10 and uploaded[-1] == 30, uploaded
     # The 256 KiB constant file went up once: later checkpoints send only state.json.
     assert checkpoints[0].uploaded_bytes > 256 * 1024
     assert all(c.uploaded_bytes < 100 for c in checkpoints[1:])
@@ -140,8 +153,18 @@ def test_a_job_runs_to_completion(stage: Stage) -> None:
 
 def test_an_interrupted_attempt_hands_off_and_the_next_resumes_from_its_step(stage: Stage) -> None:
     s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    # Attempt 1 needs at least 20 s for its 1000 steps: the notice, sent once step 10 is
+    # reported, reaches it long before that however loaded the machine; attempt 2 runs fast.
+    steps = 1000
     sub = submit_job(
-        s3, bucket, hyperparameters={"steps": 250, "sleep": 0.02, "checkpoint_every": 1000}
+        s3,
+        bucket,
+        hyperparameters={
+            "steps": steps,
+            "sleep": 0.02,
+            "resumed_sleep": 0.0,
+            "checkpoint_every": 10_000,
+        },
     )
     first = stage.boot(sub.job_id, 1)
     try:
@@ -160,7 +183,7 @@ def test_an_interrupted_attempt_hands_off_and_the_next_resumes_from_its_step(sta
     preempted = msgs[-1].body
     assert isinstance(preempted, AgentPreempted), mailbox.kinds(1)
     assert preempted.notice == "spot-interruption"
-    assert preempted.checkpoint_step is not None and 10 <= preempted.checkpoint_step < 250
+    assert preempted.checkpoint_step is not None and 10 <= preempted.checkpoint_step < steps
     assert preempted.step == preempted.checkpoint_step  # zero lost work
     notice_ckpt = [m.body for m in msgs if isinstance(m.body, AgentCheckpoint)]
     assert [(c.step, c.reason) for c in notice_ckpt] == [(preempted.checkpoint_step, "notice")]
@@ -187,7 +210,7 @@ def test_an_interrupted_attempt_hands_off_and_the_next_resumes_from_its_step(sta
     assert waited is not None and float(waited.group(1)) < 1.0, second.log()
     result = get_json(s3, bucket, done.outputs_prefix + "result.json")
     assert result["resumed_from"] == preempted.checkpoint_step and result["attempt"] == 2
-    assert result["total"] == sum(range(1, 251))
+    assert result["total"] == sum(range(1, steps + 1))
 
 
 def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
@@ -207,10 +230,8 @@ def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
     try:
         stage.mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=30)
         # A notice with two seconds to go: the agent stops the session after 1.5 s.
-        t0 = time.monotonic()
         agent.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=2))
         code = agent.wait(30)
-        took = time.monotonic() - t0
     finally:
         agent.stop()
     stage.mailbox.poll()
@@ -221,14 +242,31 @@ def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
     assert preempted.checkpoint_step is not None and preempted.checkpoint_step % 20 == 0
     assert preempted.step is not None and preempted.step >= preempted.checkpoint_step
     assert exists(stage.s3, stage.bucket, layout.handoff_key(sub.job_id, 1))
-    assert took < 12  # 1.5 s, then SIGTERM (ignored by this session) and SIGKILL 5 s later
-    assert "the session ignored the notice; stopping it" in agent.log()
+    # The session was stopped on the agent's schedule: 1.5 s after the notice, SIGTERM
+    # (ignored by this session) and SIGKILL 5 s later. Timed by the agent's own log, from
+    # reading the notice to the session's end: what the test process and the agent's
+    # hand-off afterwards take on a loaded machine is not part of it (agent.wait bounds that).
+    log = agent.log()
+    assert "the session ignored the notice; stopping it" in log
+    stopped_in = logged_at(log, "session ended") - logged_at(log, "IMDS: spot terminate")
+    assert stopped_in < timedelta(seconds=12), log
 
 
 def test_a_rebalance_recommendation_checkpoints_without_stopping(stage: Stage) -> None:
     s3, bucket, mailbox = stage.s3, stage.bucket, stage.mailbox
+    # 5,000 steps of 0.02 s (100 s): the recommendation, sent once step 5 is reported,
+    # reaches the session long before its end however loaded the machine; once it has taken
+    # the requested checkpoint the session finishes without sleeping.
+    steps = 5_000
     sub = submit_job(
-        s3, bucket, hyperparameters={"steps": 150, "sleep": 0.02, "checkpoint_every": 1000}
+        s3,
+        bucket,
+        hyperparameters={
+            "steps": steps,
+            "sleep": 0.02,
+            "checkpoint_every": 100_000,
+            "fast_after_requested_checkpoint": True,
+        },
     )
     agent = stage.boot(sub.job_id, 1)
     try:
@@ -244,8 +282,8 @@ def test_a_rebalance_recommendation_checkpoints_without_stopping(stage: Stage) -
     bodies = [m.body for m in mailbox.of(1)]
     checkpoints = [b for b in bodies if isinstance(b, AgentCheckpoint)]
     assert len(checkpoints) == 1 and checkpoints[0].reason == "notice"
-    assert 5 <= checkpoints[0].step < 150
-    assert isinstance(bodies[-1], AgentCompleted) and bodies[-1].step == 150
+    assert 5 <= checkpoints[0].step < steps
+    assert isinstance(bodies[-1], AgentCompleted) and bodies[-1].step == steps
 
 
 def test_a_session_that_raises_fails_the_attempt_with_its_traceback(stage: Stage) -> None:

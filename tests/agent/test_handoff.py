@@ -149,7 +149,9 @@ def test_while_waiting_a_failed_successor_marker_is_written_again(s3: Any, bucke
             raise RuntimeError("S3 said 500")
         s3.put_object(Bucket=bucket, Key=key, Body=b"{}")
 
-    outcome = _wait(s3, bucket, wait=3.5, announce=announce).run()
+    # The tries come 1 s and then 2 s apart (each gap counted from when the last try really
+    # ran): a wait of 5 s holds the second even if the first runs up to 2 s late.
+    outcome = _wait(s3, bucket, wait=5.0, announce=announce).run()
     assert not outcome.found
     assert len(tries) == 2  # at 1 s and 3 s: the second went through, and no more after it
     s3.head_object(Bucket=bucket, Key=key)

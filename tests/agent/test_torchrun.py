@@ -23,7 +23,11 @@ def stage(s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_p
     return Stage(s3, bucket, agent_queue, Mailbox(sqs, agent_queue), moto_url, tmp_path)
 
 
-HYPER = {"steps": 60, "sleep": 0.04, "checkpoint_every": 1000}
+# Interrupted once step 15, then step 35, is reported: the first 120 steps take at least
+# 0.04 s each, so each notice has at least 85 steps (3.4 s) to land before those run out,
+# however late it comes within that; the last 80 steps run without sleeping.
+STEPS = 200
+HYPER = {"steps": STEPS, "sleep": 0.04, "slow_steps": 120, "checkpoint_every": 1000}
 
 
 def run_attempt(stage: Stage, job_id: str, attempt: int, *, interrupt_at: int | None) -> str:
@@ -86,6 +90,6 @@ def test_two_ranks_interrupted_twice_end_with_the_uninterrupted_weights(stage: S
     ]
     steps = [b.checkpoint_step for _, b in sorted(ends, key=lambda e: e[0])[:2]]
     assert all(isinstance(b, AgentPreempted) and b.step == b.checkpoint_step for _, b in ends[:2])
-    assert steps[0] is not None and steps[1] is not None and 15 <= steps[0] < steps[1] < 60
+    assert steps[0] is not None and steps[1] is not None and 15 <= steps[0] < steps[1] < STEPS
     # AND the weights are bit-identical to the uninterrupted run's
     assert weights(stage, cut.job_id) == weights(stage, plain.job_id)

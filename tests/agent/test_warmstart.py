@@ -49,6 +49,13 @@ def _started(stage: Stage, attempt: int) -> AgentStarted:
     return started[0]
 
 
+def last_step(mailbox: Mailbox, attempt: int = 1) -> int:
+    return max(
+        (m.body.step or 0 for m in mailbox.of(attempt) if isinstance(m.body, AgentProgress)),
+        default=0,
+    )
+
+
 def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lost(
     stage: Stage,
 ) -> None:
@@ -71,16 +78,20 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
         # WHEN the notice comes with 90 s to go (the reserve is 30 s: it may hold for 60 s)
         first.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=90))
         noticed = time.monotonic()
-        time.sleep(3.0)
-        # THEN the session is not told yet: it trains on while no replacement is warm
+        # THEN the agent holds the notice and the session is not told yet: it trains on (200
+        # steps, at least 2 s of it, past where it was once holding) while no replacement
+        # exists. Event-ordered: nothing can tell it before the replacement below boots.
+        first.wait_for_log("while the replacement warms up", timeout=60)
         mailbox.poll()
+        held_at = last_step(mailbox)
+        mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) > held_at + 200,
+            timeout=60,
+        )
         assert not any(
             isinstance(m.body, AgentCheckpoint) and m.body.reason == "notice" for m in mailbox.of(1)
         ), mailbox.kinds(1)
-        step_before = max(
-            (m.body.step or 0 for m in mailbox.of(1) if isinstance(m.body, AgentProgress)),
-            default=0,
-        )
+        step_before = last_step(mailbox)
         # WHEN the replacement boots: it warms up, says so, and waits for the handoff
         second = stage.boot(sub.job_id, 2, await_handoff=1)
         code1 = first.wait(120)
@@ -94,8 +105,15 @@ def test_the_old_instance_trains_until_its_replacement_is_warm_and_no_step_is_lo
     assert code1 == 0, first.log()
     assert code2 == 0, second.log()
     # THEN the old instance was told once the replacement was warm, well before the reclaim
-    assert exists(s3, bucket, layout.successor_ready_key(sub.job_id, 1))
+    marker = get_json(s3, bucket, layout.successor_ready_key(sub.job_id, 1))
     assert "telling the session now: the replacement is warm" in first.log()
+    # and not before: its notice checkpoint was sent after the replacement's marker was written
+    notice = [
+        m
+        for m in mailbox.of(1)
+        if isinstance(m.body, AgentCheckpoint) and m.body.reason == "notice"
+    ]
+    assert notice and notice[0].sent_at >= datetime.fromisoformat(marker["at"]), marker
     assert handed_off - noticed < 60
     preempted = mailbox.of(1)[-1].body
     assert isinstance(preempted, AgentPreempted), mailbox.kinds(1)

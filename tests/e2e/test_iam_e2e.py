@@ -53,13 +53,20 @@ def test_a_job_survives_an_interruption_under_the_stacks_policies(rt: LocalRunti
     assert all("SqsEventSource" in u for u in rt.iam.unresolved if u.startswith("Functions")), (
         rt.iam.unresolved
     )
-    job = rt.run(counting_spec("iam", hyperparameters={"steps": 400}))
+    # The first attempt trains at most 4 s (3 s to its notice, then at most 1 s of hold: the
+    # notice lasts 4 s, 3 s of which are kept to save), 200 steps of 0.02 s: it cannot finish
+    # 800, so the interruption always lands, even many seconds late; the resumed attempt runs
+    # fast.
+    steps = 800
+    job = rt.run(
+        counting_spec("iam", hyperparameters={"steps": steps, "resumed_step_seconds": 0.005})
+    )
     job.wait(timeout=120)
     record = rt.job_record(job.job_id)
     assert record is not None
     assert record.state is JobState.COMPLETED, (record.reason, record.timeline[-3:])
     assert record.interruptions == 1
-    assert int(output(rt, job.job_id, "weights.sha256")) == expected_total(400, 2)
+    assert int(output(rt, job.job_id, "weights.sha256")) == expected_total(steps, 2)
     assert rt.dispatcher is not None and rt.dispatcher.failures == []
 
 

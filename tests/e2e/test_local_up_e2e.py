@@ -109,7 +109,11 @@ def test_other_processes_use_the_runtime_local_up_runs(
     job.write_text(
         f"name: shell-two\nentry_point: e2esessions.counting:CountingSession\n"
         f"source_dir: {SESSIONS}\n"
-        "hyperparameters: {steps: 150, step_seconds: 0.04, checkpoint_every: 30}\n"
+        # Interrupted 4 s after boot, holding the notice at most 1 s (3 s of its 4 s are kept
+        # to save), the first attempt trains at most 5 s, 125 steps of 0.04 s: it cannot
+        # finish 300 even if the notice comes seconds late; the resumed attempt runs fast.
+        "hyperparameters: {steps: 300, step_seconds: 0.04, resumed_step_seconds: 0.01,"
+        " checkpoint_every: 30}\n"
     )
     ran = respot({**env, "RESPOT_LOCAL": "1"}, "run", str(job), "--json")
     assert ran.returncode == 0, ran.stdout + ran.stderr

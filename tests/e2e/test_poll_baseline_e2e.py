@@ -19,15 +19,21 @@ SESSIONS = Path(__file__).parent / "sessions"
 
 def test_without_notices_a_lost_instance_is_found_by_the_poller_and_the_job_resumes() -> None:
     # GIVEN the runtime in its poll-only mode and a job interrupted once, 3 s after boot; the
-    # session is not told, trains on through the 4-s notice window and must not finish in it
-    # (600 steps of 20 ms)
+    # session is not told, trains on through the 4-s notice window and must not finish in it:
+    # at most 7 s, 350 steps of 20 ms, of 1200 (margin for a notice or a termination that
+    # comes seconds late); the resumed attempt runs fast
     chaos = ChaosSchedule(job_ids=set())
     options = RuntimeOptions(time_scale=1 / 30, chaos=chaos, react_to_notices=False)
     spec = TrainingEnvVar(
         name="poll",
         entry_point="e2esessions.counting:CountingSession",
         source_dir=str(SESSIONS),
-        hyperparameters={"steps": 600, "step_seconds": 0.02, "checkpoint_every": 40},
+        hyperparameters={
+            "steps": 1200,
+            "step_seconds": 0.02,
+            "resumed_step_seconds": 0.005,
+            "checkpoint_every": 40,
+        },
         seed=3,
     )
     job_id = new_job_id("poll")

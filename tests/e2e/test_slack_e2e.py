@@ -45,12 +45,17 @@ def rt() -> Iterator[LocalRuntime]:
         yield runtime
 
 
-def counting(name: str, steps: int) -> TrainingEnvVar:
+def counting(name: str, steps: int, **hyper: float) -> TrainingEnvVar:
     return TrainingEnvVar(
         name=name,
         entry_point="e2esessions.counting:CountingSession",
         source_dir=str(SESSIONS),
-        hyperparameters={"steps": steps, "step_seconds": 0.02, "checkpoint_every": 40},
+        hyperparameters={
+            "steps": steps,
+            "step_seconds": 0.02,
+            "checkpoint_every": 40,
+            **hyper,
+        },
         instance_types=["g5.xlarge"],
     )
 
@@ -92,9 +97,12 @@ def assert_one_complete_thread(rt: LocalRuntime, record: JobRecord) -> SlackThre
 
 
 def test_an_interrupted_job_tells_its_whole_story_in_one_thread(rt: LocalRuntime) -> None:
-    # GIVEN a job whose first instance is interrupted 4 s after it boots
+    # GIVEN a job whose first instance is interrupted 4 s after it boots. That attempt trains
+    # at most 5 s (then at most 1 s of notice hold: 3 s of the 4-s notice are kept to save),
+    # 250 steps of 0.02 s: it cannot finish 800, even if the notice comes seconds late; the
+    # resumed attempt runs fast.
     assert rt.market is not None and rt.slack is not None
-    spec = counting("slack-story", 400)
+    spec = counting("slack-story", 800, resumed_step_seconds=0.005)
     job_id = new_job_id(spec.name)
     rt.market.chaos.add(job_id, 1, 120.0)
     # WHEN it runs to completion and the notifications drain
@@ -116,7 +124,7 @@ def test_an_interrupted_job_tells_its_whole_story_in_one_thread(rt: LocalRuntime
     ]
     assert noted and all((b - a).total_seconds() >= 2.0 for a, b in itertools.pairwise(noted))
     completed = thread.replies[kinds.index("completed")].text
-    assert "Completed at step 400" in completed
+    assert "Completed at step 800" in completed
     assert "on-demand would have cost" in completed and "% saved" in completed
     assert rt.slack.errors() == []
     assert len(thread.parent.edits) >= len(thread.replies) - 1  # edited, never re-posted

@@ -95,7 +95,7 @@ def verifier(endpoint: str, **kwargs: Any) -> Verifier:
 
 def verify(check: Verifier, command: Any, message_id: str) -> Caller:
     """`check.verify` of `command` as it arrives, published as the SDK publishes it."""
-    return check.verify(command, message_id, received=Received.read(encode(command)))
+    return check.verify(command, message_id, received=Received(encode(command)))
 
 
 def test_a_genuine_proof_names_the_signer(

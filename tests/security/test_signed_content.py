@@ -10,6 +10,7 @@ checked by the emulator's STS.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import secrets
@@ -21,17 +22,22 @@ import pytest
 from pydantic import TypeAdapter
 
 from lambdas import commands
+from respot.client import JobHandle
+from respot.ec2events import sns_envelope
 from respot.identity import (
+    CANONICAL_DIGEST,
+    DIGEST_HEADER,
     MalformedMessageError,
     command_digest,
     content_digest,
+    legacy_command_digest,
     legacy_digest,
     read_message,
     sign_proof,
     signed_content,
     sts_url,
 )
-from respot.messages import IdentityProof, JobSubmission, encode
+from respot.messages import COMMAND_ADAPTER, IdentityProof, JobSubmission, encode
 from respot.spec import TrainingEnvVar
 from tests.handlers.test_handlers import CONTEXT, Env
 from tests.security.test_hostile_handlers import reasons
@@ -262,3 +268,31 @@ def test_the_legacy_digest_is_what_those_sdks_signed() -> None:
     ).hexdigest()
     assert legacy_digest(encode(sub)) == before
     assert legacy_digest("[1]") is None and legacy_digest('{"a":1') is None
+    assert legacy_digest('{"a":1 "b":2}') is None and legacy_digest('{"a":1,}') is None
+
+
+@pytest.mark.parametrize("said", [CANONICAL_DIGEST, None])
+def test_the_sdk_signs_the_digest_its_stack_checks(
+    verified: Env, moto_endpoint: str, said: str | None
+) -> None:
+    # A stack before the canonical digest says nothing in its deployment parameter and
+    # checks the legacy digest of its own model; a researcher whose SDK is newer than the
+    # stack must still get in. Published by the SDK itself, through SNS to the queue.
+    alice = person(moto_endpoint, "alice")
+    sub = submission()
+    deployment = dataclasses.replace(verified.local.deployment(), proof_digest=said)
+    JobHandle(sub.job_id, deployment, session=alice.session).publish(sub)
+    sqs, url = verified.clients["sqs"], verified.local.queue_urls["commands"]
+    (message,) = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"]
+    text, _ = sns_envelope(message["Body"])
+    signed = json.loads(text)["proof"]["headers"][DIGEST_HEADER]
+    if said == CANONICAL_DIGEST:
+        assert signed == content_digest(read_message(text))
+    else:  # what a stack before the canonical digest recomputes, and accepts
+        assert signed == legacy_command_digest(COMMAND_ADAPTER.validate_json(text))
+    assert commands.handler(verified.sqs_event(message["Body"]), CONTEXT) == {
+        "batchItemFailures": []
+    }
+    assert reasons(verified) == []
+    record = verified.control.jobs.get(sub.job_id)
+    assert record is not None and record.submission.submitted_by == alice.arn

@@ -119,7 +119,7 @@ class SweepHandle:
 
     def publish(self, command: SweepSubmission | SweepStopCommand) -> None:
         """Sign an identity proof for `command` (respot.identity) and publish it."""
-        from respot.identity import command_digest, sign_proof, sts_url
+        from respot.identity import digest_to_sign, sign_proof, sts_url
 
         session = self._session or self.deployment.session()
         credentials = session.get_credentials()
@@ -136,7 +136,7 @@ class SweepHandle:
             url=sts_url(self.deployment.region, self.deployment.endpoint_url),
             job_id=self.sweep_id,
             command=command.command,
-            digest=command_digest(command),
+            digest=digest_to_sign(command, self.deployment.proof_digest),
         )
         signed = command.model_copy(update={"proof": proof})
         self._client("sns").publish(

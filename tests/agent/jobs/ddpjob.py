@@ -31,6 +31,7 @@ class DDPSession(TrainingSession):
         total = int(self.hparams.get("steps", 60))
         every = int(self.hparams.get("checkpoint_every", 1000))
         delay = float(self.hparams.get("sleep", 0.05))
+        slow_steps = int(self.hparams.get("slow_steps", total))  # steps after these: no sleep
         self.total_steps = total
         step = 0
         path = self.checkpoint_dir / "model.pt"
@@ -59,7 +60,7 @@ class DDPSession(TrainingSession):
             opt.step()
             step += 1
             self.report(step, loss=loss.item())
-            time.sleep(delay)
+            time.sleep(delay if step <= slow_steps else 0.0)
             if step % every == 0:
                 self._save(step, model, opt, rank)
         if step >= total and rank == 0:

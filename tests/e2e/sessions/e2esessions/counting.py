@@ -11,7 +11,11 @@ from respot.session import TrainingSession
 
 
 class CountingSession(TrainingSession):
-    """Adds step * seed to a total, one step at a time; the total is its 'weights'."""
+    """Adds step * seed to a total, one step at a time; the total is its 'weights'.
+
+    Each step takes at least `step_seconds` (`resumed_step_seconds` once a checkpoint was
+    restored), so `steps * step_seconds` bounds from below how long a first attempt takes.
+    """
 
     def train(self) -> None:
         total_steps = int(self.hparams.get("steps", 200))
@@ -22,6 +26,9 @@ class CountingSession(TrainingSession):
         state = {"step": 0, "total": 0}
         if state_file.exists():
             state = json.loads(state_file.read_text())
+            # A resumed attempt may run faster: a test sizes the work so that the attempts it
+            # interrupts cannot finish it, without waiting as long for the last one.
+            delay = float(self.hparams.get("resumed_step_seconds", delay))
         # Echo what the environment carried, for the test of inert data.
         print("ENV", json.dumps({k: v for k, v in os.environ.items() if k.startswith("E2E_")}))
         print("HPARAMS", json.dumps(self.hparams), flush=True)
