@@ -137,14 +137,6 @@ def rt() -> Iterator[LocalRuntime]:
         yield runtime
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="timed out with a job still RUNNING in full runs since warm start (seen by two "
-    "engineers); not reproduced in 6 runs alone at load 30-40 (one other failure there, the "
-    "attempt after the killed one noticed before its restore: fixed below). A warm session "
-    "that ended after ready used to hang its agent RUNNING (fixed, tests/agent/"
-    "test_warm_session_gone.py) but is not shown to be this timeout's cause",
-)
 def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
     # GIVEN a handler that will die once between its write and its replacement launch
     control = lambda_runtime.control_plane()

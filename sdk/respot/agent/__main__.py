@@ -15,9 +15,13 @@ from respot.agent.runner import Agent, AgentResult
 
 logger = logging.getLogger("respot.agent")
 
-# After AgentPreempted the control plane terminates the instance; if that never comes,
-# power off anyway rather than idle at spot prices.
-PREEMPTED_LINGER_SECONDS = 300.0
+# After the attempt's last report (AgentCompleted, AgentPreempted or AgentFailed) the control
+# plane terminates the instance; if that never comes, power off anyway rather than idle at
+# spot prices. Not at once: the instance's shutting-down event reaches the control plane by
+# another path (EventBridge) than the report (SQS), so it can be handled first; an attempt
+# whose instance goes down before any last report is judged lost and replaced, so a job that
+# had just completed got a new instance launched (and an interruption counted) for nothing.
+LINGER_SECONDS = 300.0
 POWEROFF_ARGV = ["shutdown", "-h", "now"]
 
 
@@ -50,9 +54,9 @@ def main() -> int:
     if result is not None:
         logger.info("attempt ended: %s", result)
     if config.shutdown == "poweroff":
-        if result is not None and result.outcome == "preempted":
-            logger.info("waiting up to %.0fs to be terminated", PREEMPTED_LINGER_SECONDS)
-            time.sleep(PREEMPTED_LINGER_SECONDS)
+        if result is not None:  # its last report is sent: the control plane ends the instance
+            logger.info("waiting up to %.0fs to be terminated", LINGER_SECONDS)
+            time.sleep(LINGER_SECONDS)
         logger.info("powering off")
         subprocess.run(POWEROFF_ARGV, check=False)  # noqa: S603 - a fixed argv, no shell
     return code
