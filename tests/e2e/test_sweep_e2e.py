@@ -32,6 +32,14 @@ def rt() -> Iterator[LocalRuntime]:
         yield runtime
 
 
+# A trial is interrupted once its record shows step 60. The record lags the session by up to
+# a scaled heartbeat (2 s, 100 steps of 0.02 s), and the notice reaches the session within
+# its 1-s hold and an IMDS poll: 600 steps leave it 8 s or more to land before the trial
+# ends (300 left under 3 s on a loaded machine). The same margin lets the pruner stop the
+# diverging trial before it ends.
+STEPS = 600
+
+
 def ridge_sweep(name: str, **changes: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "name": name,
@@ -44,7 +52,7 @@ def ridge_sweep(name: str, **changes: Any) -> dict[str, Any]:
         "job": {
             "entry_point": "ridge.train:RidgeSession",
             "source_dir": str(EXAMPLE),
-            "hyperparameters": {"steps": 300, "eval_every": 25, "step_sleep": 0.02},
+            "hyperparameters": {"steps": STEPS, "eval_every": 25, "step_sleep": 0.02},
             "max_runtime": "10m",
         },
     }
@@ -115,7 +123,7 @@ def test_a_sweep_runs_trials_through_an_interruption_and_prunes_a_bad_one(
     job = rt.job_record(bad.job_id)
     assert job is not None and job.state.value == "CANCELLED"
     assert "pruned" in (job.reason or "")
-    assert (job.progress.step or 0) < 300
+    assert (job.progress.step or 0) < STEPS
     assert rt.fleet is not None
     deadline = time.monotonic() + 15
     while any(i.job_id == bad.job_id for i in rt.fleet.live()) and time.monotonic() < deadline:
