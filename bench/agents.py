@@ -30,8 +30,8 @@ from typing import Any
 from infra.local.clock import Timers, TimeScale
 from infra.local.cloud import LocalDeployment
 from infra.local.fleet import InstanceFleet, LocalInstance
-from respot import layout
-from respot.messages import (
+from respot.storage import layout
+from respot.wire.messages import (
     AgentBody,
     AgentCheckpoint,
     AgentCompleted,

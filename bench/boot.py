@@ -40,7 +40,7 @@ from bench import _report
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from infra.local.sandbox import AGENT_JOURNAL, BOOT_LOG
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 
 SESSIONS = Path(__file__).resolve().parent / "sessions"
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z")

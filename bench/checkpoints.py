@@ -61,7 +61,7 @@ from botocore.config import Config
 
 from bench import _report
 from infra.local import cloud
-from respot.checkpoints import (
+from respot.storage.checkpoints import (
     MAX_CONCURRENCY,
     MULTIPART_CHUNK_BYTES,
     MULTIPART_THRESHOLD_BYTES,

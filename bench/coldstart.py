@@ -60,9 +60,9 @@ LAMBDA_ENV = {
 # Subtrees worth watching in a handler's import (cumulative seconds, first time imported).
 WATCHED = (
     "pydantic",
-    "respot.spec",
+    "respot.spec.training",
     "respot.core",
-    "respot.client",
+    "respot.client.handle",
     "aws_lambda_powertools.logging",
     "aws_lambda_powertools.utilities.batch",
     "boto3",

@@ -59,7 +59,7 @@ from infra.local.runtime import HEARTBEAT_SECONDS, LocalRuntime, RuntimeOptions
 from infra.wiring import WIRING
 from respot.core.lifecycle import CHECKPOINT_NOTES_KEPT, PROGRESS_HISTORY_FRACTION
 from respot.core.placement import ControlSettings
-from respot.messages import new_job_id
+from respot.wire.messages import new_job_id
 
 TIME_SCALE = 1.0 / 30.0
 RECONCILE_SECONDS = float(WIRING.schedules[0].every_seconds)

@@ -37,7 +37,7 @@ from bench import _report
 from infra.local.fleet import FleetTiming
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.exceptions import SpecError
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 
 TIME_SCALE = 1 / 30
 COMMAND = ".venv/bin/python -m bench.failures"

@@ -43,7 +43,7 @@ from infra.local.demo import DATA_BUCKET, EXAMPLE, ProgressChaos, demo_spec, int
 from infra.local.fleet import FleetTiming, LocalInstance
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import JobRecord
-from respot.messages import new_job_id
+from respot.wire.messages import new_job_id
 
 TIME_SCALE = 1.0 / 30.0  # the two-minute notice lasts 4 s, a 20 s poll 0.67 s
 POLL_SECONDS = 20.0  # SkyPilot: JOB_STATUS_CHECK_GAP_SECONDS = 20 (sky/jobs/utils.py)

@@ -23,13 +23,13 @@ from pathlib import Path
 
 from infra.local import cloud
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot.joblogs import JobLogs, LogLine
-from respot.spec import TrainingEnvVar
+from respot.client.logs import JobLogs, LogLine
+from respot.spec.training import TrainingEnvVar
 
 SESSION = textwrap.dedent(
     """
     import time
-    from respot.session import TrainingSession
+    from respot.training.session import TrainingSession
 
     class Ticker(TrainingSession):
         def train(self) -> None:

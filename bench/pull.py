@@ -3,13 +3,13 @@
     .venv/bin/python -m bench.pull [--size-mib 1024] [--files 1] [--runs 3] [--aws-defaults]
 
 One moto server on 127.0.0.1 holds a job whose output is one file of `--size-mib` (random
-bytes), uploaded by the agent's own `respot.outputs.upload_outputs` (so its outputs manifest
+bytes), uploaded by the agent's own `respot.storage.outputs.upload_outputs` (so its outputs manifest
 records the SHA-256). Each run downloads it twice, once per tool, into an empty directory;
 the order alternates between runs (respot first in odd runs, the AWS CLI first in even ones)
 so neither tool always gets the warmer page cache or the quieter moment. Both tools run as a
 new process, timed on the wall clock from start to exit:
 
-- respot: `python -m bench.pull --child ...`, which calls `respot.pull.pull_outputs`, the
+- respot: `python -m bench.pull --child ...`, which calls `respot.client.pull.pull_outputs`, the
   code `respot pull` runs (read the manifest, parallel ranged GETs of 16 MiB parts, 10 at a
   time, then SHA-256 of the file against the manifest, then rename into place). Not included:
   reading the job record from DynamoDB and downloading the logs, which `respot pull` also does
@@ -76,7 +76,7 @@ def child(endpoint: str, dest: Path) -> int:
     """The respot side of one run, in its own process: what `respot pull` does for outputs."""
     from botocore.config import Config
 
-    from respot.pull import pull_outputs
+    from respot.client.pull import pull_outputs
 
     s3 = cloud.session().client(
         "s3", endpoint_url=endpoint, config=Config(read_timeout=READ_TIMEOUT_SECONDS)
@@ -151,9 +151,9 @@ def run(
     size_mib: int, runs: int, scratch: Path, aws_defaults: bool, files: int = 1
 ) -> list[dict[str, Any]]:
     """`runs` rounds, each tool once per round, the order alternating."""
-    from respot import layout
-    from respot.checkpoints import file_sha256
-    from respot.outputs import upload_outputs
+    from respot.storage import layout
+    from respot.storage.checkpoints import file_sha256
+    from respot.storage.outputs import upload_outputs
 
     server = cloud.MotoServer()
     endpoint = server.start()

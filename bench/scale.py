@@ -45,8 +45,8 @@ from infra.local.fleet import FleetTiming, LocalInstance
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from infra.wiring import Rule
-from respot.messages import JobSubmission, new_job_id
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import JobSubmission, new_job_id
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 

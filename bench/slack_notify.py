@@ -26,7 +26,7 @@ from typing import Any
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import JobRecord
 from respot.notify import REPLY_KINDS
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 
 SESSIONS = Path(__file__).resolve().parents[1] / "tests" / "e2e" / "sessions"
 

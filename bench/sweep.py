@@ -31,9 +31,9 @@ from bench.proxy import CountingProxy, Request
 from infra.local.dispatcher import Invocation
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot.messages import new_job_id
 from respot.sweep.client import load_sweep_file
 from respot.sweep.engine import trial_job_id
+from respot.wire.messages import new_job_id
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "sweep" / "sweep.yaml"

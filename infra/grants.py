@@ -20,8 +20,8 @@ from aws_cdk import aws_ssm as ssm
 
 from infra.regions import SATELLITE_TAG, checkpoint_bucket_name, instance_role_name
 from infra.wiring import Grant
-from respot import layout
 from respot.core.lifecycle import MANAGED_TAG
+from respot.storage import layout
 
 # The table adapter's calls: compare-and-set writes, reads and the `live` index query.
 # (TransactWriteItems is authorized per item by these same actions.)

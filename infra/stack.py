@@ -39,8 +39,8 @@ from infra.nag import suppress
 from infra.regions import satellite_parameter_name
 from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring
-from respot import config
-from respot.identity import ENV_ADMINS, ENV_STS_URL
+from respot.control import config
+from respot.identity.proofs import ENV_ADMINS, ENV_STS_URL
 
 NOTIFY_QUEUE = "notifications"
 SWEEP_QUEUE = "sweep-events"
@@ -150,7 +150,7 @@ class RespotStack(Stack):
     def _function_environment(
         self, settings: DeploySettings, notify_queue: sqs.IQueue | None
     ) -> dict[str, str]:
-        """What every control-plane function reads through `respot.config`."""
+        """What every control-plane function reads through `respot.control.config`."""
         env = {
             config.ENV_TABLE: self.store.table.table_name,
             config.ENV_BUCKET: self.store.bucket.bucket_name,
@@ -181,7 +181,7 @@ class RespotStack(Stack):
         sweep_queue = self.messaging.queues.get(SWEEP_QUEUE)
         if sweep_queue is not None:
             env[config.ENV_SWEEP_QUEUE_URL] = sweep_queue.queue_url
-        # Identity proofs are executed against this STS endpoint only (respot.identity).
+        # Identity proofs are executed against this STS endpoint only (respot.identity.proofs).
         env[ENV_STS_URL] = f"https://sts.{self.region}.amazonaws.com/"
         if settings.admin_principal_arns:
             env[ENV_ADMINS] = ",".join(settings.admin_principal_arns)

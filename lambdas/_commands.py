@@ -2,13 +2,13 @@
 
 One way for every command (lambdas/commands.py): the SQS body is checked for size and depth,
 the SNS envelope is opened, the published text is read strictly into one JSON object
-(`respot.identity.Received`: no repeated key, no NaN), the command is validated from that
-very object (the job id by `respot.jobid`), it must be the command its path expects, and its
-identity proof is verified by STS (`respot.identity`) against the digest of that object as
+(`respot.identity.proofs.Received`: no repeated key, no NaN), the command is validated from that
+very object (the job id by `respot.spec.jobid`), it must be the command its path expects, and its
+identity proof is verified by STS (`respot.identity.proofs`) against the digest of that object as
 received, not of our re-serialised model (an older SDK's proof survives a newer model):
 the caller's ARN from STS's answer replaces whatever the message claimed.
 A sweep whose job names a secret, an ECR image or data this deployment's instances may not read
-is refused here too (`refuse_unreachable`, the rule `run()` applies in `respot.reach`; a single
+is refused here too (`refuse_unreachable`, the rule `run()` applies in `respot.spec.reach`; a single
 job so refused is recorded FAILED instead, lambdas/commands.py): a submission that never went
 through `run()` would otherwise be launched, paid for, and fail at setup. The function knows
 its home region and account from its own ARN (`Home.of`), never from the message. Every refusal
@@ -31,23 +31,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, control_plane, is_installed
-from respot.config import ENV_BUCKET, ENV_DATA_BUCKETS
-from respot.ec2events import sns_envelope
-from respot.identity import (
-    ENV_ADMINS,
-    DynamoProofLedger,
-    MalformedMessageError,
-    ProofError,
-    Received,
-    Verifier,
-)
-from respot.inputs import InputLimitError, check_json_text
-from respot.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
-from respot.reach import refused_reads
-from respot.spec import describe_validation_error
+from respot.aws.ec2events import sns_envelope
+from respot.control.config import ENV_BUCKET, ENV_DATA_BUCKETS
+from respot.identity.proofs import ENV_ADMINS, MalformedMessageError, ProofError, Received
+from respot.identity.verify import DynamoProofLedger, Verifier
+from respot.spec.reach import refused_reads
+from respot.spec.training import describe_validation_error
+from respot.wire.limits import InputLimitError, check_json_text
+from respot.wire.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
 
 if TYPE_CHECKING:
-    from respot.spec import TrainingEnvVar
+    from respot.spec.training import TrainingEnvVar
 
 C = TypeVar("C", JobSubmission, CancelCommand)
 
@@ -104,7 +98,7 @@ class Home:
         return cls(os.environ.get("AWS_REGION") or None, None, **grants)
 
     def refused(self, spec: TrainingEnvVar, *, field: str = "") -> list[str]:
-        """What of `spec` this deployment's instances may not read (`respot.reach`)."""
+        """What of `spec` this deployment's instances may not read (`respot.spec.reach`)."""
         return refused_reads(
             spec,
             region=self.region,

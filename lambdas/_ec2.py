@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lambdas._runtime import control_plane, logger
-from respot.ec2events import EventShapeError, parse_ec2_event
+from respot.aws.ec2events import EventShapeError, parse_ec2_event
 
 
 def handle_ec2_event(event: dict[str, Any]) -> dict[str, Any]:

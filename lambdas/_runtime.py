@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
 
-from respot.config import ENV_DLQ_URL, ControlPlaneConfig
+from respot.control.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.exceptions import RespotError
 

@@ -14,9 +14,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
-from respot.config import ENV_AGENT_ROLE_ID
+from respot.control.config import ENV_AGENT_ROLE_ID
 from respot.core.events import AgentReport
-from respot.messages import AgentMessage
+from respot.wire.messages import AgentMessage
 
 
 def check_sender(

@@ -8,7 +8,7 @@ most of what an idle deployment pays (docs/decisions.md, "One commands queue").
 Each message goes by its `command` field to one path:
 - `submit`: record the job (create-only by job id) and request its first capacity; a job that
   names a secret, an ECR image or data (outside the stack's data_bucket_arns) the instances
-  may not read (`respot.reach`, the rule `run()`
+  may not read (`respot.spec.reach`, the rule `run()`
   applies) is recorded FAILED with the field and the fix instead, nothing launched, so the
   researcher who bypassed `run()` sees it in `respot status` and Slack (`lifecycle._submitted`);
 - `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
@@ -32,7 +32,7 @@ from lambdas import _activity
 from lambdas._commands import Home, admin_principals, published_command, read_command
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.exceptions import DuplicateJobError, NotOwnerError
-from respot.messages import CancelCommand, JobSubmission
+from respot.wire.messages import CancelCommand, JobSubmission
 
 
 def submit(body: str, home: Home) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, logger, sqs_batch
-from respot.config import NotifyConfig
+from respot.control.config import NotifyConfig
 from respot.notify import (
     JobNotification,
     SlackNotifier,

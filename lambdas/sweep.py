@@ -26,7 +26,7 @@ from lambdas._runtime import (
     logger,
     sqs_batch,
 )
-from respot.messages import CancelCommand, CodeArtifact, JobSubmission
+from respot.wire.messages import CancelCommand, CodeArtifact, JobSubmission
 
 if TYPE_CHECKING:
     from lambdas._commands import Home
@@ -74,7 +74,7 @@ class ControlPlaneTrials:
 
     def copy_code(self, code: CodeArtifact, job_id: str) -> CodeArtifact:
         """The sweep's code zip, copied under the trial job's own prefix."""
-        from respot import layout
+        from respot.storage import layout
 
         bucket, _, key = code.s3_uri.removeprefix("s3://").partition("/")
         target = layout.code_key(job_id, code.sha256)
@@ -103,7 +103,7 @@ def engine() -> SweepEngine:
 
 
 def _news_from_env() -> SweepNews | None:
-    from respot.config import ConfigError, NotifyConfig
+    from respot.control.config import ConfigError, NotifyConfig
     from respot.notify.sweep_thread import SlackSweepNews
 
     try:
@@ -143,7 +143,7 @@ def start_sweep(body: str, home: Home) -> None:
     refuse_unreachable(submission.spec.job, home, what=f"sweep {submission.sweep_id}", field="job.")
     if submission.code is not None:
         # The code must be the sweep's own upload: never another job's, never another bucket.
-        from respot import layout
+        from respot.storage import layout
 
         cp = control_plane()
         own = f"s3://{cp.bucket}/{layout.code_key(submission.sweep_id, submission.code.sha256)}"
@@ -169,7 +169,7 @@ def stop_sweep(body: str) -> None:
     """Stop a sweep at its owner's (or an admin's) verified request: no new trials, running
     trials cancelled."""
     from lambdas._commands import admin_principals, read_signed
-    from respot.identity import principal_matches
+    from respot.identity.verify import principal_matches
     from respot.sweep.model import SweepStopCommand
 
     command: SweepStopCommand = read_signed(body, SweepStopCommand, "requested_by")

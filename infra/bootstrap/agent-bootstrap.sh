@@ -19,7 +19,7 @@ exec > >(tee -a "$LOG") 2>&1
 echo "respot bootstrap: start $(date -u +%Y-%m-%dT%H:%M:%S.%NZ)"
 
 report_boot_failure() {
-  # Tell the control plane on the agent channel (AgentBootFailed in respot.messages, in the
+  # Tell the control plane on the agent channel (AgentBootFailed in respot.wire.messages, in the
   # agent's envelope with seq 0), so that it can count boots that never started training.
   local reason="$1" queue region sender
   queue=$(grep -E "^RESPOT_AGENT_QUEUE_URL=" "$ENV_FILE" 2>/dev/null | head -n 1) || return 1

@@ -25,14 +25,14 @@ from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
 from infra.settings import DEFAULT_FRAMEWORK_PYTHON
 from infra.userdata import agent_environment, user_data_lines
-from respot import layout
-from respot.agent.secrets import JOB_SECRET_PREFIX
 from respot.core.lifecycle import MANAGED_TAG
+from respot.spec.names import JOB_SECRET_PREFIX
+from respot.storage import layout
 
 # Containers on the instance need a second hop to reach IMDS; nothing further away may.
 IMDS_HOP_LIMIT = 2
 LOG_RETENTION = logs.RetentionDays.ONE_MONTH
-# What the agent writes under a job's prefix (see respot.layout); it only reads the rest.
+# What the agent writes under a job's prefix (see respot.storage.layout); it only reads the rest.
 AGENT_WRITES = ("checkpoints", "handoff", "outputs", "logs", "tensorboard")
 # Single objects the agent writes beside those prefixes: the outputs' manifest (layout.py).
 AGENT_WRITES_OBJECTS = ("outputs.json",)
@@ -130,7 +130,7 @@ class Fleet(Construct):
                 ],
             ),
             iam.PolicyStatement(
-                # Pruning: blobs and manifests of checkpoints no longer kept (respot.checkpoints).
+                # Pruning: blobs and manifests of checkpoints no longer kept (storage.checkpoints).
                 sid="PruneCheckpoints",
                 actions=["s3:DeleteObject"],
                 resources=[bucket.arn_for_objects(f"{jobs}*/checkpoints/*")],

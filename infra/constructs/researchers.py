@@ -22,8 +22,8 @@ from constructs import Construct
 
 from infra.grants import job_objects, list_job_objects
 from infra.nag import suppress
-from respot import layout
-from respot.identity import CANONICAL_DIGEST
+from respot.identity.proofs import CANONICAL_DIGEST
+from respot.storage import layout
 
 RESEARCHER_POLICY_NAME = "RespotResearcherPolicy"
 
@@ -73,7 +73,7 @@ class ResearcherAccess(Construct):
         if instance_types:  # the allowed types: the SDK refuses others before uploading
             self.deployment["instance_types"] = ",".join(instance_types)
         if data_buckets is not None:  # what instances read data from (even none): the SDK
-            # refuses a data URI outside it before uploading (respot.reach)
+            # refuses a data URI outside it before uploading (respot.spec.reach)
             self.deployment["data_buckets"] = ",".join(data_buckets)
         self.parameter = ssm.StringParameter(
             self,

@@ -91,7 +91,7 @@ class JobStore(Construct):
             encryption=dynamodb.TableEncryption.AWS_MANAGED,
             deletion_protection=True,
             removal_policy=RemovalPolicy.RETAIN,
-            # Used identity proofs (respot.identity.DynamoProofLedger) expire by themselves.
+            # Used identity proofs (respot.identity.verify.DynamoProofLedger) expire by themselves.
             time_to_live_attribute="ttl",
         )
         for index in wiring.table_indexes:

@@ -26,10 +26,10 @@ from infra.local.mappings import LocalEventSourceMappings
 from infra.local.sandbox import FRAMEWORK_PYTHON, LocalImage
 from infra.userdata import agent_environment, render_user_data
 from infra.wiring import WIRING, Wiring
-from respot import config as cfg
+from respot.client.deployment import DEFAULT_PARAMETER, Deployment
+from respot.control import config as cfg
 from respot.core.placement import SubnetRef
-from respot.deployment import DEFAULT_PARAMETER, Deployment
-from respot.identity import CANONICAL_DIGEST
+from respot.identity.proofs import CANONICAL_DIGEST
 
 REGION = "us-east-1"
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -163,7 +163,7 @@ class LocalDeployment:
         )
 
     def function_env(self, function: str, wiring: Wiring = WIRING) -> dict[str, str]:
-        """The environment the stack gives `function` (see respot.config)."""
+        """The environment the stack gives `function` (see respot.control.config)."""
         dlq = next((self.dlq_urls[q.name] for q in wiring.queues if q.function == function), "")
         return {
             cfg.ENV_TABLE: self.table_name,

@@ -23,10 +23,10 @@ from typing import Any
 
 from infra.local.fleet import FleetTiming
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot import layout
-from respot.client import JobHandle
+from respot.client.handle import JobHandle
 from respot.core.job import AttemptEnd, JobRecord, TimelineEntry
-from respot.spec import DataSourceEnvVar, TrainingEnvVar, parse_deadline
+from respot.spec.training import DataSourceEnvVar, TrainingEnvVar, parse_deadline
+from respot.storage import layout
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "digits"
@@ -268,7 +268,7 @@ def run_demo(
             say(f"the uninterrupted run failed: {baseline['error']}")
         details = interruptions_of(record, timing, time_scale)
         if timeline_png is not None:
-            from respot.jobplot import draw_timeline
+            from respot.client.plot import draw_timeline
 
             say(f"timeline picture: {draw_timeline(record, timeline_png)}")
         # Slack hears of the end a moment after the job record does: let the queue drain.

@@ -34,7 +34,7 @@ from infra.local.clock import Timers, TimeScale
 from infra.local.cloud import CREDENTIALS, LocalDeployment
 from infra.local.imds import ImdsServer
 from infra.local.sandbox import AGENT_JOURNAL, InstanceRoot
-from respot.ec2events import REBALANCE, SPOT_FULFILLMENT, SPOT_INTERRUPTION, STATE_CHANGE
+from respot.aws.ec2events import REBALANCE, SPOT_FULFILLMENT, SPOT_INTERRUPTION, STATE_CHANGE
 
 log = logging.getLogger("respot.local.fleet")
 

@@ -43,19 +43,20 @@ from infra.local.satellite import LocalSatellite, provision_satellite, satellite
 from infra.local.slack import LocalSlack
 from infra.settings import DeploySettings
 from infra.wiring import WIRING
-from respot import config as cfg
 from respot.aws.satellites import RegionalCapacity
-from respot.client import JobHandle, run
-from respot.config import ControlPlaneConfig, NotifyConfig
+from respot.client.deployment import Deployment
+from respot.client.handle import JobHandle, run
 from respot.control import activity
+from respot.control import config as cfg
+from respot.control.config import ControlPlaneConfig, NotifyConfig
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
-from respot.deployment import Deployment
-from respot.identity import DEFAULT_MAX_AGE, Verifier, sts_url
+from respot.identity.proofs import DEFAULT_MAX_AGE, sts_url
+from respot.identity.verify import Verifier
 from respot.notify import SlackNotifier
 from respot.notify.sweep_thread import SlackSweepNews
 from respot.notify.token import SlackTokenSource
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 from respot.sweep.client import SweepHandle
 
 log = logging.getLogger("respot.local")

@@ -35,7 +35,7 @@ from infra.local.sandbox import FRAMEWORK_PYTHON
 from infra.regions import SATELLITE_TAG, satellite_parameter_name
 from infra.userdata import agent_environment, render_user_data
 from infra.wiring import WIRING
-from respot import config as cfg
+from respot.control import config as cfg
 from respot.core.placement import SubnetRef
 
 

@@ -13,14 +13,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from respot.client import JobHandle, JobStatus, run
+    from respot.client.handle import JobHandle, run
+    from respot.client.status import JobStatus
     from respot.core.states import JobState
     from respot.exceptions import RespotError, SpecError
-    from respot.notebook import Interrupted, session
-    from respot.session import TrainingSession
-    from respot.spec import DataSourceEnvVar, TrainingEnvVar
+    from respot.spec.training import DataSourceEnvVar, TrainingEnvVar
     from respot.sweep.client import SweepHandle, sweep
     from respot.sweep.spec import SweepSpec
+    from respot.training.notebook import Interrupted, session
+    from respot.training.session import TrainingSession
 
 __version__ = "0.1.0"
 __all__ = [
@@ -40,20 +41,20 @@ __all__ = [
     "sweep",
 ]
 
-# The public names are loaded on first use (PEP 562), so that `import respot.config` in a
+# The public names are loaded on first use (PEP 562), so that `import respot.control.config` in a
 # Lambda handler or on an instance does not also import the laptop's client (cold starts).
 _HOMES = {
-    "JobHandle": "respot.client",
-    "JobStatus": "respot.client",
-    "run": "respot.client",
+    "JobHandle": "respot.client.handle",
+    "JobStatus": "respot.client.status",
+    "run": "respot.client.handle",
     "JobState": "respot.core.states",
     "RespotError": "respot.exceptions",
     "SpecError": "respot.exceptions",
-    "TrainingSession": "respot.session",
-    "session": "respot.notebook",
-    "Interrupted": "respot.notebook",
-    "DataSourceEnvVar": "respot.spec",
-    "TrainingEnvVar": "respot.spec",
+    "TrainingSession": "respot.training.session",
+    "session": "respot.training.notebook",
+    "Interrupted": "respot.training.notebook",
+    "DataSourceEnvVar": "respot.spec.training",
+    "TrainingEnvVar": "respot.spec.training",
     "SweepHandle": "respot.sweep.client",
     "SweepSpec": "respot.sweep.spec",
     "sweep": "respot.sweep.client",

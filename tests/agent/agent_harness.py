@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from infra.local.imds import ImdsServer
-from respot import layout
-from respot.messages import AgentMessage, CodeArtifact, JobSubmission, utcnow
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.storage import layout
+from respot.wire.messages import AgentMessage, CodeArtifact, JobSubmission, utcnow
 
 from .conftest import JOBS_DIR, child_env
 

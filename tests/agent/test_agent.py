@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from respot import layout
-from respot.messages import (
+from respot.storage import layout
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentFailed,

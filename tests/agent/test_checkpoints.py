@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from respot import layout
-from respot.checkpoints import CheckpointStore
 from respot.exceptions import CheckpointError
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointStore
 
 JOB = "ckpt-job"
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from respot.agent.standalone import run_standalone
-from respot.spec import validate_spec
+from respot.spec.training import validate_spec
 
 from .conftest import REPO
 

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from respot import layout
 from respot.agent.handoff import (
     HandoffOutcome,
     HandoffWait,
@@ -29,7 +28,8 @@ from respot.agent.notices import (
     parse_stop_request,
     stop_notice,
 )
-from respot.checkpoints import CheckpointSealedError, CheckpointStore
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointSealedError, CheckpointStore
 
 JOB = "handoff-job"
 

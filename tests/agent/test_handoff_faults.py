@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from respot import layout
-from respot.messages import AgentCompleted, AgentPreempted, AgentProgress, AgentStarted
+from respot.storage import layout
+from respot.wire.messages import AgentCompleted, AgentPreempted, AgentProgress, AgentStarted
 
 from .agent_harness import AgentProcess, Mailbox, submit_job
 from .s3_faults import FaultProxy, Rule

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from respot.messages import (
+from respot.wire.messages import (
     AgentBootFailed,
     AgentCompleted,
     AgentFailed,

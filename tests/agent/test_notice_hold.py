@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from respot import layout
 from respot.agent.warmstart import NoticeHold, hold_seconds
+from respot.storage import layout
 
 
 @pytest.mark.parametrize(

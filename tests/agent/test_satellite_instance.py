@@ -20,8 +20,8 @@ from typing import Any
 import boto3
 
 from infra.local.sandbox import FAKES
-from respot import layout
-from respot.messages import AgentFailed
+from respot.storage import layout
+from respot.wire.messages import AgentFailed
 
 from .agent_harness import Mailbox, start_agent, submit_job
 

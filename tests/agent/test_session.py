@@ -13,8 +13,8 @@ from respot.agent import standalone
 from respot.agent.exceptions import SessionFailedError
 from respot.agent.snapshots import CheckpointSnapshots
 from respot.agent.standalone import run_standalone
-from respot.session import TrainingSession
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.training.session import TrainingSession
 
 from .conftest import JOBS_DIR
 

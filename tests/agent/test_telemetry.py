@@ -18,11 +18,11 @@ from rich.console import Console
 
 from respot.agent.scalars import ScalarLog
 from respot.agent.telemetry import GpuTelemetry
+from respot.client.plot import draw_timeline, picture_data
 from respot.core.events import AgentReport
-from respot.gpu import MAX_GPUS, GpuSample, summary, tensorboard_scalars
-from respot.jobplot import draw_timeline, picture_data
-from respot.messages import AgentMessage, AgentProgress, encode
 from respot.notify.cards import status_card
+from respot.wire.gpu import MAX_GPUS, GpuSample, summary, tensorboard_scalars
+from respot.wire.messages import AgentMessage, AgentProgress, encode
 from tests.core.factories import agent
 from tests.core.test_lifecycle import started_job
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from respot import layout
-from respot.messages import AgentCompleted, AgentPreempted, AgentProgress
+from respot.storage import layout
+from respot.wire.messages import AgentCompleted, AgentPreempted, AgentProgress
 
 from .agent_harness import Mailbox, submit_job
 from .test_agent import Stage

@@ -10,7 +10,7 @@ import pytest
 
 from respot.agent import uploads
 from respot.agent.uploads import CheckpointUploader, PendingCheckpoint
-from respot.checkpoints import UploadResult
+from respot.storage.checkpoints import UploadResult
 
 
 class _Store:

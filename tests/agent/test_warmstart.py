@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from respot import layout
-from respot.checkpoints import CheckpointStore
-from respot.messages import (
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointStore
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentPreempted,

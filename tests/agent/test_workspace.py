@@ -15,8 +15,8 @@ import pytest
 
 from respot.agent.exceptions import SetupError
 from respot.agent.workspace import fetch_code, fetch_data, safe_extract, wait_for_object
-from respot.messages import CodeArtifact
-from respot.spec import DataSourceEnvVar
+from respot.spec.training import DataSourceEnvVar
+from respot.wire.messages import CodeArtifact
 
 
 def make_zip(path: Path, entries: dict[str, bytes], *, link: str | None = None) -> Path:

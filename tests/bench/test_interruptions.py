@@ -9,7 +9,7 @@ import pytest
 from bench.interruptions import changeovers
 from infra.local.fleet import LocalInstance
 from respot.core.events import AgentReport, InterruptionNotice
-from respot.messages import AgentCheckpoint, AgentPreempted, AgentProgress, AgentStarted
+from respot.wire.messages import AgentCheckpoint, AgentPreempted, AgentProgress, AgentStarted
 from tests.core.factories import T0, agent, at
 from tests.core.test_lifecycle import started_job
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from respot.core.job import JobRecord
 from respot.core.placement import ControlSettings, SubnetRef
-from respot.messages import AgentMessage, JobSubmission
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import AgentMessage, JobSubmission
 
 T0 = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
 SETTINGS = ControlSettings(

@@ -35,7 +35,7 @@ from respot.core.job import JobRecord, Market
 from respot.core.lifecycle import decide
 from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, PoolRecord, Sighting, absolute_tick, observe, sightings
-from respot.messages import (
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentPreempted,

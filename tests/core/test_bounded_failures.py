@@ -15,7 +15,7 @@ from respot.core.failures import boot_failures_in_a_row, launch_error_kind
 from respot.core.job import AttemptEnd, Market
 from respot.core.quotas import QuotaReading, quota_for
 from respot.core.states import JobState
-from respot.messages import AgentBootFailed, AgentProgress, AgentStarted
+from respot.wire.messages import AgentBootFailed, AgentProgress, AgentStarted
 from tests.core.factories import SETTINGS, agent, at, submission
 from tests.core.test_lifecycle import Driver, started_job
 

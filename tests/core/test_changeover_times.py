@@ -3,10 +3,10 @@ notice, the old attempt's last training step, the new attempt's first, and how i
 
 from __future__ import annotations
 
+from respot.aws.ec2events import parse_ec2_event
 from respot.core.events import AgentReport, InstanceDown, InterruptionNotice
 from respot.core.job import TimelineEntry
-from respot.ec2events import parse_ec2_event
-from respot.messages import AgentPreempted, AgentProgress, AgentStarted
+from respot.wire.messages import AgentPreempted, AgentProgress, AgentStarted
 from tests.core.factories import agent, at
 from tests.core.test_lifecycle import Driver, started_job
 

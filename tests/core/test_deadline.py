@@ -15,8 +15,8 @@ from respot.core.events import (
 )
 from respot.core.job import Market
 from respot.core.states import JobState
-from respot.messages import AgentProgress, AgentStarted
 from respot.policy import Choice, RespotPolicy
+from respot.wire.messages import AgentProgress, AgentStarted
 from tests.core.factories import SETTINGS, T0, agent, at, submission
 from tests.core.test_lifecycle import Driver
 

@@ -21,7 +21,7 @@ from respot.core.events import (
 from respot.core.job import AttemptEnd, JobRecord, Market
 from respot.core.lifecycle import Decision, decide
 from respot.core.states import JobState
-from respot.messages import (
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentFailed,

@@ -46,7 +46,7 @@ from respot.core.job import JobRecord, Market
 from respot.core.lifecycle import decide
 from respot.core.placement import ControlSettings, MarketChoice, candidates
 from respot.core.states import JobState
-from respot.messages import (
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentFailed,

@@ -51,7 +51,7 @@ def test_a_zero_interval_turns_progress_notes_off() -> None:
 
 
 def test_the_interval_comes_from_the_environment() -> None:
-    from respot.config import ENV_NOTIFY_PROGRESS_SECONDS, ControlPlaneConfig
+    from respot.control.config import ENV_NOTIFY_PROGRESS_SECONDS, ControlPlaneConfig
 
     env = {
         "RESPOT_TABLE": "t",

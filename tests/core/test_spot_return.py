@@ -33,7 +33,8 @@ from respot.core.lifecycle import decide
 from respot.core.pool_placement import MAX_SPOT_RETURNS, PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, PoolRecord
 from respot.core.states import JobState
-from respot.messages import (
+from respot.policy.live_view import backoff_cap_ticks
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentPreempted,
@@ -41,7 +42,6 @@ from respot.messages import (
     AgentStarted,
     CancelCommand,
 )
-from respot.policy.live_view import backoff_cap_ticks
 from tests.core.factories import SETTINGS, agent, at
 from tests.core.market_sim import BOOT, TICK, Market_, Sim
 from tests.core.test_pool_placement import FLICKER, G4DN_A, G4DN_B, NOW, STEADY, history

@@ -23,9 +23,9 @@ from respot.core.events import AgentReport, InstanceUp, ReconcileTick, Submitted
 from respot.core.job import JobRecord, Market
 from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey
-from respot.messages import AgentProgress, AgentStarted
 from respot.policy import Choice, Observation, RespotPolicy, guard, is_safe
 from respot.policy.respot_policy import Mode
+from respot.wire.messages import AgentProgress, AgentStarted
 from tests.core.factories import SETTINGS, T0, agent, at, submission
 from tests.core.market_sim import BOOT, TICK, Sim
 from tests.core.test_lifecycle import Driver

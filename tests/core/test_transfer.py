@@ -20,7 +20,7 @@ from respot.core.events import (
 from respot.core.job import JobRecord
 from respot.core.lifecycle import decide
 from respot.core.placement import SubnetRef
-from respot.messages import AgentCheckpoint, AgentPreempted, AgentStarted
+from respot.wire.messages import AgentCheckpoint, AgentPreempted, AgentStarted
 from tests.core.factories import SETTINGS, agent, at, submission
 
 # The home region's zone first, then a satellite region's

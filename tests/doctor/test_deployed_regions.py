@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from respot.config import ENV_LAUNCH_TEMPLATE_ID, ENV_SATELLITE_REGIONS
+from respot.control.config import ENV_LAUNCH_TEMPLATE_ID, ENV_SATELLITE_REGIONS
 from respot.doctor import Status, Target, run_checks
 from respot.doctor.deployed import CHECK, deployed_regions
 from tests.doctor.test_satellites import EU, WEST, Account

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from infra.local import cloud
 from respot.cli import app
-from respot.localstate import LocalState, write_state
+from respot.client.localstate import LocalState, write_state
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from typing import Any
 
 from infra.local.runtime import LocalRuntime
 from infra.local.sandbox import AGENT_JOURNAL
-from respot import layout
-from respot.client import JobHandle, JobStatus
+from respot.client.handle import JobHandle, JobStatus
 from respot.core.job import JobRecord
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.storage import layout
 
 SESSIONS = Path(__file__).parent / "sessions"
 

@@ -24,10 +24,10 @@ import pytest
 import lambdas._runtime as lambda_runtime
 from infra.local.market import Trace
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot import layout
 from respot.core.effects import LaunchInstance
 from respot.core.job import AttemptEnd
-from respot.messages import new_job_id
+from respot.storage import layout
+from respot.wire.messages import new_job_id
 from tests.conftest import TRACES as TRACE_SETS
 from tests.e2e.helpers import (
     Invariants,

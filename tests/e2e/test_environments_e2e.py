@@ -19,7 +19,7 @@ import pytest
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from infra.local.sandbox import AGENT_JOURNAL
-from respot import layout
+from respot.storage import layout
 from tests.e2e.helpers import counting_spec, expected_total, output, wait_no_live_instances
 from tests.e2e.wheels import build_wheel
 

@@ -9,7 +9,7 @@ import pytest
 
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import JobRecord
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 
 pytestmark = pytest.mark.e2e
 

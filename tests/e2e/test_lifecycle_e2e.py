@@ -15,7 +15,7 @@ import pytest
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import AttemptEnd, Market
-from respot.messages import new_job_id
+from respot.wire.messages import new_job_id
 from tests.e2e.helpers import (
     Invariants,
     assert_launches_match_attempts,

@@ -9,8 +9,8 @@ import pytest
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import AttemptEnd
-from respot.messages import new_job_id
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import new_job_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

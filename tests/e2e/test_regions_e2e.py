@@ -16,9 +16,9 @@ import pytest
 
 from infra.local.market import Trace
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot import layout
 from respot.core.cost import ledger
 from respot.core.job import AttemptEnd
+from respot.storage import layout
 from tests.e2e.helpers import (
     counting_spec,
     expected_total,

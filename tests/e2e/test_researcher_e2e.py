@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.cli import app
-from respot.localstate import LocalState, write_state
+from respot.client.localstate import LocalState, write_state
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from infra.local import cloud
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.cli import app
+from respot.client.localstate import LocalState, write_state
 from respot.core.states import JobState
-from respot.localstate import LocalState, write_state
 from respot.selftest import Selftest, SelftestPlan, SelftestTimeouts
 
 pytestmark = pytest.mark.e2e

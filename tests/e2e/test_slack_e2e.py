@@ -18,12 +18,12 @@ import pytest
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from infra.local.slack import SlackThread
-from respot.client import run
+from respot.client.handle import run
 from respot.core.job import JobRecord
 from respot.exceptions import SpecError
-from respot.messages import JobSubmission, new_job_id
 from respot.notify import REPLY_KINDS
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import JobSubmission, new_job_id
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -22,9 +22,9 @@ import pytest
 
 from infra.local.market import Trace
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot import layout
 from respot.core.cost import ledger
 from respot.core.job import AttemptEnd, JobRecord, Market
+from respot.storage import layout
 from tests.e2e.helpers import (
     Invariants,
     counting_spec,

@@ -14,11 +14,11 @@ import pytest
 
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
-from respot.messages import new_job_id
 from respot.sweep import study as studies
 from respot.sweep.engine import trial_job_id
 from respot.sweep.model import TrialState
 from respot.sweep.spec import validate_sweep
+from respot.wire.messages import new_job_id
 
 pytestmark = pytest.mark.e2e
 

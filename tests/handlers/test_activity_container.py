@@ -24,8 +24,8 @@ from infra.local.dispatcher import LambdaContext
 from lambdas import commands
 from respot.control.activity import ENV_MAPPINGS, ENV_RULE
 from respot.control.service import Applied
-from respot.messages import JobSubmission
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import JobSubmission
 from tests.conftest import aws_event
 
 CONTEXT = LambdaContext("activity", 256, 60)

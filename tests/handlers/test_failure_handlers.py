@@ -11,9 +11,9 @@ from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingErro
 from botocore.stub import Stubber
 
 from lambdas import agent_events, commands, instance_state
-from respot.config import ENV_DLQ_URL
+from respot.control.config import ENV_DLQ_URL
 from respot.core.states import JobState
-from respot.messages import AgentBootFailed, AgentMessage
+from respot.wire.messages import AgentBootFailed, AgentMessage
 from tests.handlers.test_handlers import CONTEXT, Env, submission, submit_job
 
 

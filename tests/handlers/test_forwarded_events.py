@@ -16,7 +16,7 @@ import pytest
 
 import lambdas._runtime as runtime
 from lambdas import instance_state, spot_interruption
-from respot.config import ENV_DLQ_URL
+from respot.control.config import ENV_DLQ_URL
 from tests.handlers.test_handlers import CONTEXT, Env, submit_job
 
 SATELLITE = "us-west-2"

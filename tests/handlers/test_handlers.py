@@ -22,18 +22,18 @@ from lambdas import (
     spot_fulfillment,
     spot_interruption,
 )
-from respot.config import ENV_DLQ_URL, ControlPlaneConfig
+from respot.control.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Market
 from respot.core.states import JobState
-from respot.messages import (
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import (
     AgentMessage,
     AgentProgress,
     AgentStarted,
     CancelCommand,
     JobSubmission,
 )
-from respot.spec import TrainingEnvVar
 from tests.conftest import aws_event
 
 CONTEXT = LambdaContext("test", 256, 60)

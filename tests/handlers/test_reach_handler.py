@@ -1,6 +1,6 @@
 """The commands function refuses, before anything is spent, a job (or a sweep's job) naming a
 secret or an ECR image the deployment's instances may not read, by the rule `run()` applies
-(`respot.reach.refused_reads`): a job that never went through `run()` (another client, an
+(`respot.spec.reach.refused_reads`): a job that never went through `run()` (another client, an
 older SDK, a hand-written message) is recorded FAILED with the field and the fix, and nothing
 is launched (its submitter's view: tests/handlers/test_refused_submissions.py); a sweep so
 refused is dead-lettered with them. The home region and account come from the function's own
@@ -17,7 +17,7 @@ from infra.local.dispatcher import LambdaContext
 from lambdas import commands
 from lambdas._commands import Home
 from respot.core.states import JobState
-from respot.spec import DataSourceEnvVar
+from respot.spec.training import DataSourceEnvVar
 from respot.sweep.model import SweepSubmission
 from tests.handlers.test_handlers import CONTEXT, Env, env, submission
 from tests.sweep.conftest import submission as sweep_submission

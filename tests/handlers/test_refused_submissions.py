@@ -26,13 +26,13 @@ from infra.local import cloud
 from infra.local.slack import LocalSlack
 from lambdas import commands, notify
 from respot.cli.jobs import render_status
-from respot.client import JobHandle
+from respot.client.handle import JobHandle
 from respot.core.job import JobRecord
 from respot.core.states import JobState
-from respot.identity import prove, sts_url
-from respot.messages import JobSubmission, encode
+from respot.identity.proofs import prove, sts_url
 from respot.notify import SlackNotifier, SlackTokenSource
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import JobSubmission, encode
 from tests.conftest import aws_event
 from tests.handlers.test_handlers import CONTEXT, Env, env
 from tests.security.test_hostile_handlers import reasons
@@ -44,7 +44,7 @@ __all__ = ["env", "verified"]  # the fixtures, shared with the other handler tes
 CHANNEL = "#ml-training"
 # The commands function's home (its context's ARN): us-east-1 of 123456789012.
 FOREIGN_SECRET = "arn:aws:secretsmanager:us-west-2:123456789012:secret:respot/jobs/wandb-AbCdEf"
-# What `run()` says for it (respot.reach.refused_reads), field first, then the fix.
+# What `run()` says for it (respot.spec.reach.refused_reads), field first, then the fix.
 SAID = (
     f"secrets.WANDB: {FOREIGN_SECRET} is in us-west-2; respot's instances (in every region "
     "they run in) read secrets in us-east-1: create it there, or replicate it"

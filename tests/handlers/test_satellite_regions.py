@@ -23,17 +23,17 @@ from infra.local import cloud
 from infra.local.satellite import LocalSatellite, provision_satellite, satellite_env
 from lambdas import agent_events, instance_state, spot_fulfillment, spot_interruption
 from lambdas.agent_events import check_sender
-from respot import layout
 from respot.aws.satellites import RegionalCapacity, SatelliteError, parse_satellite
-from respot.config import ENV_DLQ_URL, ControlPlaneConfig
+from respot.control.config import ENV_DLQ_URL, ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.core.cost import ledger
 from respot.core.job import Market
 from respot.core.placement import candidates
 from respot.core.pool_watch import PoolKey, Sighting, absolute_tick
 from respot.core.states import JobState
-from respot.messages import AgentCheckpoint, AgentCompleted, AgentMessage, AgentStarted
 from respot.policy.pools import TRANSFER_PRICE_PER_GB
+from respot.storage import layout
+from respot.wire.messages import AgentCheckpoint, AgentCompleted, AgentMessage, AgentStarted
 from tests.handlers.test_forwarded_events import forwarded
 from tests.handlers.test_handlers import CONTEXT, Env, submit_job
 

@@ -17,7 +17,7 @@ import pytest
 from infra.local.cloud import CREDENTIALS, MotoServer
 from infra.local.imds import ImdsServer
 from infra.userdata import render_user_data
-from respot.messages import AgentBootFailed, AgentMessage
+from respot.wire.messages import AgentBootFailed, AgentMessage
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """The stack tells the SDK and the commands function what its instances read data from, as
 the instance role grants it: the deployment parameter's `data_buckets` and the functions'
-RESPOT_DATA_BUCKETS are the stack's data_bucket_arns, and the rule (`respot.reach`) reads each
+RESPOT_DATA_BUCKETS are the stack's data_bucket_arns, and the rule (`respot.spec.reach`) reads each
 entry as exactly the bucket and prefix the synthesized instance policy grants."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from respot import config
-from respot.deployment import Deployment
-from respot.reach import data_grant
+from respot.client.deployment import Deployment
+from respot.control import config
+from respot.spec.reach import data_grant
 from tests.infra.conftest import respot_template
 
 GRANTED = ("arn:aws:s3:::datasets/imagenet", "raw-data", "arn:aws:s3:::team-*")

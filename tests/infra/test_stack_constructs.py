@@ -583,7 +583,7 @@ def test_deployment_parameter_holds_the_discovery_json(researchers):
     keys = ("stack", "region", "topic_arn", "table_name", "bucket", "agent_queue_url", "log_group")
     for key in keys:
         assert f'\\"{key}\\":' in text
-    # the SDK signs the digest the commands function checks (respot.identity)
+    # the SDK signs the digest the commands function checks (respot.identity.proofs)
     assert '\\"proof_digest\\":\\"canonical\\"' in text
     outputs = researchers.to_json()["Outputs"]
     assert {"TopicArn", "TableName", "Bucket", "AgentQueueUrl", "ResearcherPolicyArn"} <= set(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from respot.identity import ENV_ADMINS, ENV_STS_URL
+from respot.identity.proofs import ENV_ADMINS, ENV_STS_URL
 from tests.infra.conftest import respot_template
 
 

@@ -16,7 +16,7 @@ from infra.nag import add_checks
 from infra.settings import DeploySettings
 from infra.stack import NOTIFY_QUEUE, RespotStack
 from infra.wiring import WIRING, Function, Grant
-from respot import config
+from respot.control import config
 
 # ---- helpers -------------------------------------------------------------------------------
 

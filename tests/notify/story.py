@@ -27,7 +27,8 @@ from respot.core.job import JobRecord
 from respot.core.lifecycle import decide
 from respot.core.placement import ControlSettings
 from respot.core.states import JobState
-from respot.messages import (
+from respot.notify import JobNotification
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentFailed,
@@ -36,7 +37,6 @@ from respot.messages import (
     AgentStarted,
     CancelCommand,
 )
-from respot.notify import JobNotification
 from tests.core.factories import SETTINGS, agent, at, submission
 
 

@@ -242,7 +242,7 @@ def test_the_parameter_may_hold_the_bare_token_or_json(
 
 
 def test_channel_comes_from_the_stack_configuration() -> None:
-    from respot.config import NotifyConfig
+    from respot.control.config import NotifyConfig
 
     config = NotifyConfig.from_env(
         {

@@ -29,8 +29,8 @@ from lambdas import (
 )
 from respot.control.service import Applied
 from respot.exceptions import SpecError
-from respot.messages import AgentMessage, AgentProgress, JobSubmission
-from respot.spec import TrainingEnvVar, validate_spec
+from respot.spec.training import TrainingEnvVar, validate_spec
+from respot.wire.messages import AgentMessage, AgentProgress, JobSubmission
 from tests.conftest import aws_event
 
 CONTEXT = LambdaContext("fuzz", 256, 60)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from respot.core.events import AgentReport, InstanceDown, InstanceUp, InterruptionNotice
 from respot.core.job import JobRecord
-from respot.messages import (
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentPreempted,

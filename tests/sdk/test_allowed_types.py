@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from respot.client import run
-from respot.deployment import Deployment
+from respot.client.deployment import Deployment
+from respot.client.handle import run
 from respot.exceptions import SpecError
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 
 
 class NoAws:

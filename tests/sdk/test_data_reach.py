@@ -1,5 +1,5 @@
 """A job naming data its instances may not read is refused before anything is spent: the rule
-(`respot.reach`, the instance role's S3 grants: the stack's data_bucket_arns and the deployment
+(`respot.spec.reach`, the instance role's S3 grants: the stack's data_bucket_arns and the deployment
 bucket's jobs/) and `run()`/`sweep()` applying it before any upload. The commands function's
 side: tests/handlers/test_reach_handler.py."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from respot.client import run
-from respot.deployment import Deployment
+from respot.client.deployment import Deployment
+from respot.client.handle import run
 from respot.exceptions import SpecError
-from respot.reach import data_grant, readable, refused_reads, unreachable
-from respot.spec import TrainingEnvVar
+from respot.spec.reach import data_grant, readable, refused_reads, unreachable
+from respot.spec.training import TrainingEnvVar
 from tests.sdk.test_allowed_types import NoAws
 
 PARAMETER = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from respot.jobfile import JobFileError, load_job_file, parse_override
+from respot.spec.jobfile import JobFileError, load_job_file, parse_override
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from respot.agent.notebook import NOTEBOOK_SESSION, _Channel, session_entry
 from respot.cli import app
 from respot.exceptions import SpecError
-from respot.jobfile import JobFileError, load_notebook_job, parameter_override
-from respot.notebook import Interrupted, NotebookSession
-from respot.session import TrainingSession
-from respot.spec import TrainingEnvVar
+from respot.spec.jobfile import JobFileError, load_notebook_job, parameter_override
+from respot.spec.training import TrainingEnvVar
+from respot.training.notebook import Interrupted, NotebookSession
+from respot.training.session import TrainingSession
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "notebook" / "train.ipynb"
 

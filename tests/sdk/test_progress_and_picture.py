@@ -10,11 +10,11 @@ from pathlib import Path
 import matplotlib.image
 from rich.console import Console
 
-from respot.client import JobStatus
+from respot.client.plot import draw_timeline, picture_data
+from respot.client.progress import ProgressDisplay, RateMeter, format_duration
+from respot.client.status import JobStatus
 from respot.core.job import JobRecord
 from respot.core.states import JobState
-from respot.jobplot import draw_timeline, picture_data
-from respot.progress import ProgressDisplay, RateMeter, format_duration
 from tests.core.factories import at
 from tests.sdk.story import TOTAL, interrupted_story
 
@@ -48,7 +48,7 @@ def test_progress_history_is_sparse_per_attempt_and_not_notified() -> None:
     assert history[-1].data["metrics"] == {"loss": 1.0 / steps[-1]}
     # AND none of them is sent to the notifier (only the job's story is)
     from respot.core.events import AgentReport
-    from respot.messages import AgentProgress
+    from respot.wire.messages import AgentProgress
     from tests.core.factories import agent
 
     fresh = driver.apply(

@@ -17,13 +17,13 @@ from typing import Any
 import boto3
 import pytest
 
-from respot import layout
-from respot.checkpoints import CheckpointStore
+from respot.client.pull import pull_job, safe_target
 from respot.core.job import JobRecord
 from respot.core.states import JobState
 from respot.exceptions import JobNotFinishedError, PullError
-from respot.outputs import upload_outputs
-from respot.pull import pull_job, safe_target
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointStore
+from respot.storage.outputs import upload_outputs
 from tests.core.factories import T0, submission
 
 BIG = 9 * 2**20  # above the 8 MiB a file needs for a progress bar of its own

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from respot.client import run
-from respot.deployment import Deployment
+from respot.client.deployment import Deployment
+from respot.client.handle import run
 from respot.exceptions import SpecError
-from respot.reach import unreachable
-from respot.spec import TrainingEnvVar
+from respot.spec.reach import unreachable
+from respot.spec.training import TrainingEnvVar
 from tests.sdk.test_allowed_types import NoAws
 
 DEPLOYMENT = Deployment(

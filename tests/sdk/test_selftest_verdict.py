@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from respot.client.deployment import Deployment
 from respot.core.job import Attempt, Market, Placement
-from respot.deployment import Deployment
 from respot.selftest import Selftest, SelftestPlan, SelftestStoppedError, measure
 from respot.selftest.experiment import duration_seconds, experiment_template
-from respot.spec import validate_spec
+from respot.spec.training import validate_spec
 from tests.core.factories import at
 
 

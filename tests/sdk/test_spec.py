@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from respot.exceptions import MessageTooLargeError, SpecError
-from respot.messages import JobSubmission, encode
-from respot.spec import TrainingEnvVar, parse_duration, validate_spec
+from respot.spec.training import TrainingEnvVar, parse_duration, validate_spec
+from respot.wire.messages import JobSubmission, encode
 
 GOOD = {"name": "digits-mlp", "entry_point": "digits.train:DigitsSession"}
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 import lambdas._runtime as runtime
-from respot.config import ENV_DLQ_URL
+from respot.control.config import ENV_DLQ_URL
 from tests.handlers.test_handlers import Env
 
 

@@ -15,11 +15,11 @@ import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 
 from lambdas import agent_events, commands, instance_state, spot_interruption
-from respot import layout
 from respot.core.events import AgentReport
 from respot.core.states import JobState
-from respot.messages import AgentMessage, AgentProgress, JobSubmission
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.storage import layout
+from respot.wire.messages import AgentMessage, AgentProgress, JobSubmission
 from tests.handlers.test_handlers import CONTEXT, Env, submit_job
 
 

@@ -17,19 +17,10 @@ import boto3
 import pytest
 import requests
 
-from respot.identity import (
-    Caller,
-    DynamoProofLedger,
-    ProofError,
-    Received,
-    Verifier,
-    command_digest,
-    principal_matches,
-    prove,
-    sts_url,
-)
-from respot.messages import CancelCommand, IdentityProof, JobSubmission, encode
-from respot.spec import TrainingEnvVar
+from respot.identity.proofs import Caller, ProofError, Received, command_digest, prove, sts_url
+from respot.identity.verify import DynamoProofLedger, Verifier, principal_matches
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import CancelCommand, IdentityProof, JobSubmission, encode
 
 REGION = "us-east-1"
 

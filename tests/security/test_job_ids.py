@@ -1,4 +1,4 @@
-"""One job-id rule (respot.jobid) guards every place an id becomes a key, a path or a message."""
+"""One job-id rule (respot.spec.jobid) guards every place an id becomes a key, path or message."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from respot import layout
 from respot.agent.process import AttemptDirs
-from respot.client import JobHandle, run
-from respot.deployment import Deployment
+from respot.client.deployment import Deployment
+from respot.client.handle import JobHandle, run
 from respot.exceptions import RespotError, SpecError
-from respot.jobid import InvalidJobIdError, check_job_id, is_job_id
-from respot.messages import AgentMessage, AgentProgress, CancelCommand, new_job_id
+from respot.spec.jobid import InvalidJobIdError, check_job_id, is_job_id
+from respot.storage import layout
+from respot.wire.messages import AgentMessage, AgentProgress, CancelCommand, new_job_id
 
 HOSTILE_IDS = [
     "",

@@ -15,9 +15,10 @@ import pytest
 import lambdas._commands as reading
 from lambdas import commands
 from respot.core.states import JobState
-from respot.identity import DynamoProofLedger, Verifier, prove, sts_url
-from respot.messages import CancelCommand, JobSubmission, encode
-from respot.spec import TrainingEnvVar
+from respot.identity.proofs import prove, sts_url
+from respot.identity.verify import DynamoProofLedger, Verifier
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import CancelCommand, JobSubmission, encode
 from tests.handlers.test_handlers import CONTEXT, Env
 from tests.security.test_hostile_handlers import reasons
 from tests.security.test_identity import REGION, Person, person

@@ -19,13 +19,13 @@ import boto3
 import pytest
 
 from infra.local import cloud
-from respot import layout
 from respot.agent.imds import SpotInstanceAction
 from respot.agent.notices import NoticePoller
-from respot.checkpoints import CheckpointStore
-from respot.config import ControlPlaneConfig
+from respot.control.config import ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.core.states import JobState
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointStore
 from tests.handlers.test_handlers import submission
 
 

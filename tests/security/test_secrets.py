@@ -14,8 +14,8 @@ from lambdas import commands
 from respot.agent.exceptions import SetupError
 from respot.agent.secrets import resolve_secrets
 from respot.exceptions import SpecError
-from respot.messages import JobSubmission
-from respot.spec import validate_spec
+from respot.spec.training import validate_spec
+from respot.wire.messages import JobSubmission
 from tests.handlers.test_handlers import CONTEXT, Env
 from tests.security.test_hostile_handlers import _stored_spec
 

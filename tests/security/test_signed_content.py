@@ -22,9 +22,9 @@ import pytest
 from pydantic import TypeAdapter
 
 from lambdas import commands
-from respot.client import JobHandle
-from respot.ec2events import sns_envelope
-from respot.identity import (
+from respot.aws.ec2events import sns_envelope
+from respot.client.handle import JobHandle
+from respot.identity.proofs import (
     CANONICAL_DIGEST,
     DIGEST_HEADER,
     MalformedMessageError,
@@ -37,8 +37,8 @@ from respot.identity import (
     signed_content,
     sts_url,
 )
-from respot.messages import COMMAND_ADAPTER, IdentityProof, JobSubmission, encode
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.wire.messages import COMMAND_ADAPTER, IdentityProof, JobSubmission, encode
 from tests.handlers.test_handlers import CONTEXT, Env
 from tests.security.test_hostile_handlers import reasons
 from tests.security.test_identity import REGION, Person, person

@@ -10,13 +10,13 @@ import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from respot.aws.ec2events import EventShapeError, parse_ec2_event
 from respot.cli import app
 from respot.cli import context as cli_context
-from respot.ec2events import EventShapeError, parse_ec2_event
 from respot.exceptions import SpecError
-from respot.inputs import InputLimitError, check_json_text, json_depth
-from respot.jobfile import JobFileError, load_job_file
-from respot.spec import validate_spec
+from respot.spec.jobfile import JobFileError, load_job_file
+from respot.spec.training import validate_spec
+from respot.wire.limits import InputLimitError, check_json_text, json_depth
 from tests.conftest import aws_event
 
 BASE = {"name": "x", "entry_point": "a.b:C"}
@@ -127,7 +127,7 @@ def test_the_powertools_style_underscore_event_is_malformed() -> None:
 def test_hostile_spec_values_are_refused_naming_the_field(field: str, value: object) -> None:
     spec = {**BASE, field: value}
     if field == "entry_point" and value == "os:system":
-        from respot.client import preflight
+        from respot.spec.preflight import preflight
 
         env = validate_spec({**spec, "source_dir": "."})
         problems = preflight(env, now=__import__("datetime").datetime.now().astimezone())

@@ -10,11 +10,11 @@ from typing import Any
 import boto3
 import pytest
 
-from respot.messages import CodeArtifact, JobSubmission
 from respot.sweep.engine import SweepEngine
 from respot.sweep.model import SweepRecord, SweepSubmission, Trial
 from respot.sweep.spec import validate_sweep
 from respot.sweep.table import SweepTable
+from respot.wire.messages import CodeArtifact, JobSubmission
 
 
 @pytest.fixture

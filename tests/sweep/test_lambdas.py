@@ -17,13 +17,13 @@ import lambdas.sweep as sweep_lambda
 from infra.local import cloud
 from infra.local.dispatcher import LambdaContext
 from lambdas import agent_events, commands
-from respot import layout
-from respot.config import ControlPlaneConfig
+from respot.control.config import ControlPlaneConfig
 from respot.control.service import ControlPlane
-from respot.messages import AgentMessage, AgentProgress, CodeArtifact, JobSubmission, TrialRef
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
+from respot.storage import layout
 from respot.sweep.engine import trial_job_id
 from respot.sweep.model import SweepStopCommand, SweepSubmission
+from respot.wire.messages import AgentMessage, AgentProgress, CodeArtifact, JobSubmission, TrialRef
 from tests.conftest import aws_event
 from tests.sweep.conftest import submission
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from respot.session import TrainingSession
+from respot import TrainingSession
 
 
 class BootSession(TrainingSession):

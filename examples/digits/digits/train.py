@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from respot.session import TrainingSession
+from respot import TrainingSession
 
 DEFAULTS: dict[str, Any] = {
     # About 35 s on one CPU thread (3,150 steps of ~11 ms); see docs/agent.md.

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from respot.session import TrainingSession
+from respot import TrainingSession
 
 DEFAULTS: dict[str, Any] = {
     "steps": 600,

@@ -12,7 +12,7 @@
   job's input is at fault, so the agent fails the job once with pip's message.
 
 Every pip call is an argv list; the requirements reach pip in a file, one checked line each
-(`respot.requirements`), never as options.
+(`respot.spec.requirements`), never as options.
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Literal
 
 from botocore.exceptions import ClientError
 
-from respot import layout
-from respot.requirements import RequirementsError, parse_requirements, requirements_hash
+from respot.spec.requirements import RequirementsError, parse_requirements, requirements_hash
+from respot.storage import layout
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-    from respot.spec import TrainingEnvVar
+    from respot.spec.training import TrainingEnvVar
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from respot import layout
 from respot.agent.notices import STOP_NOTICE_SECONDS, StopRequest
 from respot.agent.workspace import object_exists
+from respot.storage import layout
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from respot.messages import (
+from respot.wire.messages import (
     AgentBody,
     AgentCompleted,
     AgentFailed,

@@ -3,7 +3,7 @@
 The agent runs `NotebookSession` (a `TrainingSession`) in its usual child process
 (`session_entry`). Its `train()`:
 1. opens a private Unix socket (a fresh 0700 directory, a random key) that the notebook's
-   `respot.session()` connects to (`respot.notebook`): reports, checkpoints and the
+   `respot.session()` connects to (`respot.training.notebook`): reports, checkpoints and the
    interruption flag travel over it to this session, and from here to the agent as usual;
 2. executes the notebook with Papermill in an IPython kernel (`ipykernel`, bound to
    127.0.0.1; no network needed), the hyperparameters as its parameters, the code directory
@@ -28,11 +28,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from respot.notebook import ENV_AUTHKEY, ENV_SOCKET
-from respot.session import TrainingSession
+from respot.training.notebook import ENV_AUTHKEY, ENV_SOCKET
+from respot.training.session import TrainingSession
 
 if TYPE_CHECKING:
-    from respot.spec import TrainingEnvVar
+    from respot.spec.training import TrainingEnvVar
 
 logger = logging.getLogger(__name__)
 

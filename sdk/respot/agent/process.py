@@ -42,7 +42,7 @@ from respot.agent.protocol import (
     SessionLaunch,
     line,
 )
-from respot.jobid import check_job_id
+from respot.spec.jobid import check_job_id
 
 logger = logging.getLogger(__name__)
 
@@ -272,9 +272,8 @@ class SessionProcess:
 
 def respot_site() -> str:
     """The directory respot is imported from (the agent package's site directory)."""
-    import respot
-
-    return str(Path(respot.__file__).resolve().parent.parent)
+    # This file is <site>/respot/agent/process.py.
+    return str(Path(__file__).resolve().parents[2])
 
 
 def describe_exit(code: int) -> str:

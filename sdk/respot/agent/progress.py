@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 from respot.agent.messenger import AgentMessenger
 from respot.agent.protocol import ReportLine
-from respot.gpu import GpuSample
-from respot.messages import AgentProgress
+from respot.wire.gpu import GpuSample
+from respot.wire.messages import AgentProgress
 
 MAX_METRICS = 50
 

@@ -11,27 +11,12 @@ them there (infra/constructs/fleet.py, the same statements as the home instance 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
-# 123456789012.dkr.ecr.us-east-1.amazonaws.com/repo:tag (also .amazonaws.com.cn)
-ECR_IMAGE = re.compile(
-    r"^(?P<registry>\d{12}\.dkr\.ecr\.(?P<region>[a-z]{2}(-[a-z]+)+-\d)\.amazonaws\.com(\.cn)?)/"
-)
-_ARN_REGION = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:(?P<region>[a-z]{2}(-[a-z]+)+-\d):")
+from respot.spec.names import ECR_IMAGE, arn_region, registry_region
 
-
-def arn_region(arn: str) -> str | None:
-    """The region an ARN names (None for a global ARN or anything else)."""
-    match = _ARN_REGION.match(arn)
-    return match.group("region") if match else None
-
-
-def registry_region(image: str) -> str | None:
-    """The region of an image's ECR registry (None for any other registry)."""
-    match = ECR_IMAGE.match(image)
-    return match.group("region") if match else None
+__all__ = ["ECR_IMAGE", "RegionalClients", "arn_region", "registry_region"]
 
 
 class RegionalClients:

@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import ClientError
 
-from respot import layout
 from respot.agent import environment as job_env
 from respot.agent import launch as launchers
 from respot.agent.config import ENV_FRAMEWORK_PYTHON, AgentConfig
@@ -97,10 +96,12 @@ from respot.agent.workspace import (
     read_submission,
     write_handoff,
 )
-from respot.checkpoints import CheckpointStore, UploadResult
-from respot.gpu import GpuSample, tensorboard_scalars
-from respot.jobid import InvalidJobIdError, check_job_id
-from respot.messages import (
+from respot.spec.jobid import InvalidJobIdError, check_job_id
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointStore, UploadResult
+from respot.storage.outputs import OutputsManifest, upload_outputs
+from respot.wire.gpu import GpuSample, tensorboard_scalars
+from respot.wire.messages import (
     AgentCheckpoint,
     AgentCompleted,
     AgentFailed,
@@ -109,13 +110,12 @@ from respot.messages import (
     AgentStarted,
     JobSubmission,
 )
-from respot.outputs import OutputsManifest, upload_outputs
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sqs import SQSClient
 
-    from respot.spec import TrainingEnvVar
+    from respot.spec.training import TrainingEnvVar
 
 logger = logging.getLogger("respot.agent")
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from respot import layout
+from respot.storage import layout
 
 logger = logging.getLogger(__name__)
 

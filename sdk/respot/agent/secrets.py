@@ -14,9 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from respot.agent.exceptions import SetupError
-from respot.agent.regional import arn_region
-
-JOB_SECRET_PREFIX = "respot/jobs/"  # noqa: S105 - a name prefix, not a secret
+from respot.spec.names import JOB_SECRET_PREFIX, arn_region
 
 
 def resolve_secrets(

@@ -41,7 +41,7 @@ from respot.agent.protocol import (
     line,
 )
 from respot.agent.snapshots import CheckpointSnapshots
-from respot.session import TrainingSession
+from respot.training.session import TrainingSession
 
 
 class PipeHost:

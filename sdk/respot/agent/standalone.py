@@ -27,7 +27,7 @@ from respot.agent.process import (
 )
 from respot.agent.protocol import CheckpointLine, DoneLine, FailedLine, ReportLine, SessionLaunch
 from respot.agent.snapshots import snapshot_seq
-from respot.spec import TrainingEnvVar
+from respot.spec.training import TrainingEnvVar
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from respot.gpu import MAX_GPUS, GpuSample
+from respot.wire.gpu import MAX_GPUS, GpuSample
 
 logger = logging.getLogger(__name__)
 

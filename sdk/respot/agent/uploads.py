@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from respot.agent.snapshots import snapshot_seq
-from respot.checkpoints import CheckpointSealedError, CheckpointStore, UploadResult
+from respot.storage.checkpoints import CheckpointSealedError, CheckpointStore, UploadResult
 
 logger = logging.getLogger(__name__)
 

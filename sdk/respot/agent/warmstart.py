@@ -30,11 +30,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from respot import layout
 from respot.agent.process import SessionEvent, SessionExited, SessionProcess, describe_exit
 from respot.agent.protocol import FailedLine, ReadyLine
 from respot.agent.workspace import object_exists
-from respot.messages import utcnow
+from respot.storage import layout
+from respot.wire.messages import utcnow
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from respot import layout
 from respot.agent.exceptions import SetupError
-from respot.checkpoints import default_transfer_config, file_sha256
-from respot.messages import CodeArtifact, JobSubmission, utcnow
-from respot.spec import DataSourceEnvVar
+from respot.spec.training import DataSourceEnvVar
+from respot.storage import layout
+from respot.storage.checkpoints import default_transfer_config, file_sha256
+from respot.wire.messages import CodeArtifact, JobSubmission, utcnow
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -30,7 +30,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from respot import layout
 from respot.aws.capacity import NOT_FOUND, Ec2Capacity
 from respot.core.effects import LaunchInstance
 from respot.core.events import CapacityLaunched, CapacityUnavailable, LaunchRefused
@@ -38,6 +37,7 @@ from respot.core.job import Market
 from respot.core.placement import ControlSettings, SubnetRef
 from respot.exceptions import RespotError
 from respot.policy.pools import region_of
+from respot.storage import layout
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """What every job command shares: which deployment to talk to, reading records, printing.
 
-The deployment is the AWS one (`respot.deployment.discover`: environment variables, else the
+The deployment is the AWS one (`respot.client.deployment.discover`: environment variables, else the
 SSM parameter the stack writes), or with `--local` / `RESPOT_LOCAL=1` the runtime that
-`respot local up` runs in another shell (`respot.localstate`).
+`respot local up` runs in another shell (`respot.client.localstate`).
 
 Errors respot raises on purpose (`RespotError`) and AWS errors are printed as one clear
 message on stderr with exit code 1, never as a traceback.
@@ -23,9 +23,9 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from respot.client import JobHandle
+    from respot.client.deployment import Deployment
+    from respot.client.handle import JobHandle
     from respot.core.job import JobRecord
-    from respot.deployment import Deployment
 
 LocalOption = Annotated[
     bool,
@@ -125,7 +125,7 @@ class Connection:
 
     def handle(self, job_id: str) -> JobHandle:
         """A handle on a job of this deployment."""
-        from respot.client import JobHandle
+        from respot.client.handle import JobHandle
 
         return JobHandle(job_id, self.deployment, self.session)
 
@@ -151,12 +151,12 @@ class Connection:
 
 def connect(local: bool) -> Connection:
     """The deployment this command talks to."""
-    from respot.localstate import connect_local, live_state, local_requested
+    from respot.client.localstate import connect_local, live_state, local_requested
 
     if local_requested(local):
         deployment, session = connect_local()
         return Connection(deployment, session, local=True)
-    from respot.deployment import discover
+    from respot.client.deployment import discover
     from respot.exceptions import DeploymentNotFoundError
 
     try:

@@ -40,8 +40,8 @@ def doctor(
 ) -> None:
     """Check an account before `cdk deploy`: credentials, CDK bootstrap, spot role, quotas,
     AMI, subnets and endpoints, Slack token. Exit code 1 if something blocks a deploy."""
+    from respot.client.localstate import local_requested
     from respot.doctor import blocks, run_checks
-    from respot.localstate import local_requested
 
     if local_requested(local):
         target, client, regional = _local_target()
@@ -69,8 +69,8 @@ def _forward_rules() -> int:
 
 
 def _local_target() -> tuple[Target, ClientFactory, RegionalFactory]:
+    from respot.client.localstate import connect_local, read_state
     from respot.doctor import Target
-    from respot.localstate import connect_local, read_state
 
     deployment, session = connect_local()
     state = read_state()

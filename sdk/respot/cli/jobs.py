@@ -21,7 +21,7 @@ from respot.cli.context import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from respot.client import JobStatus
+    from respot.client.status import JobStatus
     from respot.core.job import JobRecord
 
 SetOption = Annotated[
@@ -35,7 +35,7 @@ SetOption = Annotated[
 
 
 def _ago(at: datetime | None, now: datetime) -> str:
-    from respot.progress import format_duration
+    from respot.client.progress import format_duration
 
     if at is None:
         return "-"
@@ -120,7 +120,7 @@ def run(
     """Submit a job from a YAML file (or --rerun an earlier one); --wait to follow it."""
     if (job_file is None) == (rerun is None):
         fail("give a job file, or --rerun JOB (not both)")
-    from respot.jobfile import load_job_file, load_notebook_job, parameter_override
+    from respot.spec.jobfile import load_job_file, load_notebook_job, parameter_override
 
     overrides = list(set_ or []) + [parameter_override(p) for p in parameter or []]
     if job_file is not None:
@@ -133,7 +133,7 @@ def run(
                 console().print(f"{job_file}: ok ({job.spec.name}, {job.spec.entry_point})")
             return
         conn = connect(local)
-        from respot.client import run as submit
+        from respot.client.handle import run as submit
 
         handle = submit(job.spec, deployment=conn.deployment, session=conn.session)
     else:
@@ -141,7 +141,7 @@ def run(
         if check:
             fail("--check validates a job file; it has nothing to check with --rerun")
         conn = connect(local)
-        from respot.rerun import rerun as submit_again
+        from respot.client.rerun import rerun as submit_again
 
         handle = submit_again(
             rerun, deployment=conn.deployment, session=conn.session, overrides=overrides
@@ -297,8 +297,8 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
     """The human view of `respot status`."""
     from rich.table import Table
 
+    from respot.client.progress import format_metrics
     from respot.core.cost import job_cost
-    from respot.progress import format_metrics
 
     spec = record.spec
     sub = record.submission
@@ -318,7 +318,7 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
         markup=False,
     )
     if prog.gpus:
-        from respot.gpu import per_gpu_lines, summary
+        from respot.wire.gpu import per_gpu_lines, summary
 
         out.print(f"  gpu         {summary(prog.gpus)}", markup=False)
         if len(prog.gpus) > 1:

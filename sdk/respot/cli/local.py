@@ -113,7 +113,7 @@ def up(
     logs/cancel/cost/tensorboard/timeline --local` (or with RESPOT_LOCAL=1) in another shell
     talk to it over HTTP, exactly as they talk to AWS.
     """
-    from respot.localstate import LocalState, live_state, state_path, write_state
+    from respot.client.localstate import LocalState, live_state, state_path, write_state
 
     scale = _scale(time_scale)
     running = live_state()
@@ -185,7 +185,7 @@ def up(
     except KeyboardInterrupt:
         pass
     finally:
-        from respot.localstate import clear_state
+        from respot.client.localstate import clear_state
 
         clear_state(os.getpid(), path)
         rt.stop()
@@ -196,7 +196,7 @@ def up(
 @app.command()
 def down() -> None:
     """Stop the local runtime that `respot local up` runs (it gets SIGTERM, like Ctrl-C)."""
-    from respot.localstate import pid_alive, read_state, state_path
+    from respot.client.localstate import pid_alive, read_state, state_path
 
     path = state_path()
     state = read_state(path)
@@ -223,7 +223,7 @@ def down() -> None:
 @app.command()
 def status(json_output: JsonOption = False) -> None:
     """Is a local runtime up, where, and which jobs does it hold."""
-    from respot.localstate import endpoint_answers, pid_alive, read_state, state_path
+    from respot.client.localstate import endpoint_answers, pid_alive, read_state, state_path
 
     path = state_path()
     state = read_state(path)

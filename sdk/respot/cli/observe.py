@@ -23,7 +23,7 @@ from respot.cli.context import (
 )
 
 if TYPE_CHECKING:
-    from respot.joblogs import LogLine
+    from respot.client.logs import LogLine
 
 DEFAULT_TENSORBOARD_PORT = 6006
 TENSORBOARD_SYNC_SECONDS = 30.0
@@ -48,7 +48,7 @@ def logs(
     """The training process's stdout/stderr, across every instance the job ran on, in order."""
     import json
 
-    from respot.joblogs import JobLogs
+    from respot.client.logs import JobLogs
 
     conn = connect(local)
     record = conn.record(job_id)
@@ -266,7 +266,7 @@ def _time(at: datetime | None) -> str:
 
 def download_tensorboard(conn: Any, job_id: str, directory: Path) -> list[Path]:
     """Copy the job's TensorBoard event files from S3 into `directory` (newer ones only)."""
-    from respot import layout
+    from respot.storage import layout
 
     s3 = conn.client("s3")
     prefix = layout.tensorboard_prefix(job_id)
@@ -377,7 +377,7 @@ def timeline(
     json_output: JsonOption = False,
 ) -> None:
     """The job's life: every event in order, or --png FILE for the picture."""
-    from respot.jobplot import draw_timeline, picture_data, picture_json
+    from respot.client.plot import draw_timeline, picture_data, picture_json
 
     if png is not None:
         need_package("matplotlib", "plot", "respot timeline --png")

@@ -20,7 +20,7 @@ from respot.cli.context import (
 )
 
 if TYPE_CHECKING:
-    from respot.pull import PullResult
+    from respot.client.pull import PullResult
 
 CheckpointOption = Annotated[
     bool,
@@ -48,7 +48,7 @@ def pull_into(
     conn: Connection, job_id: str, directory: Path, checkpoint: bool, json_output: bool
 ) -> PullResult:
     """Pull `job_id` into `directory` with progress bars on a terminal."""
-    from respot.pull import RichTransferProgress, pull_job
+    from respot.client.pull import RichTransferProgress, pull_job
 
     record = conn.record(job_id)
     progress = (

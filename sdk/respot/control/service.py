@@ -20,7 +20,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from respot import layout
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.aws.pools import PoolTable
@@ -30,7 +29,7 @@ from respot.aws.satellites import (
     load_satellites,
     with_satellite_subnets,
 )
-from respot.config import ControlPlaneConfig
+from respot.control.config import ControlPlaneConfig
 from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
@@ -60,9 +59,10 @@ from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, Sighting, sightings
 from respot.core.transfer import checkpoint_region
 from respot.exceptions import DuplicateJobError, NotOwnerError
-from respot.identity import principal_matches
-from respot.jobid import is_job_id
-from respot.messages import CancelCommand, JobSubmission, stored_submission, submission_digest
+from respot.identity.verify import principal_matches
+from respot.spec.jobid import is_job_id
+from respot.storage import layout
+from respot.wire.messages import CancelCommand, JobSubmission, stored_submission, submission_digest
 
 log = logging.getLogger("respot.control")
 
@@ -267,7 +267,7 @@ class ControlPlane:
         `DuplicateJobError` (the handler dead-letters it with the reason).
 
         `refused`: problem lines the caller found that no launch can get past (the commands
-        function's `respot.reach` check): the job is recorded the same create-only way, but
+        function's `respot.spec.reach` check): the job is recorded the same create-only way, but
         FAILED with them as its reason, and nothing is launched (`lifecycle._submitted`).
         """
         job_id = submission.job_id

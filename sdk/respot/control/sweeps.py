@@ -16,7 +16,7 @@ from typing import Any
 
 from respot.core.events import AgentReport, JobEvent
 from respot.core.job import JobRecord
-from respot.messages import AgentProgress
+from respot.wire.messages import AgentProgress
 
 log = logging.getLogger("respot.control")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from respot.core.quotas import QuotaReading
-from respot.messages import AgentMessage, CancelCommand, JobSubmission
+from respot.wire.messages import AgentMessage, CancelCommand, JobSubmission
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Submitted:
     """A researcher's submission arrived (possibly again).
 
     `refused`: problem lines (field and fix) the commands function found that no launch can
-    get past, e.g. a secret the instances may not read (`respot.reach`); the job is recorded
+    get past, e.g. a secret the instances may not read (`respot.spec.reach`); the job is recorded
     FAILED with them, nothing launched."""
 
     submission: JobSubmission

@@ -9,9 +9,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from respot.core.states import JobState
-from respot.gpu import GpuSample
-from respot.jobid import JobId
-from respot.messages import JobSubmission
+from respot.spec.jobid import JobId
+from respot.wire.gpu import GpuSample
+from respot.wire.messages import JobSubmission
 
 TIMELINE_LIMIT = 400  # entries kept on the record; the oldest progress entries go first
 
@@ -138,7 +138,7 @@ class JobRecord(BaseModel):
     version: int = 0
     created_at: datetime
     updated_at: datetime
-    submission: JobSubmission  # environment values redacted (respot.messages.redacted)
+    submission: JobSubmission  # environment values redacted (respot.wire.messages.redacted)
     submission_digest: str | None = None  # SHA-256 of the full submission, to spot duplicates
     attempts: list[Attempt] = Field(default_factory=list)
     interruptions: int = 0

@@ -64,8 +64,9 @@ from respot.core.placement import (
 from respot.core.quotas import QuotaReading, quota_for
 from respot.core.states import JobState, Transition, can, next_state
 from respot.core.transfer import note_restore, region_of_attempt
-from respot.gpu import mean_utilization
-from respot.messages import (
+from respot.policy.live_view import backoff_cap_ticks, return_backoff_ticks
+from respot.wire.gpu import mean_utilization
+from respot.wire.messages import (
     AgentBootFailed,
     AgentCheckpoint,
     AgentCompleted,
@@ -76,7 +77,6 @@ from respot.messages import (
     redacted,
     submission_digest,
 )
-from respot.policy.live_view import backoff_cap_ticks, return_backoff_ticks
 
 JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"

@@ -16,7 +16,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from respot.config import ENV_LAUNCH_TEMPLATE_ID, ENV_SATELLITE_REGIONS
+from respot.control.config import ENV_LAUNCH_TEMPLATE_ID, ENV_SATELLITE_REGIONS
 from respot.doctor.checks import error_code
 from respot.doctor.findings import Finding, ok, warn
 from respot.doctor.target import Target

@@ -31,7 +31,7 @@ from slack_sdk.models.blocks import (
 from respot.core.cost import job_cost, on_demand_price
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.states import JobState
-from respot.gpu import summary as gpu_summary
+from respot.wire.gpu import summary as gpu_summary
 
 log = logging.getLogger("respot.notify")
 

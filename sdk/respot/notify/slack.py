@@ -30,7 +30,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 from respot.aws.jobs import JobTable
-from respot.config import NotifyConfig
+from respot.control.config import NotifyConfig
 from respot.core.job import JobRecord
 from respot.notify.cards import reply_for, status_card
 from respot.notify.exceptions import NotifyError, SlackPermanentError, SlackTransientError

@@ -14,7 +14,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from respot.config import NotifyConfig
+from respot.control.config import NotifyConfig
 from respot.notify.cards import SlackPost, _context, _fields, _header, _post, _section, escape
 from respot.notify.slack import slack_client
 from respot.notify.token import SlackTokenSource

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 
-from respot.session import TrainingSession
+from respot.training.session import TrainingSession
 
 
 class ReplaySession(TrainingSession):

@@ -19,9 +19,9 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from respot.client.deployment import Deployment
 from respot.core.job import Attempt, JobRecord
 from respot.core.states import JobState
-from respot.deployment import Deployment
 from respot.selftest.exceptions import SelftestStoppedError
 from respot.selftest.experiment import SELFTEST_TAG, SELFTEST_TAG_VALUE
 
@@ -194,7 +194,7 @@ class Selftest:
         return self.result
 
     def _run(self) -> None:
-        from respot.client import run
+        from respot.client.handle import run
 
         template_id = self.deployment.fis_template_id
         if not template_id:

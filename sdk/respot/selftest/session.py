@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from respot.session import TrainingSession
+from respot.training.session import TrainingSession
 
 
 class SelftestSession(TrainingSession):

@@ -15,13 +15,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from respot import layout
-from respot.deployment import Deployment, discover
+from respot.client.deployment import Deployment, discover
 from respot.exceptions import SpecError
-from respot.messages import CodeArtifact, encode, new_job_id
+from respot.storage import layout
 from respot.sweep.exceptions import SweepNotFoundError
 from respot.sweep.model import SweepRecord, SweepStopCommand, SweepSubmission, Trial
 from respot.sweep.spec import SweepSpec, validate_sweep
+from respot.wire.messages import CodeArtifact, encode, new_job_id
 
 if TYPE_CHECKING:
     import optuna
@@ -118,13 +118,13 @@ class SweepHandle:
         self.publish(command)
 
     def publish(self, command: SweepSubmission | SweepStopCommand) -> None:
-        """Sign an identity proof for `command` (respot.identity) and publish it."""
-        from respot.identity import digest_to_sign, sign_proof, sts_url
+        """Sign an identity proof for `command` (respot.identity.proofs) and publish it."""
+        from respot.identity.proofs import digest_to_sign, sign_proof, sts_url
 
         session = self._session or self.deployment.session()
         credentials = session.get_credentials()
         if credentials is None:
-            from respot.identity import ProofError
+            from respot.identity.proofs import ProofError
 
             raise ProofError(
                 "no AWS credentials found to prove who you are; log in (e.g. `aws sso login`) "
@@ -183,7 +183,8 @@ def sweep(
     `deployment` if given, else the local runtime if RESPOT_LOCAL is set, else the one
     `discover()` finds.
     """
-    from respot.client import capture_provenance, package_code, preflight
+    from respot.client.handle import capture_provenance, package_code
+    from respot.spec.preflight import preflight
 
     checked = validate_sweep(spec)
     now = datetime.now(UTC)
@@ -193,13 +194,13 @@ def sweep(
     sweep_id = sweep_id or new_job_id(checked.name, now)
     code_bytes = package_code(Path(checked.job.source_dir)) if checked.job.source_dir else None
     if deployment is None:
-        from respot.localstate import connect_local, local_requested
+        from respot.client.localstate import connect_local, local_requested
 
         if session is None and local_requested(False):
             deployment, session = connect_local()
         else:
             deployment = discover(session)
-    from respot.reach import unreachable
+    from respot.spec.reach import unreachable
 
     # Every trial would be launched and fail at setup (the commands function refuses it too).
     refused = unreachable(checked.job, deployment, field="job.")

@@ -25,7 +25,6 @@ from typing import Protocol
 
 import optuna
 
-from respot.messages import CodeArtifact, JobSubmission
 from respot.sweep import study as studies
 from respot.sweep.model import (
     SweepKick,
@@ -39,6 +38,7 @@ from respot.sweep.model import (
     TrialState,
 )
 from respot.sweep.table import SweepTable
+from respot.wire.messages import CodeArtifact, JobSubmission
 
 log = logging.getLogger("respot.sweep")
 

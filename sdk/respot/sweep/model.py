@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from respot.jobid import JobId
-from respot.messages import CodeArtifact, IdentityProof, Provenance, TrialRef
+from respot.spec.jobid import JobId
 from respot.sweep.spec import SweepSpec
+from respot.wire.messages import CodeArtifact, IdentityProof, Provenance, TrialRef
 
 __all__ = [
     "SweepKick",
@@ -84,7 +84,7 @@ class SweepSubmission(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """The id an identity proof is bound to (respot.identity): the sweep's."""
+        """The id an identity proof is bound to (respot.identity.proofs): the sweep's."""
         return self.sweep_id
 
 
@@ -173,5 +173,5 @@ class SweepStopCommand(BaseModel):
 
     @property
     def job_id(self) -> str:
-        """The id an identity proof is bound to (respot.identity): the sweep's."""
+        """The id an identity proof is bound to (respot.identity.proofs): the sweep's."""
         return self.sweep_id

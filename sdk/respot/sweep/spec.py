@@ -17,7 +17,7 @@ as `respot run` (`TrainingEnvVar`):
     job: {entry_point: ..., source_dir: ..., instance_types: [...], ...}
 
 Each trial is a respot job whose `hyperparameters` are the job's plus the trial's parameters.
-Errors name the field (`search_space.lr.low`) and the fix, like `respot.spec`.
+Errors name the field (`search_space.lr.low`) and the fix, like `respot.spec.training`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from respot.exceptions import SpecError
-from respot.spec import TrainingEnvVar, describe_validation_error
+from respot.spec.training import TrainingEnvVar, describe_validation_error
 
 SWEEP_SCHEMA_VERSION: Literal[1] = 1
 MAX_TRIALS = 1000

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 
-from respot.session import TrainingSession
+from respot import TrainingSession
 
 
 class CountingSession(TrainingSession):

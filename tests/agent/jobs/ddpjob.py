@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from respot.session import TrainingSession
+from respot import TrainingSession
 
 
 class DDPSession(TrainingSession):

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from respot.session import TrainingSession
+from respot import TrainingSession
 
 
 class CountingSession(TrainingSession):

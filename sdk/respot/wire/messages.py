@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from respot.exceptions import MessageTooLargeError
-from respot.gpu import MAX_GPUS, GpuSample
-from respot.jobid import JobId, check_job_id
-from respot.spec import TrainingEnvVar
+from respot.spec.jobid import JobId, check_job_id
+from respot.spec.training import TrainingEnvVar
+from respot.wire.gpu import MAX_GPUS, GpuSample
 
 MESSAGE_SCHEMA_VERSION: Literal[1] = 1
 # SNS and SQS accept at most 262,144 bytes per message, attributes included; keep room for them.
@@ -75,7 +75,7 @@ class TrialRef(_Message):
 
 
 class IdentityProof(_Message):
-    """A signed, unsent `sts:GetCallerIdentity` request (see respot.identity)."""
+    """A signed, unsent `sts:GetCallerIdentity` request (see respot.identity.proofs)."""
 
     method: Literal["POST"] = "POST"
     url: str = Field(max_length=512)

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from respot.exceptions import SpecError
-from respot.spec import TrainingEnvVar, validate_spec
+from respot.spec.training import TrainingEnvVar, validate_spec
 
 FieldPath = tuple[str | int, ...]
 
@@ -261,7 +261,7 @@ def load_job_file(
     now: datetime | None = None,
 ) -> JobFile:
     """Read, override and validate a job file; raises `JobFileError` with located problems."""
-    from respot.client import preflight
+    from respot.spec.preflight import preflight
 
     file = Path(path)
     name = str(path)
@@ -347,7 +347,7 @@ def load_notebook_job(
     The name is the notebook's (made a valid job name); `--set` (and `-p name=value`, which
     the CLI turns into `--set hyperparameters.name=value`) override fields as for a job file.
     """
-    from respot.client import preflight
+    from respot.spec.preflight import preflight
 
     file = Path(path)
     name = str(path)

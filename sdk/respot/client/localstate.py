@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from respot.deployment import Deployment
+from respot.client.deployment import Deployment
 from respot.exceptions import DeploymentNotFoundError
 
 ENV_LOCAL = "RESPOT_LOCAL"

@@ -31,10 +31,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
-from respot import layout
-from respot.checkpoints import CheckpointStore, Manifest, default_transfer_config, file_sha256
 from respot.exceptions import JobNotFinishedError, PullError
-from respot.outputs import SHA256_METADATA, OutputsManifest
+from respot.storage import layout
+from respot.storage.checkpoints import (
+    CheckpointStore,
+    Manifest,
+    default_transfer_config,
+    file_sha256,
+)
+from respot.storage.outputs import SHA256_METADATA, OutputsManifest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

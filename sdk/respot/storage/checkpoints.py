@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from respot import layout
 from respot.exceptions import CheckpointError
+from respot.storage import layout
 
 if TYPE_CHECKING:
     from boto3.s3.transfer import TransferConfig

@@ -279,7 +279,7 @@ class TrainingEnvVar(BaseModel):
     @field_validator("requirements")
     @classmethod
     def _check_requirements(cls, value: list[str] | str | None) -> list[str] | str | None:
-        from respot.requirements import MAX_REQUIREMENTS, check_requirement
+        from respot.spec.requirements import MAX_REQUIREMENTS, check_requirement
 
         if isinstance(value, list):
             if len(value) > MAX_REQUIREMENTS:

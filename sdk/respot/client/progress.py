@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from respot.client import JobStatus
+    from respot.client.status import JobStatus
     from respot.core.job import TimelineEntry
 
 PLAIN_EVERY_SECONDS = 30.0

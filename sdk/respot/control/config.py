@@ -51,7 +51,7 @@ ENV_MAX_BOOT_FAILURES = "RESPOT_MAX_BOOT_FAILURES"
 # Comma-separated instance types jobs may use (empty: any); IAM enforces the same list.
 ENV_ALLOWED_INSTANCE_TYPES = "RESPOT_ALLOWED_INSTANCE_TYPES"
 # Comma-separated data_bucket_arns (bucket names or S3 ARNs, a /prefix narrowing): what the
-# instance role may read data from; the commands function refuses the rest (respot.reach).
+# instance role may read data from; the commands function refuses the rest (respot.spec.reach).
 # Unset: not checked.
 ENV_DATA_BUCKETS = "RESPOT_DATA_BUCKETS"
 # Comma-separated regions with a satellite stack (docs/deploy.md, "Extra regions"), and the

@@ -13,18 +13,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from respot import layout
-from respot.client import JobHandle, preflight
-from respot.deployment import Deployment
+from respot.client.deployment import Deployment
+from respot.client.handle import JobHandle
 from respot.exceptions import JobNotFoundError, SpecError
-from respot.messages import (
+from respot.spec.preflight import preflight
+from respot.spec.training import validate_spec
+from respot.storage import layout
+from respot.wire.messages import (
     REDACTED,
     CodeArtifact,
     JobSubmission,
     Provenance,
     new_job_id,
 )
-from respot.spec import validate_spec
 
 
 def _split_uri(uri: str) -> tuple[str, str]:
@@ -58,7 +59,7 @@ def rerun(
     now: datetime | None = None,
 ) -> JobHandle:
     """Submit `job_id` again; returns the new job's handle."""
-    from respot.jobfile import JobFileError, apply_override, locate, parse_override
+    from respot.spec.jobfile import JobFileError, apply_override, locate, parse_override
 
     now = now or datetime.now(UTC)
     old = original_submission(deployment, session, job_id)

@@ -172,7 +172,7 @@ def _unit(span_seconds: float) -> tuple[float, str]:
 
 
 def _duration(seconds: float) -> str:
-    from respot.progress import format_duration
+    from respot.client.progress import format_duration
 
     return format_duration(seconds)
 

@@ -6,10 +6,10 @@ So it is deliberately plain: 1-100 characters of lowercase ASCII letters, digits
 starting with a letter or digit. No '.', '/', '\\', whitespace, control characters or
 upper case, so it can never be '..', an absolute path, or two ids that differ only in case.
 
-`new_job_id` (respot.messages) always produces a valid id. Every entry point checks with
+`new_job_id` (respot.wire.messages) always produces a valid id. Every entry point checks with
 `check_job_id` (or the pydantic type `JobId`): the SDK before anything is uploaded, the
 handlers (an invalid id is dead-lettered with the reason, never launched), the agent on
-the tags it reads from IMDS, `respot.layout` before it builds a key, and the agent's work
+the tags it reads from IMDS, `respot.storage.layout` before it builds a key, and the agent's work
 directories before they are created. It imports only `respot.exceptions`, so every
 layer can use it.
 """
@@ -24,6 +24,9 @@ from pydantic import AfterValidator
 from respot.exceptions import RespotError
 
 MAX_JOB_ID_LENGTH = 100
+# Where a job id first becomes a key: every object of a job is under jobs/<job-id>/ (the
+# storage layout builds on it; `reach` grants reads of earlier jobs' outputs by it).
+JOBS_PREFIX = "jobs/"
 _JOB_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
 
 

@@ -18,18 +18,19 @@ import subprocess
 import time
 import zipfile
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from respot import layout
+from respot.client.deployment import Deployment, discover
+from respot.client.status import JobStatus
 from respot.core.job import JobRecord, TimelineEntry
-from respot.core.states import JobState
-from respot.deployment import Deployment, discover
 from respot.exceptions import JobNotFinishedError, JobNotFoundError, SpecError
-from respot.jobid import InvalidJobIdError, check_job_id
-from respot.messages import (
+from respot.spec.jobid import InvalidJobIdError, check_job_id
+from respot.spec.preflight import preflight
+from respot.spec.training import TrainingEnvVar, validate_spec
+from respot.storage import layout
+from respot.wire.messages import (
     CancelCommand,
     CodeArtifact,
     JobSubmission,
@@ -37,10 +38,9 @@ from respot.messages import (
     encode,
     new_job_id,
 )
-from respot.spec import TrainingEnvVar, validate_spec
 
 if TYPE_CHECKING:
-    from respot.pull import PullResult
+    from respot.client.pull import PullResult
 
 MAX_CODE_BYTES = 512 * 1024 * 1024
 CODE_EXCLUDES = frozenset(
@@ -60,25 +60,6 @@ CODE_EXCLUDES = frozenset(
     }
 )
 TRACKED_PACKAGES = ("respot", "torch", "numpy", "scikit-learn", "transformers", "jax", "pydantic")
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """A snapshot of a job as the control plane records it."""
-
-    job_id: str
-    state: str  # a JobState value, or "SUBMITTED" while the message is on its way
-    step: int | None
-    total_steps: int | None
-    interruptions: int
-    attempts: int
-    reason: str | None
-    record: JobRecord | None
-
-    @property
-    def is_terminal(self) -> bool:
-        """True once the job is COMPLETED, FAILED or CANCELLED."""
-        return self.state in {s.value for s in JobState if s.is_terminal()}
 
 
 class JobHandle:
@@ -133,13 +114,13 @@ class JobHandle:
 
         `show_progress` draws a progress bar (step of total, metrics, ETA) on a terminal, or
         prints plain progress lines elsewhere, with interruptions and resumes as they happen
-        (`respot.progress.ProgressDisplay`).
+        (`respot.client.progress.ProgressDisplay`).
 
         Raises `TimeoutError` after `timeout` seconds; a submission that never shows up in the
         table within `timeout` raises `JobNotFoundError`.
         """
         if show_progress:
-            from respot.progress import ProgressDisplay
+            from respot.client.progress import ProgressDisplay
 
             with ProgressDisplay(self.job_id) as display:
                 return self.wait(
@@ -181,9 +162,9 @@ class JobHandle:
 
         Every file is checked against the SHA-256 recorded at upload before it is written.
         Raises `JobNotFinishedError` while the job runs; a FAILED job gives what it left.
-        Layout and safety rules: `respot.pull`.
+        Layout and safety rules: `respot.client.pull`.
         """
-        from respot.pull import RichTransferProgress, pull_job
+        from respot.client.pull import RichTransferProgress, pull_job
 
         record = self.record()
         if record is None:
@@ -209,8 +190,8 @@ class JobHandle:
         self.publish(command)
 
     def publish(self, command: JobSubmission | CancelCommand) -> None:
-        """Sign an identity proof for `command` (respot.identity) and publish it."""
-        from respot.identity import prove, sts_url
+        """Sign an identity proof for `command` (respot.identity.proofs) and publish it."""
+        from respot.identity.proofs import prove, sts_url
 
         session = self._session or self.deployment.session()
         proof = prove(
@@ -265,7 +246,7 @@ def run(
     job_id = job_id or new_job_id(env.name, now)
     code_bytes = package_code(Path(env.source_dir)) if env.source_dir else None
     if deployment is None:
-        from respot.localstate import connect_local, local_requested
+        from respot.client.localstate import connect_local, local_requested
 
         if session is None and local_requested(False):
             # RESPOT_LOCAL=1: the runtime `respot local up` runs in another shell, as the CLI.
@@ -273,7 +254,7 @@ def run(
         else:
             deployment = discover(session)
     from respot.core.placement import disallowed_instance_types
-    from respot.reach import unreachable
+    from respot.spec.reach import unreachable
 
     problem = disallowed_instance_types(env.instance_types, deployment.instance_types or ())
     # The deployment says which types it allows, and what its instances may read: refuse here.
@@ -322,45 +303,6 @@ def _put_code(s3: Any, bucket: str, job_id: str, sha256: str, data: bytes) -> No
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412"):
             raise
-
-
-def preflight(spec: TrainingEnvVar, now: datetime) -> list[str]:
-    """Checks that need the laptop's clock and files; one line per problem."""
-    problems: list[str] = []
-    if spec.entry_point and spec.entry_point.endswith(".ipynb") and spec.source_dir is None:
-        problems.append(
-            f"source_dir: the notebook {spec.entry_point!r} is shipped from source_dir; set it to "
-            "the directory the notebook is in"
-        )
-    if spec.deadline is not None:
-        if spec.deadline <= now:
-            problems.append(
-                f"deadline: {spec.deadline.isoformat()} is in the past; set a later one"
-            )
-        elif spec.estimated_runtime is not None and now + spec.estimated_runtime > spec.deadline:
-            problems.append(
-                f"deadline: {spec.deadline.isoformat()} is sooner than the estimated runtime "
-                f"({spec.estimated_runtime}) from now; move the deadline or lower the estimate"
-            )
-    if spec.source_dir is not None:
-        path = Path(spec.source_dir)
-        if not path.is_dir():
-            problems.append(f"source_dir: {spec.source_dir!r} is not a directory on this machine")
-        elif spec.entry_point is not None and spec.entry_point.endswith(".ipynb"):
-            if not path.joinpath(*spec.entry_point.split("/")).is_file():
-                problems.append(
-                    f"entry_point: notebook {spec.entry_point!r} is not in source_dir "
-                    f"{spec.source_dir!r}; check the spelling or the directory"
-                )
-        elif spec.entry_point is not None:
-            module = spec.entry_point.split(":", 1)[0].split(".")
-            candidates = [path.joinpath(*module).with_suffix(".py"), path.joinpath(*module)]
-            if not any(c.exists() for c in candidates):
-                problems.append(
-                    f"entry_point: module {'.'.join(module)!r} is not in source_dir "
-                    f"{spec.source_dir!r}; check the spelling or the directory"
-                )
-    return problems
 
 
 def _walk(root: Path) -> Iterable[Path]:

@@ -16,9 +16,9 @@ wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job env
 
 from __future__ import annotations
 
-from respot.jobid import check_job_id
+from respot.spec.jobid import JOBS_PREFIX, check_job_id
 
-JOBS_PREFIX = "jobs/"
+__all__ = ["JOBS_PREFIX"]  # and every function below
 WHEELHOUSE_PREFIX = "wheelhouse/"
 
 

@@ -46,7 +46,7 @@ class Deployment:
     # The buckets (ARNs, a /prefix narrowing) the instances may read data from (the stack's
     # data_bucket_arns); None: not said (an older stack, the local runtime), not checked.
     data_buckets: tuple[str, ...] | None = None
-    # The identity-proof digest the commands function checks (respot.identity.CANONICAL_DIGEST);
+    # The identity-proof digest the commands function checks (identity.proofs.CANONICAL_DIGEST);
     # None: a stack before it, which checks only the legacy digest, so the SDK signs that.
     proof_digest: str | None = None
 

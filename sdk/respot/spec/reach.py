@@ -23,15 +23,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from respot.agent.regional import ECR_IMAGE
-from respot.agent.secrets import JOB_SECRET_PREFIX
-from respot.layout import JOBS_PREFIX
+from respot.spec.jobid import JOBS_PREFIX
+from respot.spec.names import ECR_IMAGE, JOB_SECRET_PREFIX
 
 if TYPE_CHECKING:
-    from respot.deployment import Deployment
-    from respot.spec import TrainingEnvVar
+    from respot.spec.training import TrainingEnvVar
+
+
+class Deployment(Protocol):
+    """What `unreachable` reads of a deployment (`respot.client.deployment.Deployment`)."""
+
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def topic_arn(self) -> str: ...
+    @property
+    def data_buckets(self) -> Sequence[str] | None: ...
+    @property
+    def bucket(self) -> str: ...
 
 
 def _account(deployment: Deployment) -> str | None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from respot.core.events import InstanceDown, InstanceUp, InterruptionNotice
 from respot.exceptions import RespotError
-from respot.inputs import check_json_text
+from respot.wire.limits import check_json_text
 
 SPOT_FULFILLMENT = "EC2 Spot Instance Request Fulfillment"
 SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"

@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from respot import layout
+from respot.storage import layout
 
 if TYPE_CHECKING:
-    from respot.client import JobHandle
+    from respot.client.deployment import Deployment
+    from respot.client.handle import JobHandle
     from respot.core.job import JobRecord
-    from respot.deployment import Deployment
 
 logger = logging.getLogger(__name__)
 

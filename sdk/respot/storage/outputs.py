@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from respot import layout
-from respot.checkpoints import ManifestFile, default_transfer_config, file_sha256
+from respot.storage import layout
+from respot.storage.checkpoints import ManifestFile, default_transfer_config, file_sha256
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
