@@ -331,11 +331,11 @@ def test_a_session_process_that_lingers_after_train_returns_still_completes(
 ) -> None:
     # The agent in this process (to shorten its 30 s grace), with a real child and IMDS.
     from infra.local.imds import ImdsServer
-    from respot.agent import runner
+    from respot.agent import runner, trainloop
     from respot.agent.config import AgentConfig
     from respot.agent.imds import ImdsClient
 
-    monkeypatch.setattr(runner, "EXIT_GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(trainloop, "EXIT_GRACE_SECONDS", 0.5)
     sub = submit_job(stage.s3, stage.bucket, hyperparameters={}, entry_point=LINGERING)
     imds = ImdsServer(
         instance_id="i-0lingering0000000",
