@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# `make test` on a fresh clone, N times, while two busy loops keep both cores at 100%
+# (issue: the suite must pass on a researcher's laptop that is never idle).
+#
+#   bash bench/busy/run.sh [RUNS] [LOOPS]      # defaults: 5 runs, 2 busy loops
+#   LOOPS=0 gives the idle figure.
+#
+# Each run: `git clone` of this checkout's HEAD into an empty temporary folder (as .ci/run
+# does), `make setup` there with the machine otherwise idle (installing packages is not what
+# is measured), then LOOPS `python3 -c 'while True: pass'` processes, then `make test`, timed.
+# One line per run goes to bench/busy/results.tsv (date, commit, loops, result, seconds, the
+# pytest summary line, load average at the end) and the whole log to bench/out/busy-N.log.
+set -uo pipefail
+runs="${1:-5}"
+loops="${2:-2}"
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+out="$src/bench/out"
+results="$src/bench/busy/results.tsv"
+mkdir -p "$out"
+[ -f "$results" ] || printf 'date\tcommit\tcores\tloops\tresult\tmake_test_seconds\tpytest\tload_at_end\n' >"$results"
+commit="$(git -C "$src" rev-parse --short HEAD)"
+passed=0
+for i in $(seq 1 "$runs"); do
+    tmp="$(mktemp -d)"
+    git clone --quiet --no-hardlinks "$src" "$tmp/respot"
+    log="$out/busy-$commit-$loops-$i.log"
+    (cd "$tmp/respot" && make setup) >"$log" 2>&1 || { echo "run $i: make setup failed (see $log)"; rm -rf "$tmp"; exit 2; }
+    pids=()
+    for _ in $(seq 1 "$loops"); do
+        python3 -c 'while True: pass' &
+        pids+=("$!")
+    done
+    start=$(date +%s)
+    (cd "$tmp/respot" && make test) >>"$log" 2>&1
+    rc=$?
+    seconds=$(( $(date +%s) - start ))
+    load="$(cut -d' ' -f1-3 /proc/loadavg)"
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    wait "${pids[@]}" 2>/dev/null
+    summary="$(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$log" | tail -n 1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+    result=$([ "$rc" -eq 0 ] && echo pass || echo FAIL)
+    [ "$rc" -eq 0 ] && passed=$((passed + 1))
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$commit" "$(nproc)" "$loops" \
+        "$result" "$seconds" "$summary" "$load" >>"$results"
+    echo "run $i/$runs: $result in ${seconds}s ($summary; load $load)"
+    rm -rf "$tmp"
+done
+echo "$passed of $runs passed with $loops busy loop(s)"
+[ "$passed" -eq "$runs" ]
