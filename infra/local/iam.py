@@ -46,7 +46,7 @@ ACCOUNT = "123456789012"
 ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = ROOT / ".build" / "iam"
 # Sources whose change can change a policy: the cache key hashes them.
-POLICY_SOURCES = ("infra", "sdk/respot/storage/layout.py", "sdk/respot/core/lifecycle.py")
+POLICY_SOURCES = ("infra", "sdk/respot/storage/layout.py", "sdk/respot/core/lifecycle")
 ADMIN_USER = "respot-local-emulator"
 RESEARCHER_USER = "respot-local-researcher"
 

@@ -1,0 +1,307 @@
+"""Submission, placement and EC2's answers to a launch: which attempt to open, where, or why not.
+
+Events: `Submitted`, `PlaceNow`, `CapacityLaunched`, `CapacityUnavailable` (with the quota
+that refused it, if any) and `LaunchRefused`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from respot.core.deadline import record_availability
+from respot.core.events import (
+    CapacityLaunched,
+    CapacityUnavailable,
+    LaunchRefused,
+    PlaceNow,
+    Submitted,
+)
+from respot.core.job import Attempt, AttemptEnd, JobRecord, Market, Placement
+from respot.core.lifecycle.attempts import _launch_effect, _new_attempt
+from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, client_token
+from respot.core.lifecycle.returns import _refused_return
+from respot.core.placement import (
+    ControlSettings,
+    MarketChoice,
+    MarketPolicy,
+    candidates,
+    disallowed_instance_types,
+)
+from respot.core.quotas import QuotaReading, quota_for
+from respot.core.states import JobState, Transition
+from respot.wire.messages import redacted, submission_digest
+
+
+def _submitted(
+    job: JobRecord | None, event: Submitted, now: datetime, settings: ControlSettings
+) -> Decision:
+    if job is not None:
+        return _unchanged("duplicate")
+    sub = event.submission
+    record = JobRecord(
+        job_id=sub.job_id,
+        state=JobState.QUEUED,
+        created_at=now,
+        updated_at=now,
+        submission=redacted(sub),
+        submission_digest=submission_digest(sub),
+        waiting_since=now,
+    )
+    d = _Draft(record, now, settings)
+    spec = sub.spec
+    d.note(
+        "queued",
+        f"queued {spec.name} ({spec.entry_point or spec.image})",
+        deadline=spec.deadline.isoformat() if spec.deadline else None,
+        owner=sub.submitted_by,
+    )
+    problem = disallowed_instance_types(spec.instance_types, settings.allowed_instance_types)
+    problems = [*event.refused, *([problem] if problem is not None else [])]
+    if problems:
+        # Refused before anything is spent (IAM would refuse the launch, or the instance
+        # could not read what the spec names): FAILED with each field and its fix.
+        _finish(d, Transition.FAIL, AttemptEnd.FAILED, "; ".join(problems))
+        return d.decision("created")
+    d.follow_up = PlaceNow("submitted")
+    return d.decision("created")
+
+
+def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason: str) -> None:
+    """From QUEUED or INTERRUPTED: request capacity for a new attempt, wait, or fail."""
+    job = d.job
+    switch_to = job.policy.pop("switch_to", None)
+    job.policy.pop("switching", None)
+    job.policy.pop("returning", None)  # records of the stop-first return (before warmret)
+    job.policy.pop("return_attempt", None)  # a request of its own ends the last return's
+    if switch_to is not None:
+        market = Market(switch_to)
+        ranked = tuple(_in_order(job, candidates(job, market, settings)))
+        choice = MarketChoice(market, job.policy.get("market_reason", "switch"), pools=ranked)
+    else:
+        choice = policy.choose(job, d.now, settings)
+    if choice.fail:
+        _finish(d, Transition.FAIL, AttemptEnd.FAILED, choice.reason)
+        return
+    if choice.market is None:
+        if job.state is JobState.INTERRUPTED:
+            d.go(Transition.WAIT)
+        job.waiting_since = job.waiting_since or d.now
+        d.note("waiting", f"waiting for capacity: {choice.reason}")
+        return
+    pools = list(choice.pools) or candidates(job, choice.market, settings)
+    job.policy["pool_order"] = [p.key for p in pools]
+    if not pools:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            "no subnet or instance type is configured for this deployment",
+        )
+        return
+    previous_market = job.policy.get("market")
+    if choice.market is Market.ON_DEMAND and previous_market != Market.ON_DEMAND.value:
+        d.note("fallback", f"falling back to on-demand: {choice.reason}", reason=choice.reason)
+        job.policy["market_reason"] = choice.reason
+    job.policy["market"] = choice.market.value
+    job.waiting_since = job.waiting_since or d.now
+    _new_attempt(d, pools[0], Transition.REQUEST, reason)
+
+
+def _in_order(job: JobRecord, pools: list[Placement]) -> list[Placement]:
+    """The pools the policy ranked for this request, in its order (all if it ranked none)."""
+    by_key = {p.key: p for p in pools}
+    ranked = [by_key[k] for k in job.policy.get("pool_order", []) if k in by_key]
+    return ranked or pools
+
+
+def _place_now(
+    d: _Draft, event: PlaceNow, settings: ControlSettings, policy: MarketPolicy
+) -> Decision:
+    if d.job.state not in (JobState.QUEUED, JobState.INTERRUPTED):
+        return _unchanged(f"ignored: {d.job.state.value} needs no placement")
+    _request(d, settings, policy, event.reason)
+    if not d.effects and not d.notes:
+        return _unchanged("ignored: nothing to place")
+    if d.job.state is JobState.QUEUED and not d.effects and _only_waiting_repeat(d):
+        return _unchanged("ignored: still waiting")
+    return d.decision()
+
+
+def _only_waiting_repeat(d: _Draft) -> bool:
+    """True if the only news is another 'waiting' note identical to the previous one."""
+    if len(d.notes) != 1 or d.notes[0].kind != "waiting":
+        return False
+    earlier = [e for e in d.job.timeline[:-1] if e.kind == "waiting"]
+    return bool(earlier) and earlier[-1].text == d.notes[0].text
+
+
+def _launched(d: _Draft, event: CapacityLaunched) -> Decision:
+    job = d.job
+    att = job.attempt(event.attempt)
+    if att is None or att.client_token != event.client_token:
+        # A launch nobody records any more: its instance must not live on.
+        d.terminate([event.instance_id], "launched for a superseded request")
+        return _unchanged("ignored: stale launch", d.effects)
+    if att.instance_id == event.instance_id and att.launched_at is not None:
+        return _unchanged("duplicate")
+    if att.instance_id not in (None, event.instance_id):
+        d.terminate([event.instance_id], "a second instance for one attempt")
+        return _unchanged("ignored: attempt already has an instance", d.effects)
+    att.instance_id = event.instance_id
+    att.spot_request_id = event.spot_request_id or att.spot_request_id
+    att.price_per_hour = event.price_per_hour
+    att.launched_at = d.now
+    if att.placement.market is Market.SPOT:
+        record_availability(job, d.now, d.settings, seen=True)
+        if job.policy.get("return_attempt") == att.number:
+            job.policy.pop("return_attempt")  # the return found spot
+    if job.state.is_terminal() or att.end is not None:
+        att.end = att.end or AttemptEnd.SUPERSEDED
+        att.ended_at = att.ended_at or d.now
+        d.terminate([event.instance_id], f"job is {job.state.value.lower()}")
+    return d.decision()
+
+
+def _unavailable(
+    d: _Draft, event: CapacityUnavailable, settings: ControlSettings, policy: MarketPolicy
+) -> Decision:
+    job = d.job
+    att = job.current
+    if (
+        att is None
+        or att.number != event.attempt
+        or att.client_token != event.client_token
+        or att.instance_id is not None
+        or job.state is not JobState.REQUESTED
+    ):
+        return _unchanged("ignored: stale capacity error")
+    att.tried.append(f"{att.placement.key}: {event.error_code}")
+    pools = _in_order(job, candidates(job, att.placement.market, settings))
+    if event.quota is not None:
+        _quota_refusal(d, att.placement.instance_type, event.quota)
+    blocked = set(job.policy.get("quota_blocked", []))
+    tried = {t.split(": ", 1)[0] for t in att.tried}
+    remaining = [
+        p
+        for p in pools
+        if p.key not in tried and _quota_class(p.instance_type, p.market) not in blocked
+    ]
+    if remaining:
+        launches = int(job.policy.get("launches", 0)) + 1
+        job.policy["launches"] = launches
+        att.placement = remaining[0]
+        att.client_token = client_token(job.job_id, att.number, launches)
+        att.requested_at = d.now
+        d.go(Transition.RETRY)
+        d.effects.append(_launch_effect(job, att))
+        d.note(
+            "capacity",
+            f"{event.error_code} for {att.tried[-1].split(': ')[0]}; trying "
+            f"{att.placement.instance_type} in {att.placement.availability_zone}",
+            error=event.error_code,
+        )
+        return d.decision()
+    # Every pool of this market refused: give the attempt back and wait for the next tick.
+    if att.placement.market is Market.SPOT:
+        record_availability(job, d.now, settings, seen=False)
+    if job.policy.get("return_attempt") == att.number:
+        job.policy["last_capacity_errors"] = att.tried[-10:]
+        return _refused_return(d, att, settings, f"no spot in any of {len(pools)} pools")
+    if all(_quota_class(p.instance_type, p.market) in blocked for p in pools):
+        return _quota_exhausted(d, att, job.policy.get("quota_reason", event.message))
+    job.policy["last_capacity_errors"] = att.tried[-10:]
+    job.policy["capacity_misses"] = int(job.policy.get("capacity_misses", 0)) + 1
+    job.attempts.pop()
+    d.go(Transition.WAIT)
+    job.waiting_since = job.waiting_since or d.now
+    d.note(
+        "waiting",
+        f"no {att.placement.market.value} capacity in any of {len(pools)} pools "
+        f"({event.error_code}); trying again at the next tick",
+        errors=att.tried[-10:],
+    )
+    # The wait may already be over (e.g. max_spot_wait spent): place again at once if so.
+    choice = policy.choose(job, d.now, settings)
+    if (choice.market is not None and choice.market is not att.placement.market) or choice.fail:
+        d.follow_up = PlaceNow(choice.reason)
+    return d.decision()
+
+
+def _quota_class(instance_type: str, market: Market) -> str | None:
+    quota = quota_for(instance_type, market)
+    return f"{market.value}/{quota.quota_class}" if quota else None
+
+
+def _quota_refusal(d: _Draft, instance_type: str, reading: QuotaReading) -> None:
+    """Name the quota, its value and the fix; a quota too small for one instance blocks its class.
+
+    A blocking quota is not retried in other pools of the same class (they share it), and
+    waiting cannot raise it: when every pool is blocked, `_quota_exhausted` decides.
+    """
+    job = d.job
+    text = reading.describe()
+    key = _quota_class(instance_type, reading.quota.market)
+    if reading.blocks_one_instance and key is not None:
+        blocked = list(job.policy.get("quota_blocked", []))
+        if key not in blocked:
+            blocked.append(key)
+        job.policy["quota_blocked"] = blocked
+        job.policy["quota_reason"] = text
+    if not any(e.kind == "quota" and e.text == text for e in job.timeline):
+        d.note(
+            "quota",
+            text,
+            quota_code=reading.quota.code,
+            quota_name=reading.quota.name,
+            quota_value=reading.value,
+            command=reading.increase_command(),
+        )
+
+
+def _quota_exhausted(d: _Draft, att: Attempt, reason: str) -> Decision:
+    """No pool of this market fits its quota: the fallback market, or fail (as a long spot wait)."""
+    job = d.job
+    job.attempts.pop()
+    if att.placement.market is Market.SPOT and job.spec.on_demand_fallback:
+        d.go(Transition.WAIT)
+        job.policy["switch_to"] = Market.ON_DEMAND.value
+        job.policy["market_reason"] = f"spot quota: {reason}"
+        d.follow_up = PlaceNow("spot quota too small")
+        return d.decision()
+    fallback = " and on_demand_fallback is off" if att.placement.market is Market.SPOT else ""
+    _finish(
+        d,
+        Transition.FAIL,
+        AttemptEnd.FAILED,
+        f"no {att.placement.market.value} instance fits the account's quota{fallback}: {reason}",
+    )
+    return d.decision()
+
+
+def _refused(d: _Draft, event: LaunchRefused, settings: ControlSettings) -> Decision:
+    """EC2 refused the launch for good (not capacity, not quota): fail with AWS's words.
+
+    Not a return's spot launch: the on-demand attempt trains on, and the refusal is noted."""
+    job = d.job
+    att = job.current
+    if (
+        att is None
+        or att.number != event.attempt
+        or att.client_token != event.client_token
+        or att.instance_id is not None
+        or job.state is not JobState.REQUESTED
+    ):
+        return _unchanged("ignored: stale launch error")
+    p = att.placement
+    if job.policy.get("return_attempt") == att.number:
+        att.tried.append(f"{p.key}: {event.error_code}")
+        why = f"EC2 refused {p.market.value} {p.instance_type} in {p.availability_zone}: "
+        return _refused_return(d, att, settings, f"{why}{event.error_code}: {event.message}")
+    _finish(
+        d,
+        Transition.FAIL,
+        AttemptEnd.FAILED,
+        f"EC2 refused to launch {p.market.value} {p.instance_type} in {p.availability_zone}: "
+        f"{event.error_code}: {event.message}".strip(),
+    )
+    return d.decision()

@@ -1,0 +1,165 @@
+"""The scheduled look and cancellation: limits, silent instances, relaunches and market moves.
+
+Events: `ReconcileTick` (max_runtime, budget, a launch whose result was lost, silent or
+stuck instances, the on-demand attempt a return leaves, the deadline policy's moves) and
+`CancelRequested`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from respot.core.cost import job_cost
+from respot.core.effects import ReleaseHandoff, StopAttempt
+from respot.core.events import CancelRequested, PlaceNow, ReconcileTick
+from respot.core.job import Attempt, AttemptEnd, Market
+from respot.core.lifecycle.attempts import _boot_failure, _interrupt, _launch_effect
+from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged
+from respot.core.lifecycle.returns import _begin_return, return_hold
+from respot.core.placement import ControlSettings, MarketPolicy, SwitchPolicy
+from respot.core.states import JobState, Transition
+
+
+def _cancel(d: _Draft, event: CancelRequested) -> Decision:
+    if d.job.state.is_terminal():
+        return _unchanged("ignored: job is over")
+    who = f" by {event.command.requested_by}" if event.command.requested_by else ""
+    _finish(d, Transition.CANCEL, AttemptEnd.CANCELLED, f"{event.command.reason}{who}")
+    return d.decision()
+
+
+def _tick(
+    d: _Draft, event: ReconcileTick, settings: ControlSettings, policy: MarketPolicy
+) -> Decision:
+    job = d.job
+    now = event.at
+    spec = job.spec
+    if job.state.is_terminal():
+        return _unchanged("ignored: job is over")
+    if spec.max_runtime is not None and now - job.created_at > spec.max_runtime:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            f"max_runtime of {spec.max_runtime} exceeded; the newest checkpoint is kept in S3",
+        )
+        return d.decision()
+    if spec.budget_usd is not None:
+        spent = job_cost(job, now, settings.on_demand_prices).paid_usd
+        if spent >= spec.budget_usd:
+            _finish(
+                d,
+                Transition.FAIL,
+                AttemptEnd.FAILED,
+                f"budget of ${spec.budget_usd:.2f} spent (${spent:.2f}); the newest checkpoint is "
+                "kept in S3: raise budget_usd and run again to continue",
+            )
+            return d.decision()
+    if _watch_return_leaves(d, now, settings):
+        # Lost while a return was asked for: the return goes on (its spot attempt restores
+        # the newest checkpoint), or, if refused, the job is placed again.
+        return d.decision()
+    if job.state in (JobState.QUEUED, JobState.INTERRUPTED):
+        return Decision(None, [], "follow-up", PlaceNow("scheduled tick"))
+    att = job.current
+    if att is None:
+        return _unchanged("ignored: no attempt")
+    if job.state is JobState.REQUESTED and att.instance_id is None:
+        if now - att.requested_at >= settings.launch_timeout:
+            # The launch's result was never recorded (a crash after the write): ask again with
+            # the same client token, which returns the same instance if there is one.
+            att.requested_at = now
+            d.effects.append(_launch_effect(job, att))
+            return d.decision()
+        return _unchanged("ignored: launch in flight")
+    # Silent instances: a RUNNING agent that stopped reporting, or an instance that never got
+    # as far as its agent's first report (stuck pending, broken boot).
+    silent_since = _silent_since(att)
+    limit = settings.heartbeat_timeout if job.state is JobState.RUNNING else settings.boot_timeout
+    watched = (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+    if job.state in watched and att.instance_id and now - silent_since >= limit:
+        _lose(d, att, "no heartbeat", now)
+        if att.never_started and att.notice_at is None:
+            silent = int((now - silent_since).total_seconds())
+            _boot_failure(d, att, f"no report from {att.instance_id}'s agent for {silent}s")
+            return d.decision()
+        _interrupt(
+            d, att, f"no heartbeat for {int((now - silent_since).total_seconds())}s", noticed=False
+        )
+        return d.decision()
+    if (
+        spec.deadline is not None
+        and job.state is JobState.RUNNING
+        and "switching" not in job.policy
+        and isinstance(policy, SwitchPolicy)
+    ):
+        # Across pools, the deadline policy may move a job on on-demand back to spot (a job
+        # training on spot is never moved to on-demand: respot.core.deadline says why).
+        switch = policy.switch_running(job, now, settings)
+        if switch is not None and switch.market is Market.SPOT:
+            return _begin_return(d, att, switch, settings)
+        if switch is not None and switch.market is not None:
+            job.policy.update(
+                pool_order=[p.key for p in switch.pools],
+                switching=att.number,
+                switch_to=switch.market.value,
+                market=switch.market.value,
+                market_reason=switch.reason,
+            )
+            d.effects.append(StopAttempt(job.job_id, att.number, switch.reason))
+            d.note(
+                "fallback",
+                f"moving to {switch.market.value} to keep the deadline "
+                f"({switch.reason}): {att.instance_id} checkpoints and stops",
+                reason=switch.reason,
+                attempt=att.number,
+            )
+            return d.decision()
+    return _unchanged("ignored: healthy")
+
+
+def _watch_return_leaves(d: _Draft, now: datetime, settings: ControlSettings) -> bool:
+    """Heartbeats of the on-demand attempt a return leaves, which is not `job.current`.
+
+    Silent for `heartbeat_timeout` (as a RUNNING job's current attempt), or still up
+    `heartbeat_timeout` past the hold after it was asked to stop (its agent holds the stop
+    until the spot successor is warm, at most `return_hold`, then gives the stop 60 s):
+    terminate it so that it bills no longer. True if it was ended now.
+    """
+    job = d.job
+    number = job.policy.get("return_from")
+    left = job.attempt(int(number)) if number else None
+    if left is None or left is job.current or not left.is_open or not left.instance_id:
+        return False
+    silent_since = _silent_since(left)
+    if now - silent_since >= settings.heartbeat_timeout:
+        why = f"no heartbeat for {int((now - silent_since).total_seconds())}s"
+    elif (
+        left.notice_at is not None
+        and now - left.notice_at >= return_hold(settings) + settings.heartbeat_timeout
+    ):
+        why = f"still up {int((now - left.notice_at).total_seconds())}s after it was asked to stop"
+    else:
+        return False
+    _lose(d, left, why, now)
+    d.note(
+        "instance-lost",
+        f"{left.instance_id}, the on-demand attempt the return to spot leaves, is lost ({why}); "
+        "terminated",
+        attempt=left.number,
+        instance_id=left.instance_id,
+    )
+    return True
+
+
+def _silent_since(att: Attempt) -> datetime:
+    """Since when nothing has been heard of an attempt's instance (its agent, or its start)."""
+    return att.last_heard_at or att.bound_at or att.launched_at or att.requested_at
+
+
+def _lose(d: _Draft, att: Attempt, why: str, at: datetime) -> None:
+    """Terminate a silent (or stuck) attempt's instance: it ends LOST, its hand-off released."""
+    d.terminate([att.instance_id or ""], why)
+    att.end = AttemptEnd.LOST
+    att.ended_at = at
+    d.effects.append(ReleaseHandoff(d.job.job_id, att.number))
