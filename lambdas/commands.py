@@ -10,7 +10,8 @@ Each message goes by its `command` field to one path:
   names a secret, an ECR image or data (outside the stack's data_bucket_arns) the instances
   may not read (`respot.spec.reach`, the rule `run()`
   applies) is recorded FAILED with the field and the fix instead, nothing launched, so the
-  researcher who bypassed `run()` sees it in `respot status` and Slack (`lifecycle._submitted`);
+  researcher who bypassed `run()` sees it in `respot status` and Slack
+  (`lifecycle.launches._submitted`);
 - `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
 - `sweep`: record a sweep and kick it (`lambdas.sweep.start_sweep`);
 - `sweep-stop`: stop a sweep (`lambdas.sweep.stop_sweep`).

@@ -268,7 +268,7 @@ class ControlPlane:
 
         `refused`: problem lines the caller found that no launch can get past (the commands
         function's `respot.spec.reach` check): the job is recorded the same create-only way, but
-        FAILED with them as its reason, and nothing is launched (`lifecycle._submitted`).
+        FAILED with them as its reason, and nothing is launched (`lifecycle.launches._submitted`).
         """
         job_id = submission.job_id
         event = Submitted(submission, tuple(refused))

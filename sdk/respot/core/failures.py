@@ -5,7 +5,7 @@ Three kinds of failure used to loop forever (docs/lifecycle.md, "Bounded failure
   agent reports): `max_boot_failures` of them in a row fail the job with the last reason;
 - launches EC2 refuses for a reason no retry fixes (`launch_error_kind` says which): the
   job fails at once with AWS's error text;
-- quota errors: see `respot.core.quotas` and `lifecycle._unavailable`.
+- quota errors: see `respot.core.quotas` and `lifecycle.launches._unavailable`.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ class PoolPlacementPolicy:
         the slack pays for the whole changeover to spot and the one back
         (tests/core/test_spot_return.py), at most `MAX_SPOT_RETURNS` moves per job. A return
         that finds no spot after all costs API calls only (spot is asked before the
-        on-demand instance stops: `lifecycle._begin_return`), and the next one backs off
+        on-demand instance stops: `lifecycle.returns._begin_return`), and the next one backs off
         (1, 2, 4, ... ticks, at most two changeovers). A job training on spot stays there:
         leaving a running spot instance for on-demand never finishes sooner
         (`respot.core.deadline`'s docstring).
@@ -185,7 +185,8 @@ class PoolPlacementPolicy:
             return None
         backoff = job.policy.get("next_return_at")
         if backoff is not None and now < datetime.fromisoformat(backoff):
-            return None  # the last return found no spot anywhere (`lifecycle._refused_return`)
+            # the last return found no spot anywhere (`lifecycle.returns._refused_return`)
+            return None
         pools = candidates(job, Market.SPOT, settings)
         base = observe(job, now, settings)
         if base is None or base.ticks_left <= 0 or not pools:

@@ -18,7 +18,7 @@ the first that has spot, or the policy's non-spot answer. From on-demand it does
 returns that moved the job, backing off after refused ones (`return_backoff_ticks`: 1, 2,
 4, ... ticks, at most two changeovers), and only with two changeovers of slack. A return
 that every pool refuses costs nothing: live asks spot first and stops the on-demand
-instance only once a spot one has launched (`respot.core.lifecycle._begin_return`), so the
+instance only once a spot one has launched (`respot.core.lifecycle.returns._begin_return`), so the
 job trains on on-demand. Until 2026-11-24 the on-demand instance stopped first and the job
 paid a changeover to be back on on-demand (`restarted`, which `simulate_pools` reads;
 `stop_first=True`, `respot-live-view-stop-first`, still models it, with the bounds of then:
