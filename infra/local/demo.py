@@ -48,6 +48,9 @@ class Interruption:
     simulated_ec2_s: float
     respot_share_s: float | None
     paused_s: float | None = None  # last training step on the old instance -> first on the new
+    # The replacement was requested while the interrupted attempt still lived (respot acts on
+    # the notice, not on the instance's end); None when the old attempt has no end recorded.
+    requested_before_old_ended: bool | None = None
 
 
 @dataclass
@@ -190,6 +193,9 @@ def interruptions_of(
                 simulated_ec2_s=simulated_ec2,
                 respot_share_s=None if to_resume is None else max(to_resume - simulated_ec2, 0.0),
                 paused_s=paused,
+                requested_before_old_ended=(
+                    None if old.ended_at is None else new.requested_at < old.ended_at
+                ),
             )
         )
     return found
@@ -330,6 +336,7 @@ def summary_json(result: DemoResult) -> str:
                     "simulated_ec2_s": _round(d.simulated_ec2_s),
                     "respot_share_s": _round(d.respot_share_s),
                     "paused_s": _round(d.paused_s),
+                    "requested_before_old_ended": d.requested_before_old_ended,
                 }
                 for d in result.details
             ],

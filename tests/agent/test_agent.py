@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 from dataclasses import dataclass
@@ -242,14 +243,20 @@ def test_a_session_that_ignores_the_notice_is_stopped_before_the_instance_goes(
     assert preempted.checkpoint_step is not None and preempted.checkpoint_step % 20 == 0
     assert preempted.step is not None and preempted.step >= preempted.checkpoint_step
     assert exists(stage.s3, stage.bucket, layout.handoff_key(sub.job_id, 1))
-    # The session was stopped on the agent's schedule: 1.5 s after the notice, SIGTERM
-    # (ignored by this session) and SIGKILL 5 s later. Timed by the agent's own log, from
-    # reading the notice to the session's end: what the test process and the agent's
-    # hand-off afterwards take on a loaded machine is not part of it (agent.wait bounds that).
+    # The session was stopped by the agent, on its schedule: told of the notice, then (it
+    # ignored it) SIGTERM at the agent's deadline, which it ignored too, then SIGKILL. The
+    # order of the agent's own log says so on any machine; how many seconds each step took
+    # on a loaded one is not the point (agent.wait bounds the whole).
     log = agent.log()
-    assert "the session ignored the notice; stopping it" in log
-    stopped_in = logged_at(log, "session ended") - logged_at(log, "IMDS: spot terminate")
-    assert stopped_in < timedelta(seconds=12), log
+    steps = [
+        "IMDS: spot terminate",
+        "told the session",
+        "the session ignored the notice; stopping it",
+        "session ended: killed by SIGKILL",
+    ]
+    assert all(step in log for step in steps), log
+    times = [logged_at(log, step) for step in steps]
+    assert times == sorted(times), log
 
 
 def test_a_rebalance_recommendation_checkpoints_without_stopping(stage: Stage) -> None:
@@ -327,7 +334,7 @@ def test_a_missing_submission_fails_setup_and_says_why(stage: Stage) -> None:
 
 
 def test_a_session_process_that_lingers_after_train_returns_still_completes(
-    stage: Stage, monkeypatch: pytest.MonkeyPatch
+    stage: Stage, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The agent in this process (to shorten its 30 s grace), with a real child and IMDS.
     from infra.local.imds import ImdsServer
@@ -354,15 +361,15 @@ def test_a_session_process_that_lingers_after_train_returns_still_completes(
     )
     sqs = stage.mailbox.sqs
     try:
-        t0 = time.monotonic()
-        result = runner.Agent(config, s3=stage.s3, sqs=sqs, imds=ImdsClient(imds.url)).run()
-        took = time.monotonic() - t0
+        with caplog.at_level(logging.INFO, logger="respot.agent"):
+            result = runner.Agent(config, s3=stage.s3, sqs=sqs, imds=ImdsClient(imds.url)).run()
     finally:
         imds.stop()
     stage.mailbox.poll()
     assert result.outcome == "completed", result
     assert isinstance(stage.mailbox.of(1)[-1].body, AgentCompleted)
-    assert took < 20
+    # it was the agent's grace that ended the lingering process, not the process itself
+    assert "train() returned but the process does not exit; stopping it" in caplog.text
 
 
 def test_secrets_reach_the_session_and_nothing_else(stage: Stage) -> None:

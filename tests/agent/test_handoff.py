@@ -102,18 +102,18 @@ def test_a_stop_is_held_from_when_it_was_written_not_when_it_was_read(
 
 
 def test_a_marker_ends_the_wait_and_says_so(s3: Any, bucket: str) -> None:
+    # (the wait's bound is far beyond the marker's 0.2 s, so only the marker can end it)
     timer = _mark_later(s3, bucket, layout.handoff_key(JOB, 1), 0.2)
-    outcome = _wait(s3, bucket, wait=5.0).run()
+    outcome = _wait(s3, bucket, wait=120.0).run()
     timer.join()
     assert outcome.found and outcome.reason == "attempt 1 handed off"
-    assert outcome.seconds < 2.0
 
 
 def test_without_a_stop_request_the_default_wait_bounds_it(s3: Any, bucket: str) -> None:
     beats: list[float] = []
     outcome = _wait(s3, bucket, wait=0.6, beats=beats).run()
     assert not outcome.found
-    assert 0.6 <= outcome.seconds < 1.5
+    assert outcome.seconds >= 0.6  # no sooner than the bound; the reason says which bound
     assert "default wait" in outcome.reason and "not asked to stop" in outcome.reason
     assert beats == []  # within the default wait it does not report
 
@@ -130,7 +130,7 @@ def test_a_stopping_predecessor_is_waited_for_to_its_limit_with_heartbeats(
     t0 = time.monotonic()
     outcome = _wait(s3, bucket, wait=0.3, stop=StopRequest("return", 0.5), beats=beats).run()
     assert not outcome.found
-    assert 1.2 <= outcome.seconds < 2.2, outcome
+    assert outcome.seconds >= 1.2, outcome  # no sooner than its limit; the reason names it
     assert outcome.reason == (
         "attempt 1's limit passed (asked to stop: read within 0.2s + hold up to 0.5s + "
         "stop 0.3s + margin 0.2s)"
@@ -158,9 +158,9 @@ def test_while_waiting_a_failed_successor_marker_is_written_again(s3: Any, bucke
 
 
 def test_a_notice_for_the_successor_ends_the_wait(s3: Any, bucket: str) -> None:
-    outcome = _wait(s3, bucket, wait=5.0, give_up=True).run()
+    # (the wait's bound is far away: only the notice can have ended it)
+    outcome = _wait(s3, bucket, wait=120.0, give_up=True).run()
     assert outcome == HandoffOutcome(False, outcome.seconds, "a notice came for this instance")
-    assert outcome.seconds < 1.0
 
 
 def test_write_with_retry_is_bounded() -> None:

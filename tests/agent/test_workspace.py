@@ -119,16 +119,18 @@ def test_wait_for_object_times_out_or_sees_the_marker(s3: Any, bucket: str) -> N
     assert not wait_for_object(
         s3, bucket, "handoff/0001.json", timeout_seconds=0.5, poll_seconds=0.1
     )
-    assert 0.5 <= time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 >= 0.5  # not before its bound
     timer = threading.Timer(
         0.3, lambda: s3.put_object(Bucket=bucket, Key="handoff/0001.json", Body=b"{}")
     )
     timer.start()
-    t0 = time.monotonic()
-    assert wait_for_object(s3, bucket, "handoff/0001.json", timeout_seconds=10, poll_seconds=0.1)
-    assert time.monotonic() - t0 < 5
+    # the bound is far beyond the marker's 0.3 s: True can only come from the marker
+    assert wait_for_object(s3, bucket, "handoff/0001.json", timeout_seconds=120, poll_seconds=0.1)
     timer.join()
-    # give_up() ends the wait at once (an interruption notice arrived meanwhile)
-    t0 = time.monotonic()
-    assert not wait_for_object(s3, bucket, "never", timeout_seconds=10, give_up=lambda: True)
-    assert time.monotonic() - t0 < 2
+    # give_up() ends the wait at once (an interruption notice arrived meanwhile): the first
+    # time it is asked, and it is not asked again
+    asked: list[int] = []
+    assert not wait_for_object(
+        s3, bucket, "never", timeout_seconds=120, give_up=lambda: not asked.append(1)
+    )
+    assert asked == [1]

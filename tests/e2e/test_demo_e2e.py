@@ -30,10 +30,9 @@ def test_interrupted_digits_job_matches_the_uninterrupted_weights() -> None:
     assert summary["lost_steps"] == 0
     assert summary["weights_identical_to_uninterrupted"] is True
     for changeover in summary["changeovers"]:
-        # The benchmark (bench/) measures this on a quiet machine; here, on a loaded CI
-        # machine, allow some slack while still catching a replacement that waits for the
-        # instance to die (that takes the whole notice: 4 s here).
-        assert changeover["notice_to_replacement_requested_s"] < 2.5
+        # The replacement was asked for on the notice, while the old attempt still lived, not
+        # once it died (how many seconds that took is a figure: bench/interruptions.py).
+        assert changeover["requested_before_old_ended"] is True, summary
     # AND the team's Slack thread tells it: the final card, then the news down to the cost
     card, *replies = result.slack_thread.splitlines()
     assert card == "*:white_check_mark: digits-demo: COMPLETED*"
