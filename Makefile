@@ -29,7 +29,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -q -n 2 --dist loadfile
+	$(BIN)/pytest -q -n auto --dist loadfile
 
 test: lint typecheck unit
 

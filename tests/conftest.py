@@ -46,3 +46,17 @@ def moto_endpoint() -> Iterator[str]:
     url = server.start()
     yield url
     server.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first: `slow`, then `e2e`, then the rest, each in collection order.
+
+    `make test` hands whole files to each worker (`--dist loadfile`), in this order; a file of
+    a few minutes started last would leave the other cores idle while it runs alone.
+    """
+    rank = {"slow": 0, "e2e": 1}
+    items.sort(
+        key=lambda item: min(
+            (rank[m.name] for m in item.iter_markers() if m.name in rank), default=2
+        )
+    )

@@ -15,7 +15,8 @@ from .agent_harness import Mailbox, submit_job
 from .test_agent import Stage
 
 pytest.importorskip("torch")
-pytestmark = pytest.mark.e2e  # four attempts of two torch processes: slow on 2 cores
+# four attempts of two torch processes: slow on 2 cores
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture

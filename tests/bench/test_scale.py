@@ -1,4 +1,9 @@
-"""A tiny scale run: 20 jobs at once, 5 reclaimed at once, every invariant of bench.scale holds."""
+"""A tiny scale run: 8 jobs at once, 3 reclaimed at once, every invariant of bench.scale holds.
+
+The size is the machinery's, not a figure: several jobs at once, several reclaims at one
+moment. It was 20 and 5 (200 s of a 2-core machine's test run); `python -m bench.scale`
+runs the large ones.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,18 @@ from bench.scale import run_scale
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_twenty_jobs_and_five_reclaims_keep_every_invariant() -> None:
-    # GIVEN 20 jobs submitted together, simulated agents, time running 20x faster
-    # WHEN every job trains and 5 instances get their notice at the same moment (jobs that
+def test_jobs_at_once_and_reclaims_at_once_keep_every_invariant() -> None:
+    # GIVEN 8 jobs submitted together, simulated agents, time running 20x faster
+    # WHEN every job trains and 3 instances get their notice at the same moment (jobs that
     # reach their last step first wait there: under load the first ones used to finish
     # before the last one booted, and no reclaim was ever fired)
     result = run_scale(
-        jobs=20,
-        reclaims=5,
+        jobs=8,
+        reclaims=3,
         time_scale=0.05,
         pollers=2,
         total_steps=200,
-        timeout_seconds=300,  # a bound, not a figure: every job trains, then finishes
+        timeout_seconds=900,  # a bound, not a figure: every job trains, then finishes
         echo=False,
     )
     checks = result["checks"]
@@ -28,14 +33,14 @@ def test_twenty_jobs_and_five_reclaims_keep_every_invariant() -> None:
     assert checks["all_completed"], result["states"]
     assert checks["two_live_instances"] == []
     assert result["all_jobs_training_at_reclaim"]
-    assert result["reclaimed"] == 5
+    assert result["reclaimed"] == 3
     # AND every message and event put was handled, nothing went to a dead-letter queue
     assert checks["agent_messages_not_handled"] == 0
-    assert checks["agent_messages_by_kind"]["preempted"] == 5
-    assert checks["agent_messages_by_kind"]["completed"] == 20
-    assert checks["submission_records_handled"] >= 20
+    assert checks["agent_messages_by_kind"]["preempted"] == 3
+    assert checks["agent_messages_by_kind"]["completed"] == 8
+    assert checks["submission_records_handled"] >= 8
     assert checks["rule_events_missing"] == {}
-    assert checks["rule_events_expected"]["spot_interruption"] == 5
+    assert checks["rule_events_expected"]["spot_interruption"] == 3
     assert not any(checks["dead_letters"].values())
     assert checks["messages_left_on_queues"] == 0
     assert result["ok"]

@@ -26,7 +26,7 @@ from tests.e2e.helpers import (
     wait_no_live_instances,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SCALE = 1.0 / 30.0  # a two-minute notice lasts 4 s
 

@@ -20,7 +20,7 @@ from respot.sweep.model import TrialState
 from respot.sweep.spec import validate_sweep
 from respot.wire.messages import new_job_id
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sweep"
 
