@@ -1,7 +1,8 @@
 """Chaos, end to end: everything AWS really does, at once, to several jobs.
 
 - a spot market driven by real AWS availability traces (bench/traces/aws-2022-10-26),
-  time-compressed: each 10-minute tick of a trace lasts one simulated minute (2 s here),
+  time-compressed: each 10-minute tick of a trace lasts one simulated minute (2 s here on
+  an idle machine, longer on a busy one: `machine_stretch`),
   so pools come and go and running spot instances get their two-minute warnings;
 - every EC2 event put on the bus twice, in a shuffled order;
 - one agent killed in the middle of a checkpoint upload (blobs in S3, no manifest yet);
@@ -35,6 +36,7 @@ from tests.e2e.helpers import (
     counting_spec,
     expected_total,
     job_story,
+    machine_stretch,
     output,
     wait_all,
     wait_no_live_instances,
@@ -126,9 +128,15 @@ class MidUploadKiller:
 
 
 @pytest.fixture
-def rt() -> Iterator[LocalRuntime]:
+def stretch() -> float:
+    """Simulated time runs this much slower on a busy machine (helpers.machine_stretch)."""
+    return machine_stretch()
+
+
+@pytest.fixture
+def rt(stretch: float) -> Iterator[LocalRuntime]:
     options = RuntimeOptions(
-        time_scale=1.0 / 30.0,
+        time_scale=stretch / 30.0,
         traces=real_traces(),
         duplicate_events=True,
         reorder_events=True,
@@ -137,7 +145,7 @@ def rt() -> Iterator[LocalRuntime]:
         yield runtime
 
 
-def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
+def test_every_job_survives_everything_at_once(rt: LocalRuntime, stretch: float) -> None:
     # GIVEN a handler that will die once between its write and its replacement launch
     control = lambda_runtime.control_plane()
     real_run = control._run
@@ -169,7 +177,7 @@ def test_every_job_survives_everything_at_once(rt: LocalRuntime) -> None:
     killer = MidUploadKiller(rt, ids[0])
     try:
         handles = [rt.run(spec, job_id=job_id) for spec, job_id in zip(specs, ids, strict=True)]
-        results = wait_all(rt, handles, timeout=150)
+        results = wait_all(rt, handles, timeout=150 * stretch)
     finally:
         killer.stop()
         watch.stop()
