@@ -13,7 +13,7 @@
 set -uo pipefail
 runs="${1:-5}"
 loops="${2:-2}"
-src="$(cd "$(dirname "$0")/../.." && pwd)"
+src="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 out="$src/bench/out"
 results="$src/bench/busy/results.tsv"
 mkdir -p "$out"

@@ -85,7 +85,7 @@ def test_lambda_asset_has_respot_handlers_and_arm64_packages(synth):
     code = _asset_with(synth["assets"], "lambdas")
     for spec in WIRING.functions:
         assert (code / f"{spec.module.replace('.', '/')}.py").is_file(), spec.module
-    assert (code / "respot" / "config.py").is_file()
+    assert (code / "respot" / "control" / "config.py").is_file()
     assert (code / "respot" / "data" / "on_demand_prices.json").is_file()
     assert (code / "aws_lambda_powertools").is_dir()
     assert not (code / "boto3").exists()  # the runtime provides it
