@@ -5,9 +5,11 @@
 #   bash bench/busy/run.sh [RUNS] [LOOPS]      # defaults: 5 runs, 2 busy loops
 #   LOOPS=0 gives the idle figure.
 #
-# Each run: `git clone` of this checkout's HEAD into an empty temporary folder (as .ci/run
-# does), `make setup` there with the machine otherwise idle (installing packages is not what
-# is measured), then LOOPS `python3 -c 'while True: pass'` processes, then `make test`, timed.
+# One `git clone` of this checkout's HEAD into an empty temporary folder (as .ci/run does)
+# and one `make setup` there with the machine otherwise idle (installing packages is not
+# what is measured). Then, per run: `git clean -xfd` of everything but .venv (so no cache of
+# an earlier run helps: pytest's, mypy's, ruff's, cdk.out), LOOPS `python3 -c 'while True:
+# pass'` processes, and `make test`, timed.
 # One line per run goes to bench/busy/results.tsv (date, commit, loops, result, seconds, the
 # pytest summary line, load average at the end) and the whole log to bench/out/busy-N.log.
 set -uo pipefail
@@ -20,11 +22,14 @@ mkdir -p "$out"
 [ -f "$results" ] || printf 'date\tcommit\tcores\tloops\tresult\tmake_test_seconds\tpytest\tload_at_end\n' >"$results"
 commit="$(git -C "$src" rev-parse --short HEAD)"
 passed=0
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+git clone --quiet --no-hardlinks "$src" "$tmp/respot"
+(cd "$tmp/respot" && make setup) >"$out/busy-$commit-setup.log" 2>&1 \
+    || { echo "make setup failed (see $out/busy-$commit-setup.log)"; exit 2; }
 for i in $(seq 1 "$runs"); do
-    tmp="$(mktemp -d)"
-    git clone --quiet --no-hardlinks "$src" "$tmp/respot"
     log="$out/busy-$commit-$loops-$i.log"
-    (cd "$tmp/respot" && make setup) >"$log" 2>&1 || { echo "run $i: make setup failed (see $log)"; rm -rf "$tmp"; exit 2; }
+    git -C "$tmp/respot" clean -xfdq -e .venv -e '*.egg-info'
     pids=()
     for _ in $(seq 1 "$loops"); do
         python3 -c 'while True: pass' &
@@ -43,7 +48,6 @@ for i in $(seq 1 "$runs"); do
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$commit" "$(nproc)" "$loops" \
         "$result" "$seconds" "$summary" "$load" >>"$results"
     echo "run $i/$runs: $result in ${seconds}s ($summary; load $load)"
-    rm -rf "$tmp"
 done
 echo "$passed of $runs passed with $loops busy loop(s)"
 [ "$passed" -eq "$runs" ]
