@@ -29,7 +29,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -q -n auto --dist loadfile
+	$(BIN)/pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 test: lint typecheck unit
 

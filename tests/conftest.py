@@ -51,8 +51,9 @@ def moto_endpoint() -> Iterator[str]:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The longest files first: `slow`, then `e2e`, then the rest, each in collection order.
 
-    `make test` hands whole files to each worker (`--dist loadfile`), in this order; a file of
-    a few minutes started last would leave the other cores idle while it runs alone.
+    `make test` hands whole files to each worker (`--dist loadfile`) in this order
+    (`--no-loadscope-reorder`: xdist would otherwise put the files with most tests first); a
+    file of a few minutes started last would leave the other cores idle while it runs alone.
     """
     rank = {"slow": 0, "e2e": 1}
     items.sort(

@@ -61,13 +61,13 @@ def test_pollers_off_at_rest_on_while_a_job_lives_off_after(rt: LocalRuntime) ->
     # WHEN a job is submitted
     handle = rt.run(counting_spec("activity", hyperparameters={"steps": 120}))
     # THEN the pollers come on while it is live, and the schedule ticks
-    wait_for(lambda: rt.pollers_on() == ALL_ON, 30, "the pollers to come on")
-    status = handle.wait(timeout=90, poll_seconds=0.3)
+    wait_for(lambda: rt.pollers_on() == ALL_ON, 120, "the pollers to come on")
+    status = handle.wait(timeout=360, poll_seconds=0.3)
     assert status.state == "COMPLETED"
     assert ticks(rt) > 0
     # AND once it is over and its Slack news delivered, they go off again (after the grace)
-    assert rt.wait_notifications(timeout=30)
-    wait_for(lambda: rt.pollers_on() == ALL_OFF, 60, "the pollers to go off at rest")
+    assert rt.wait_notifications(timeout=120)
+    wait_for(lambda: rt.pollers_on() == ALL_OFF, 240, "the pollers to go off at rest")
     record = rt.job_record(handle.job_id)
     assert record is not None and record.state.value == "COMPLETED"
     # AND stay off: no more ticks
@@ -82,7 +82,7 @@ def test_a_job_submitted_while_the_pollers_are_being_turned_off_still_gets_them(
 ) -> None:
     # GIVEN the pollers on for a job that ends, and a tick about to turn them off
     first = rt.run(counting_spec("activity-first", hyperparameters={"steps": 60}))
-    assert first.wait(timeout=90, poll_seconds=0.3).state == "COMPLETED"
+    assert first.wait(timeout=360, poll_seconds=0.3).state == "COMPLETED"
     raced: dict[str, str] = {}
     submitted_and_on = threading.Event()
     build = rt._build_activity_switch
@@ -99,7 +99,7 @@ def test_a_job_submitted_while_the_pollers_are_being_turned_off_still_gets_them(
                 # whose submit handler marks "on" and enables, before this disable runs.
                 epoch = switch.marker().epoch
                 raced["job"] = rt.run(counting_spec("activity-raced")).job_id
-                wait_for(lambda: switch.marker().epoch > epoch, 30, "the submission's 'on'")
+                wait_for(lambda: switch.marker().epoch > epoch, 120, "the submission's 'on'")
                 submitted_and_on.set()
             real_set(enabled)
 
@@ -109,11 +109,11 @@ def test_a_job_submitted_while_the_pollers_are_being_turned_off_still_gets_them(
     activity_lambda.install(racing_switch)
     try:
         # WHEN the tick at rest disables the pollers after the submission enabled them
-        wait_for(submitted_and_on.is_set, 60, "the raced submission")
+        wait_for(submitted_and_on.is_set, 240, "the raced submission")
         # THEN the tick's re-read saw the submission and enabled again: the job completes
         # (its agent messages are handled only while the agent-events mapping is on)
-        status = rt.handle(raced["job"]).wait(timeout=90, poll_seconds=0.3)
+        status = rt.handle(raced["job"]).wait(timeout=360, poll_seconds=0.3)
         assert status.state == "COMPLETED"
     finally:
         activity_lambda.install(rt._build_activity_switch)
-    wait_for(lambda: rt.pollers_on() == ALL_OFF, 60, "the pollers to go off at rest")
+    wait_for(lambda: rt.pollers_on() == ALL_OFF, 240, "the pollers to go off at rest")

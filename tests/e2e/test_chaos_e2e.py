@@ -177,7 +177,7 @@ def test_every_job_survives_everything_at_once(rt: LocalRuntime, stretch: float)
     killer = MidUploadKiller(rt, ids[0])
     try:
         handles = [rt.run(spec, job_id=job_id) for spec, job_id in zip(specs, ids, strict=True)]
-        results = wait_all(rt, handles, timeout=150 * stretch)
+        results = wait_all(rt, handles, timeout=300 * stretch)
     finally:
         killer.stop()
         watch.stop()

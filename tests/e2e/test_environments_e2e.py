@@ -75,7 +75,7 @@ def test_requirements_install_cold_then_resume_from_the_cached_wheelhouse(
     try:
         (first,) = [i for i in rt.fleet.live() if i.job_id == handle.job_id]
         assert rt.fleet.interrupt(first.instance_id)
-        status = handle.wait(timeout=120, poll_seconds=0.3)
+        status = handle.wait(timeout=480, poll_seconds=0.3)
     finally:
         shutil.copytree(saved, index, dirs_exist_ok=True)
     record = status.record
@@ -102,7 +102,7 @@ def test_unresolvable_requirements_fail_the_job_once_with_pips_message(rt: Local
         requirements=[f"{PACKAGE}==9.9"],
     )
     handle = rt.run(spec)
-    status = handle.wait(timeout=90, poll_seconds=0.3)
+    status = handle.wait(timeout=360, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "FAILED"
     assert len(record.attempts) == 1  # not retried on a new instance
@@ -117,7 +117,7 @@ def test_an_image_runs_the_session_runner_in_the_container(rt: LocalRuntime) -> 
     assert rt.fleet is not None
     image = "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1.4"
     handle = rt.run(counting_spec("in-image", image=image, hyperparameters={"steps": 60}))
-    status = handle.wait(timeout=90, poll_seconds=0.3)
+    status = handle.wait(timeout=360, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "COMPLETED", record and record.timeline[-3:]
     assert int(output(rt, handle.job_id, "weights.sha256")) == expected_total(60, 2)

@@ -59,7 +59,7 @@ def test_a_mistyped_instance_type_fails_at_once_with_aws_text(rt: LocalRuntime) 
     job = rt.run(
         TrainingEnvVar(name="typo", entry_point="pkg.mod:Session", instance_types=["g5.xlarg"])
     )
-    record = _final(rt, job.job_id, timeout=30)
+    record = _final(rt, job.job_id, timeout=120)
     assert record.state.value == "FAILED"
     assert record.reason is not None
     assert "InvalidParameterValue: Invalid value 'g5.xlarg' for InstanceType." in record.reason

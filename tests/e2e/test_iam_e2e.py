@@ -61,7 +61,7 @@ def test_a_job_survives_an_interruption_under_the_stacks_policies(rt: LocalRunti
     job = rt.run(
         counting_spec("iam", hyperparameters={"steps": steps, "resumed_step_seconds": 0.005})
     )
-    job.wait(timeout=120)
+    job.wait(timeout=480)
     record = rt.job_record(job.job_id)
     assert record is not None
     assert record.state is JobState.COMPLETED, (record.reason, record.timeline[-3:])

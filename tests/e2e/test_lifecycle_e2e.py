@@ -68,7 +68,7 @@ def test_interrupted_jobs_complete_exactly_once_with_their_work_intact(
             rt.market.chaos.add(job_id, attempt, 120.0)
     # WHEN they run with every EC2 event duplicated and reordered
     handles = [rt.run(spec, job_id=job_id) for spec, job_id in zip(specs, ids, strict=True)]
-    results = [h.wait(timeout=120, poll_seconds=0.3) for h in handles]
+    results = [h.wait(timeout=480, poll_seconds=0.3) for h in handles]
     # THEN each completes with the exact total of an uninterrupted run and nothing left behind
     for n, (handle, status) in enumerate(zip(handles, results, strict=True)):
         record = status.record
@@ -121,10 +121,10 @@ def test_instance_lost_without_notice_resumes_from_the_newest_checkpoint(
         record = handle.record()
         return bool(record and record.checkpoint and record.checkpoint.step >= 80)
 
-    wait_for(checkpointed, timeout=60, what="the checkpoint of step 80")
+    wait_for(checkpointed, timeout=240, what="the checkpoint of step 80")
     (inst,) = [i for i in rt.fleet.live() if i.job_id == handle.job_id]
     rt.fleet.terminate(inst.instance_id, "hardware failure")  # no notice, no checkpoint
-    status = handle.wait(timeout=120, poll_seconds=0.3)
+    status = handle.wait(timeout=480, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "COMPLETED"
     assert record.attempts[0].end is AttemptEnd.LOST and record.interruptions == 1
@@ -136,7 +136,7 @@ def test_instance_lost_without_notice_resumes_from_the_newest_checkpoint(
 
 def test_failing_session_fails_the_job_with_its_log(rt: LocalRuntime) -> None:
     handle = rt.run(counting_spec("fails", entry_point="e2esessions.counting:FailingSession"))
-    status = handle.wait(timeout=60, poll_seconds=0.3)
+    status = handle.wait(timeout=240, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "FAILED"
     assert "ZeroDivisionError" in (record.reason or "")
@@ -151,7 +151,7 @@ def test_cancel_stops_a_running_job_and_its_instance(rt: LocalRuntime) -> None:
     while handle.status().state != "RUNNING" and time.monotonic() < end:
         time.sleep(0.1)
     handle.cancel("no longer needed")
-    status = handle.wait(timeout=30, poll_seconds=0.2)
+    status = handle.wait(timeout=120, poll_seconds=0.2)
     assert status.state == "CANCELLED"
     assert status.reason is not None and "no longer needed" in status.reason
     wait_no_live_instances(rt, handle.job_id)
@@ -164,7 +164,7 @@ def test_shell_like_values_reach_the_training_process_as_inert_data(rt: LocalRun
             "inert", hyperparameters={"steps": 20, "label": nasty}, environment={"E2E_VALUE": nasty}
         )
     )
-    status = handle.wait(timeout=60, poll_seconds=0.3)
+    status = handle.wait(timeout=240, poll_seconds=0.3)
     assert status.state == "COMPLETED"
     assert json.loads(output(rt, handle.job_id, "env.json")) == {"E2E_VALUE": nasty}
     assert json.loads(output(rt, handle.job_id, "hparams.json"))["label"] == nasty
@@ -180,7 +180,7 @@ def test_without_spot_capacity_the_job_falls_back_to_on_demand() -> None:
         handle = local.run(
             counting_spec("no-spot", max_spot_wait="5s", hyperparameters={"steps": 30})
         )
-        status = handle.wait(timeout=60, poll_seconds=0.3)
+        status = handle.wait(timeout=240, poll_seconds=0.3)
         record = status.record
         assert record is not None and status.state == "COMPLETED", record.timeline[-4:]
         assert [a.placement.market for a in record.attempts] == [Market.ON_DEMAND]

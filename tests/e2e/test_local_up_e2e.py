@@ -86,7 +86,7 @@ def local_up(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[b
         if proc.poll() is None:  # the test failed before `respot local down`
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
         log.close()
@@ -97,7 +97,7 @@ def test_other_processes_use_the_runtime_local_up_runs(
 ) -> None:
     state = Path(env["RESPOT_LOCAL_STATE"])
     # GIVEN `respot local up` running in its own process
-    wait_for(lambda: state.exists() or local_up.poll() is not None, 60, "the state file")
+    wait_for(lambda: state.exists() or local_up.poll() is not None, 240, "the state file")
     assert local_up.poll() is None, (tmp_path / "up.log").read_text()
     status = json.loads(respot(env, "local", "status", "--json").stdout)
     assert status["running"] is True and status["pid"] == local_up.pid
@@ -135,7 +135,7 @@ def test_other_processes_use_the_runtime_local_up_runs(
         "'entry_point': 'e2esessions.counting:CountingSession', "
         f"'source_dir': {str(SESSIONS)!r}, "
         "'hyperparameters': {'steps': 40, 'step_seconds': 0.02, 'checkpoint_every': 10}})\n"
-        "status = job.wait(timeout=90)\n"
+        "status = job.wait(timeout=360)\n"
         "print(json.dumps({'job_id': job.job_id, 'state': status.state}))\n"
     )
     scripted = subprocess.run(
@@ -179,15 +179,15 @@ def test_other_processes_use_the_runtime_local_up_runs(
             except OSError:
                 return False
 
-        wait_for(served, 60, "TensorBoard to serve the job's run")
+        wait_for(served, 240, "TensorBoard to serve the job's run")
     finally:
         board.send_signal(signal.SIGINT)  # Ctrl-C, as a researcher stops it
-        board.wait(timeout=20)
+        board.wait(timeout=80)
 
     # WHEN the runtime is stopped from a third process THEN it is gone, state file and all
     down = respot(env, "local", "down")
     assert down.returncode == 0, down.stderr
-    assert local_up.wait(timeout=30) == 0
+    assert local_up.wait(timeout=120) == 0
     assert not state.exists()
     after = respot(env, "ls", "--local")
     assert after.returncode == 1 and "respot local up" in after.stderr
@@ -207,7 +207,7 @@ def test_local_up_with_a_satellite_region_and_the_doctor_checks_it(
         stdin=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: state.exists() or proc.poll() is not None, 60, "the state file")
+        wait_for(lambda: state.exists() or proc.poll() is not None, 240, "the state file")
         assert proc.poll() is None, (tmp_path / "up-regions.log").read_text()
         # WHEN another shell runs the doctor against it
         doctor = respot({**env, "RESPOT_LOCAL": "1"}, "doctor", "--json")
@@ -221,5 +221,5 @@ def test_local_up_with_a_satellite_region_and_the_doctor_checks_it(
     finally:
         down = respot(env, "local", "down")
         assert down.returncode == 0, down.stderr
-        assert proc.wait(timeout=30) == 0
+        assert proc.wait(timeout=120) == 0
         log.close()

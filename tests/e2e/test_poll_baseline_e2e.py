@@ -41,7 +41,7 @@ def test_without_notices_a_lost_instance_is_found_by_the_poller_and_the_job_resu
     with LocalRuntime(options) as rt:
         assert rt.poller is not None
         # WHEN it runs to the end
-        status = rt.run(spec, job_id=job_id).wait(timeout=120, poll_seconds=0.3)
+        status = rt.run(spec, job_id=job_id).wait(timeout=480, poll_seconds=0.3)
         detections = list(rt.poller.detections)
     record = status.record
     # THEN it completed with the right total, after the poller (not a notice) found the loss

@@ -86,7 +86,7 @@ def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) 
     wait_for(lambda: _training_in(rt, handle.job_id, f"g5.xlarge/{A}"), timeout=60)
     assert rt.market is not None
     rt.market.set_pool_trace(f"g5.xlarge/{A}", trace("a-gone", [0]))
-    status = handle.wait(timeout=120, poll_seconds=0.3)
+    status = handle.wait(timeout=480, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "COMPLETED", record.timeline[-6:]
     # THEN it was interrupted there and resumed on spot in the pool that still has capacity

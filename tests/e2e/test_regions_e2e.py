@@ -70,10 +70,10 @@ def test_an_interrupted_job_resumes_in_a_satellite_region(rt: LocalRuntime) -> N
         record = rt.control_plane().jobs.get(handle.job_id)
         return bool(record and record.checkpoint and record.checkpoint.step >= 100)
 
-    wait_for(home_checkpointed, timeout=90)
+    wait_for(home_checkpointed, timeout=360)
     # WHEN spot capacity goes from the home pool (the market interrupts the instance)
     rt.market.set_pool_trace(f"g5.xlarge/{A}", trace("home-a-gone", 0))
-    status = handle.wait(timeout=180, poll_seconds=0.3)
+    status = handle.wait(timeout=720, poll_seconds=0.3)
     record = status.record
     assert record is not None and status.state == "COMPLETED", record and record.timeline[-8:]
 

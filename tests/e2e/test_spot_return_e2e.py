@@ -94,7 +94,7 @@ def test_a_job_pushed_to_on_demand_goes_back_to_spot_when_spot_returns(rt: Local
         )
     )
     try:
-        status = handle.wait(timeout=90, poll_seconds=0.3)
+        status = handle.wait(timeout=360, poll_seconds=0.3)
     finally:
         scout.cancel()
         invariants.stop()

@@ -101,7 +101,7 @@ def test_a_sweep_runs_trials_through_an_interruption_and_prunes_a_bad_one(
     # WHEN trial 1's instance is interrupted once it has trained 60 steps
     interrupt_when_training(rt, trial_job_id(sweep_id, 1), step=60)
     # AND the sweep runs on with nobody watching (the laptop only reads the result)
-    final = handle.wait(timeout=150, poll_seconds=0.5)
+    final = handle.wait(timeout=600, poll_seconds=0.5)
     # THEN the two good trials completed with a value, and the study agrees with the record
     assert final.state == "COMPLETED", final.record
     good, other, bad = final.trials
