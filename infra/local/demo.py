@@ -48,9 +48,9 @@ class Interruption:
     simulated_ec2_s: float
     respot_share_s: float | None
     paused_s: float | None = None  # last training step on the old instance -> first on the new
-    # The replacement was requested while the interrupted attempt still lived (respot acts on
-    # the notice, not on the instance's end); None when the old attempt has no end recorded.
-    requested_before_old_ended: bool | None = None
+    # The old attempt was replaced on its notice (EC2's event or the agent's report of it,
+    # whichever reached the control plane first), not once its instance was gone.
+    replaced_on_notice: bool = False
 
 
 @dataclass
@@ -193,8 +193,11 @@ def interruptions_of(
                 simulated_ec2_s=simulated_ec2,
                 respot_share_s=None if to_resume is None else max(to_resume - simulated_ec2, 0.0),
                 paused_s=paused,
-                requested_before_old_ended=(
-                    None if old.ended_at is None else new.requested_at < old.ended_at
+                replaced_on_notice=any(
+                    e.kind == "interrupted"
+                    and e.data.get("attempt") == old.number
+                    and e.data.get("noticed") is True
+                    for e in record.timeline
                 ),
             )
         )
@@ -336,7 +339,7 @@ def summary_json(result: DemoResult) -> str:
                     "simulated_ec2_s": _round(d.simulated_ec2_s),
                     "respot_share_s": _round(d.respot_share_s),
                     "paused_s": _round(d.paused_s),
-                    "requested_before_old_ended": d.requested_before_old_ended,
+                    "replaced_on_notice": d.replaced_on_notice,
                 }
                 for d in result.details
             ],
