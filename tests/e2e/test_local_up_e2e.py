@@ -153,21 +153,29 @@ def test_other_processes_use_the_runtime_local_up_runs(
     assert listed["state"] == "COMPLETED"
 
     port = free_port()
-    board = subprocess.Popen(
-        [
-            *RESPOT,
-            "tensorboard",
-            job_id,
-            "--local",
-            "--port",
-            str(port),
-            "--logdir",
-            str(tmp_path / "tb"),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # Started as in a terminal, where Ctrl-C reaches it. A suite run in the background (`&`
+    # in a script, as bench/busy/run.sh does) has SIGINT ignored, which its children inherit,
+    # and then no SIGINT could stop the command (it hung here twice). A handler in this
+    # process is not inherited: exec gives the child SIGINT's default, as a terminal's job.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        board = subprocess.Popen(
+            [
+                *RESPOT,
+                "tensorboard",
+                job_id,
+                "--local",
+                "--port",
+                str(port),
+                "--logdir",
+                str(tmp_path / "tb"),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
     try:
         runs: list[str] = []
 
