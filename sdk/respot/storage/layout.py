@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from respot.spec.jobid import JOBS_PREFIX, check_job_id
 
-__all__ = ["JOBS_PREFIX"]  # and every function below
 WHEELHOUSE_PREFIX = "wheelhouse/"
 
 
