@@ -22,7 +22,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,27 @@ class _Layout:
     packages: tuple[tuple[Path, str], ...]  # (source directory, package name in the asset)
 
 
+# Every layout an asset of this process declared. The first bundle builds all their
+# third-party directories side by side, one `pip install` per core rather than one at a time
+# (a first synth: about 70 s one after another on 2 idle cores).
+_DECLARED: list[_Layout] = []
+_DECLARED_LOCK = threading.Lock()
+
+
+def _build_declared() -> None:
+    with _DECLARED_LOCK:
+        declared = list(dict.fromkeys(_DECLARED))
+        _DECLARED.clear()
+    if len(declared) < 2:
+        return  # nothing to overlap: the bundle builds its one directory itself
+    with ThreadPoolExecutor(max_workers=len(declared), thread_name_prefix="pip") as pool:
+        for done in [
+            pool.submit(third_party, lay.requirements, platform=lay.platform, python=lay.python)
+            for lay in declared
+        ]:
+            done.result()  # a BundlingError names the platform and the packages
+
+
 @jsii.implements(cdk.ILocalBundling)
 class _LocalBundle:
     """Builds an asset directory on this machine: what CDK calls instead of Docker."""
@@ -158,6 +181,7 @@ class _LocalBundle:
         self._layouts = layouts
 
     def try_bundle(self, output_dir: str, *, image: Any = None, **_: Any) -> bool:
+        _build_declared()
         out = Path(output_dir)
         for layout in self._layouts:
             site = out / layout.subdir if layout.subdir else out
@@ -192,6 +216,8 @@ def _local_asset(layouts: tuple[_Layout, ...], root: Path) -> LocalAsset:
     pins = [
         f"{lay.subdir}|{lay.platform}|{lay.python}|{','.join(lay.requirements)}" for lay in layouts
     ]
+    with _DECLARED_LOCK:
+        _DECLARED.extend(layouts)
     return LocalAsset(
         path=str(root),
         asset_hash=fingerprint(sources, *pins),
