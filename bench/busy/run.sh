@@ -22,6 +22,10 @@ mkdir -p "$out"
 [ -f "$results" ] || printf 'date\tcommit\tcores\tloops\tresult\tmake_test_seconds\tpytest\tload_at_end\n' >"$results"
 commit="$(git -C "$src" rev-parse --short HEAD)"
 passed=0
+untrap='import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])'
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 git clone --quiet --no-hardlinks "$src" "$tmp/respot"
@@ -36,7 +40,10 @@ for i in $(seq 1 "$runs"); do
         pids+=("$!")
     done
     start=$(date +%s)
-    (cd "$tmp/respot" && make test) >>"$log" 2>&1
+    # `make test` gets SIGINT and SIGQUIT at their defaults, as from a terminal: a script
+    # started with `&` by a shell without job control has them ignored (bash(1), "Signals"),
+    # and every process of the suite would inherit that.
+    (cd "$tmp/respot" && python3 -c "$untrap" make test) >>"$log" 2>&1
     rc=$?
     seconds=$(( $(date +%s) - start ))
     load="$(cut -d' ' -f1-3 /proc/loadavg)"
