@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from moto.s3.models import S3Backend
 
 import lambdas._runtime as lambda_runtime
 from infra.local.market import Trace
@@ -64,67 +64,59 @@ def real_traces() -> list[Trace]:
 
 
 class MidUploadKiller:
-    """Kills a job's instance while a checkpoint's blobs are in S3 but its manifest is not."""
+    """Kills a job's instance while a checkpoint's blobs are in S3 but its manifest is not.
+
+    The emulator's S3 is the trigger, so no load can make it miss: when the manifest PUT of a
+    checkpoint past step 40 arrives from the job's live, un-noticed attempt (the key names the
+    attempt; every blob it lists is already stored, docs/agent.md), that instance is terminated
+    (its processes killed) before the PUT is answered, and the PUT and any retry of it are
+    refused, as a request from a machine that died mid-upload never lands. The first such
+    checkpoint is taken. (It used to poll S3 for a new blob without a manifest, and on a
+    machine with both cores busy it missed every window.)
+    """
 
     def __init__(self, rt: LocalRuntime, job_id: str) -> None:
         self.rt, self.job_id = rt, job_id
         self.killed_step: int | None = None
         self.killed_instance: str | None = None
-        self.near_misses = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
+        self._refused: set[str] = set()
+        self._lock = threading.Lock()
+        self._real_put = S3Backend.put_object
+        killer, real_put = self, self._real_put
 
-    def _keys(self, prefix: str) -> set[str]:
-        s3 = self.rt.client("s3")
-        pages = s3.get_paginator("list_objects_v2").paginate(
-            Bucket=self.rt.sdk_deployment().bucket, Prefix=prefix
-        )
-        return {o["Key"] for page in pages for o in page.get("Contents", [])}
+        def put_object(
+            backend: S3Backend, bucket_name: str, key_name: str, *a: Any, **k: Any
+        ) -> Any:
+            if killer._cut(key_name):
+                raise ConnectionAbortedError(f"{key_name}: its instance was killed mid-upload")
+            return real_put(backend, bucket_name, key_name, *a, **k)
 
-    def _loop(self) -> None:
-        assert self.rt.fleet is not None
-        blobs_prefix = f"{layout.checkpoints_prefix(self.job_id)}blobs/"
-        manifests_prefix = layout.manifests_prefix(self.job_id)
-        s3 = self.rt.client("s3")
-        seen_blobs = self._keys(blobs_prefix)
-        while not self._stop.wait(0.01) and self.killed_step is None:
-            blobs = self._keys(blobs_prefix)
-            new = blobs - seen_blobs
-            if not new:
-                continue
-            manifests = self._keys(manifests_prefix)
-            for key in new:
-                body = s3.get_object(Bucket=self.rt.sdk_deployment().bucket, Key=key)["Body"]
-                head = body.read(200)
-                if not head.startswith(b'{"step"'):
-                    continue  # the ballast blob; the state blob tells the step
-                step = json.loads(head)["step"]
-                done = any(
-                    layout.parse_manifest_key(m) and layout.parse_manifest_key(m)[0] == step  # type: ignore[index]
-                    for m in manifests
-                )
-                live = [
-                    i
-                    for i in self.rt.fleet.live()
-                    if i.job_id == self.job_id and i.noticed_at is None
-                ]
-                if not done and live and step > 40:
-                    self.rt.fleet.terminate(live[0].instance_id, "killed mid-upload")
-                    # A PUT already received may still complete: only a checkpoint whose
-                    # manifest never appears was really cut. Otherwise try the next instance.
-                    time.sleep(1.0)
-                    written = {layout.parse_manifest_key(m) for m in self._keys(manifests_prefix)}
-                    if any(w and w[0] == step for w in written):
-                        self.near_misses += 1
-                        break
-                    self.killed_step, self.killed_instance = step, live[0].instance_id
-                    return
-            seen_blobs = blobs
+        S3Backend.put_object = put_object  # type: ignore[method-assign]
+
+    def _cut(self, key: str) -> bool:
+        if not key.startswith(layout.manifests_prefix(self.job_id)):
+            return False
+        parsed = layout.parse_manifest_key(key)
+        with self._lock:
+            if key in self._refused:
+                return True
+            if parsed is None or self.killed_step is not None or parsed[0] <= 40:
+                return False
+            step, attempt = parsed
+            assert self.rt.fleet is not None
+            live = [
+                i
+                for i in self.rt.fleet.live()
+                if i.job_id == self.job_id and i.attempt == attempt and i.noticed_at is None
+            ]
+            if not live or not self.rt.fleet.terminate(live[0].instance_id, "killed mid-upload"):
+                return False
+            self._refused.add(key)
+            self.killed_step, self.killed_instance = step, live[0].instance_id
+            return True
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        S3Backend.put_object = self._real_put  # type: ignore[method-assign]
 
 
 @pytest.fixture
