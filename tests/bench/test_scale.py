@@ -37,7 +37,12 @@ def test_jobs_at_once_and_reclaims_at_once_keep_every_invariant() -> None:
     # AND every message and event put was handled, nothing went to a dead-letter queue
     assert checks["agent_messages_not_handled"] == 0
     assert checks["agent_messages_by_kind"]["preempted"] == 3
-    assert checks["agent_messages_by_kind"]["completed"] == 8
+    # At least one completion per job, not exactly one: on a machine with both cores busy, a
+    # late heartbeat can get an instance judged lost and a new attempt launched, and the old
+    # simulated agent may complete before its terminate lands (busy run 3 of f0d107a: 10 for
+    # 8 jobs, every job COMPLETED once, never two live instances). The control plane must
+    # take one and ignore the stale one; all_completed and two_live_instances hold it to that.
+    assert checks["agent_messages_by_kind"]["completed"] >= 8
     assert checks["submission_records_handled"] >= 8
     assert checks["rule_events_missing"] == {}
     assert checks["rule_events_expected"]["spot_interruption"] == 3
