@@ -84,6 +84,8 @@ class SimulatedAgents:
         self.timers: Timers | None = None
         self.sent: Counter[str] = Counter()
         self.sent_ids: set[str] = set()
+        # (monotonic time, job, attempt, instance, kind) of every message sent, in order
+        self.sent_log: list[tuple[float, str, int, str, str]] = []
         self.send_failures = 0
         self.checkpoints: dict[str, int] = {}  # job -> newest checkpoint step ("in S3")
         self._runs: dict[str, _Run] = {}
@@ -285,6 +287,9 @@ class SimulatedAgents:
             with self._lock:
                 self.sent[body.kind] += 1
                 self.sent_ids.add(answer["MessageId"])
+                self.sent_log.append(
+                    (time.monotonic(), run.job_id, run.attempt, run.inst.instance_id, body.kind)
+                )
             return
         with self._lock:
             self.send_failures += 1

@@ -249,7 +249,7 @@ def run_scale(
         if echo:
             print(f"[{time.monotonic() - t0:7.1f}s] {text}", flush=True)
 
-    t0 = time.monotonic()
+    t0, wall_t0 = time.monotonic(), time.time()
     with LocalRuntime(options) as rt:
         assert rt.fleet is not None and rt.dispatcher is not None and rt.deployment is not None
         agents.attach(rt.fleet)
@@ -329,6 +329,36 @@ def run_scale(
             if inst.job_id:
                 by_job[inst.job_id].append(inst)
         violations = [v for insts in by_job.values() for v in overlaps(insts, now)]
+        # The forgotten GPU: once every job is over and the queues are drained, no instance
+        # may still run (a completed job's, or one launched for it in a race, is terminated).
+        left_running = sorted(
+            f"{i.job_id}: {i.instance_id}" for i in rt.fleet.instances.values() if i.alive
+        )
+        # A job's first completion: no instance may be launched for it after that (money spent
+        # on finished work), and a job with more than one completion gets its timeline shown.
+        first_done: dict[str, float] = {}
+        completions: Counter[str] = Counter()
+        for at, job, _attempt, _iid, kind in list(agents.sent_log):
+            if kind == "completed":
+                completions[job] += 1
+                first_done.setdefault(job, at)
+        launched_after_completion = [
+            f"{i.job_id}: {i.instance_id} launched {i.launched_at - first_done[job]:.1f}s "
+            "after the job's completion was sent"
+            for job, insts in by_job.items()
+            for i in insts
+            if job in first_done and i.launched_at > first_done[job]
+        ]
+        odd = {job for job, n in completions.items() if n != 1} | {
+            line.split(":")[0] for line in launched_after_completion
+        }
+        timelines = {job: _timeline(by_job[job], agents.sent_log, job, t0) for job in sorted(odd)}
+        for job in sorted(odd):  # and what the control plane decided, on the same clock
+            record = control.jobs.get(job)
+            for entry in record.timeline if record is not None else []:
+                at = entry.at.timestamp() - wall_t0
+                timelines[job].append(f"{at:8.1f}s control plane: {entry.kind}: {entry.text}")
+            timelines[job].sort()
         with lock:
             done = list(handled)
         failures = list(rt.dispatcher.failures)
@@ -400,6 +430,7 @@ def run_scale(
             "queues, rules and moto are real",
         },
         "states": dict(counts),
+        "job_ids": ids,
         "reclaimed": noticed,
         "all_jobs_training_at_reclaim": all_trained,
         "jobs_held_at_last_step_until_reclaim": held_at_reclaim,
@@ -443,6 +474,10 @@ def run_scale(
             "rule_event_ids_missing": {fn: ids[:20] for fn, ids in rule_events["missing"].items()},
             "dead_letters": dead_letters,
             "messages_left_on_queues": pending,
+            "instances_left_running": left_running,
+            "completions_by_job": dict(completions),
+            "launched_after_completion": launched_after_completion,
+            "timelines_of_odd_jobs": timelines,
             "handler_failures": len(failures),
             "handler_failure_examples": [f"{fn}: {why}"[:300] for fn, why in failures[:5]],
         },
@@ -459,8 +494,32 @@ def run_scale(
         and not rule_shortfall
         and not any(dead_letters.values())
         and pending == 0
+        and not left_running
     )
     return result
+
+
+def _timeline(
+    instances: list[LocalInstance],
+    sent: list[tuple[float, str, int, str, str]],
+    job: str,
+    t0: float,
+) -> list[str]:
+    """One job's instances and its agents' messages (not progress), in time order."""
+    rows: list[tuple[float, str]] = []
+    for i in instances:
+        rows.append((i.launched_at, f"launch {i.instance_id} ({i.tags.get('respot:attempt')})"))
+        for at, what in (
+            (i.booted_at, "booted"),
+            (i.noticed_at, "noticed"),
+            (i.ended_at, f"ended: {i.end_reason}"),
+        ):
+            if at is not None:
+                rows.append((at, f"{i.instance_id} {what}"))
+    for at, j, attempt, iid, kind in sent:
+        if j == job and kind != "progress":
+            rows.append((at, f"{iid} attempt {attempt} sent {kind}"))
+    return [f"{at - t0:8.1f}s {what}" for at, what in sorted(rows)]
 
 
 def _pcts(values: list[float]) -> dict[str, Any]:

@@ -37,12 +37,18 @@ def test_jobs_at_once_and_reclaims_at_once_keep_every_invariant() -> None:
     # AND every message and event put was handled, nothing went to a dead-letter queue
     assert checks["agent_messages_not_handled"] == 0
     assert checks["agent_messages_by_kind"]["preempted"] == 3
-    # At least one completion per job, not exactly one: on a machine with both cores busy, a
-    # late heartbeat can get an instance judged lost and a new attempt launched, and the old
-    # simulated agent may complete before its terminate lands (busy run 3 of f0d107a: 10 for
-    # 8 jobs, every job COMPLETED once, never two live instances). The control plane must
-    # take one and ignore the stale one; all_completed and two_live_instances hold it to that.
+    # At least one completion per job, not exactly one. Seen under load (3 of 35 runs): an
+    # agent sends `completed` and its instance shuts down; the state change is handled first,
+    # the control plane replaces an instance "gone without notice", then the completion lands
+    # and the replacement is terminated, sometimes after its simulated agent completed too.
+    # The job is COMPLETED once; all_completed, two_live_instances and instances_left_running
+    # hold the control plane to that. (docs/limitations.md: the race and its fix.)
     assert checks["agent_messages_by_kind"]["completed"] >= 8
+    assert set(checks["completions_by_job"]) == set(result["job_ids"])
+    # AND once every job is over no instance still runs: a replacement launched in the race
+    # between an agent's last report and its instance's state change is terminated too (that
+    # race happens: 3 of 35 runs under load, bench.scale's timelines_of_odd_jobs shows it)
+    assert checks["instances_left_running"] == [], checks["timelines_of_odd_jobs"]
     assert checks["submission_records_handled"] >= 8
     assert checks["rule_events_missing"] == {}
     assert checks["rule_events_expected"]["spot_interruption"] == 3
