@@ -334,24 +334,28 @@ def run_scale(
         left_running = sorted(
             f"{i.job_id}: {i.instance_id}" for i in rt.fleet.instances.values() if i.alive
         )
-        # A job's first completion: no instance may be launched for it after that (money spent
-        # on finished work), and a job with more than one completion gets its timeline shown.
+        # Instances launched for a job after its first completion was sent: the race between
+        # an agent's last report and its instance's shutdown (docs/limitations.md). Reported,
+        # not failed: such an instance must only be terminated (left_running). Those jobs, and
+        # any with more than one completion, get their timelines shown.
         first_done: dict[str, float] = {}
         completions: Counter[str] = Counter()
         for at, job, _attempt, _iid, kind in list(agents.sent_log):
             if kind == "completed":
                 completions[job] += 1
                 first_done.setdefault(job, at)
-        launched_after_completion = [
-            f"{i.job_id}: {i.instance_id} launched {i.launched_at - first_done[job]:.1f}s "
-            "after the job's completion was sent"
+        late = [
+            i
             for job, insts in by_job.items()
             for i in insts
             if job in first_done and i.launched_at > first_done[job]
         ]
-        odd = {job for job, n in completions.items() if n != 1} | {
-            line.split(":")[0] for line in launched_after_completion
-        }
+        launched_after_completion = [
+            f"{i.job_id}: {i.instance_id} launched "
+            f"{i.launched_at - first_done[str(i.job_id)]:.1f}s after the job's completion was sent"
+            for i in late
+        ]
+        odd = {job for job, n in completions.items() if n != 1} | {str(i.job_id) for i in late}
         timelines = {job: _timeline(by_job[job], agents.sent_log, job, t0) for job in sorted(odd)}
         for job in sorted(odd):  # and what the control plane decided, on the same clock
             record = control.jobs.get(job)
