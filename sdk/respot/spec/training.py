@@ -112,6 +112,13 @@ _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HPARAM_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
 _TAG_CHARS = re.compile(r"[\w .:/=+\-@]*", re.UNICODE)
+# Keys as EC2 allows them when tags are exposed in instance metadata (respot's launch template
+# sets InstanceMetadataTags): ASCII letters, digits and + - = . , _ : @; no spaces or '/'; not
+# only '.', '..' or '_index'. Others fail the launch ("Work with instance tags in instance
+# metadata", EC2 User Guide).
+_TAG_KEY = re.compile(r"[A-Za-z0-9+\-=.,_:@]{1,128}", re.ASCII)
+_TAG_KEY_NOT = re.compile(r"[^A-Za-z0-9+\-=.,_:@]", re.ASCII)
+_TAG_KEY_RESERVED = (".", "..", "_index")
 _IMAGE = re.compile(
     r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     r"(:[\w][\w.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
@@ -393,10 +400,8 @@ class TrainingEnvVar(BaseModel):
         if len(value) > MAX_TAGS:
             raise ValueError(f"at most {MAX_TAGS} tags")
         for key, item in value.items():
-            if not 1 <= len(key) <= 128 or not _TAG_CHARS.fullmatch(key):
-                raise ValueError(
-                    f"tag key {key!r} must be 1-128 letters, digits, spaces or _ . : / = + - @"
-                )
+            if not _TAG_KEY.fullmatch(key) or key in _TAG_KEY_RESERVED:
+                raise ValueError(_tag_key_problem(key))
             if key.lower().startswith(RESERVED_TAG_PREFIXES):
                 raise ValueError(f"tag key {key!r} uses a reserved prefix ('aws:', 'respot:')")
             if len(item) > 256 or not _TAG_CHARS.fullmatch(item):
@@ -481,6 +486,19 @@ def _check_json_value(value: Any, where: str, depth: int = 0) -> None:
 
 
 _FIELD_NAMES = tuple(TrainingEnvVar.model_fields)
+
+
+def _tag_key_problem(key: str) -> str:
+    """Why `key` cannot be a tag key, and a key that can."""
+    rule = (
+        "EC2 exposes respot's tags in instance metadata, where a key may hold only ASCII "
+        "letters, digits and + - = . , _ : @ (no spaces or '/'), 1-128 of them, and not "
+        "only '.', '..' or '_index'"
+    )
+    fixed = _TAG_KEY_NOT.sub("_", key)[:128]
+    if fixed and fixed not in _TAG_KEY_RESERVED and fixed != key:
+        return f"tag key {key!r} would fail the launch: {rule}; rename it, e.g. {fixed!r}"
+    return f"tag key {key!r} would fail the launch: {rule}; rename it"
 
 
 def describe_validation_error(exc: ValidationError) -> list[str]:
