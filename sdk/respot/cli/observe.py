@@ -303,7 +303,7 @@ def tensorboard(
 
     While the job is still running the files are downloaded again every 30 s.
     """
-    import subprocess
+    import signal
     import threading
 
     if launch:
@@ -337,6 +337,10 @@ def tensorboard(
         "--port",
         str(port),
     ]
+    from respot.cli.children import port_in_use, run_in_own_group
+
+    if port_in_use(port):
+        fail(_port_taken(port))
     out.print(f"TensorBoard on http://127.0.0.1:{port}/ (Ctrl-C stops it)")
     stop = threading.Event()
 
@@ -352,15 +356,22 @@ def tensorboard(
 
     if not record.state.is_terminal():
         threading.Thread(target=resync, daemon=True).start()
-    code: int | None = 0
     try:
-        code = subprocess.run(argv, check=False).returncode  # noqa: S603 - fixed argv
-    except KeyboardInterrupt:
-        code = 0
+        code, stopped_by = run_in_own_group(argv)  # its whole group ends with this command
     finally:
         stop.set()
+    if stopped_by is not None and stopped_by != signal.SIGINT:
+        raise typer.Exit(128 + stopped_by)  # SIGTERM, SIGHUP: the usual 143, 129
     if code not in (0, -2, 130):
-        fail(f"TensorBoard exited with code {code}")
+        hint = f"; {_port_taken(port)}" if port_in_use(port) else ""
+        fail(f"TensorBoard exited with code {code}{hint}")
+
+
+def _port_taken(port: int) -> str:
+    return (
+        f"port {port} on 127.0.0.1 is in use (another TensorBoard still running? "
+        f"`lsof -i :{port}` names it); stop it, or serve on another port: --port {port + 1}"
+    )
 
 
 # ---- timeline ----------------------------------------------------------------------------------
