@@ -222,6 +222,12 @@ def _advance(body: str) -> None:
         done = engine().handle(message)
     except SweepNotFoundError as exc:
         raise PoisonMessageError(str(exc)) from exc
+    except ValidationError as exc:
+        # The sweep's record no longer reads (a spec an older respot accepted): every retry
+        # would fail the same way and hold the sweep's FIFO group.
+        raise PoisonMessageError(
+            f"sweep {message.sweep_id}: its record cannot be read: {exc.errors()[0]['msg']}"
+        ) from exc
     logger.info(
         "sweep %s: %s",
         done.sweep_id,

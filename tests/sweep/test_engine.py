@@ -244,3 +244,51 @@ def test_a_pruned_trial_whose_cancel_was_lost_is_cancelled_again(
     engine.handle(event(sweep_id, 1, step=20, metrics={"val_loss": 5.0}))
     # THEN it is cancelled again
     assert [j for j, _ in jobs.cancelled] == [trial_job_id(sweep_id, 1)]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_the_widest_ranges_the_spec_accepts_are_drawn(
+    sampler: str, engine: SweepEngine, jobs: FakeJobs, table: SweepTable
+) -> None:
+    # Issue 24, item 7: a range the sampler could not draw from left the sweep RUNNING with
+    # no trial. Whatever the spec accepts, up to its limits, must be drawn, by TPE too once it
+    # has completed trials to model.
+    sweep_id = started(
+        engine,
+        n_trials=3,
+        parallelism=1,
+        search_space={
+            "x": {"type": "float", "low": -8e307, "high": 8e307},
+            "n": {"type": "int", "low": -(2**53), "high": 2**53},
+            "w": {"type": "float", "low": 1e-300, "high": 1e300, "log": True},
+        },
+        sampler={"name": sampler, "seed": 0, "n_startup_trials": 1},
+        pruner={"name": "none"},
+    )
+    for number in range(3):
+        record = table.require(sweep_id)
+        assert len(record.trials) == number + 1, record.trials
+        engine.handle(event(sweep_id, number, "COMPLETED", step=1, metrics={"val_loss": 1.0}))
+    record = table.require(sweep_id)
+    assert record.state is SweepState.COMPLETED
+    assert [t.state for t in record.trials] == [TrialState.COMPLETE] * 3
+    assert len(jobs.submitted) == 3
+
+
+def test_a_sampler_that_cannot_draw_stops_the_sweep_with_the_reason(
+    engine: SweepEngine, jobs: FakeJobs, table: SweepTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defense in depth behind the spec's checks (a record an older respot accepted): the sweep
+    # does not stay RUNNING with no trial, it stops and says why.
+    from optuna.distributions import FloatDistribution
+
+    sub = submission(n_trials=3, parallelism=2)
+    engine.create(sub)
+    monkeypatch.setattr(
+        studies, "distributions", lambda spec: {"lr": FloatDistribution(-1e308, 1e308)}
+    )
+    engine.handle(SweepKick(sweep_id=sub.sweep_id))
+    record = table.require(sub.sweep_id)
+    assert record.state is SweepState.STOPPED
+    assert "the sampler cannot draw a trial: OverflowError" in (record.reason or "")
+    assert record.trials == [] and jobs.submitted == {}

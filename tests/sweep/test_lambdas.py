@@ -61,6 +61,8 @@ class Env:
         envelope = aws_event("sns-to-sqs-envelope")
         envelope["Message"] = message
         envelope["MessageAttributes"] = {"command": {"Type": "String", "Value": command}}
+        # Published now: a proof's age is judged at publication (the sample's is from 2012).
+        envelope["Timestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         return json.dumps(envelope)
 
     def drain_sweep_queue(self) -> list[dict[str, Any]]:
@@ -206,3 +208,40 @@ def test_only_the_owner_stops_a_sweep(env: Env) -> None:
     assert env.drain_sweep_queue() == [
         {"kind": "stop", "sweep_id": sub.sweep_id, "reason": "stopped by its owner"}
     ]
+
+
+def test_a_sweep_no_sampler_can_draw_from_is_dead_lettered_without_failing_the_batch(
+    env: Env,
+) -> None:
+    # Issue 24, item 7: a grid whose range overflows raised OverflowError in the commands
+    # function, so the command was retried until redrive and dead-lettered with no reason.
+    good = with_code(env, submission(n_trials=2, parallelism=1, pruner={"name": "none"}))
+    bad = json.loads(submission().model_dump_json())
+    bad["spec"]["search_space"] = {"x": {"type": "float", "low": -1e308, "high": 1e308, "step": 1}}
+    bad["spec"]["sampler"] = {"name": "grid", "seed": 0}
+    wide = json.loads(submission().model_dump_json())
+    wide["spec"]["search_space"] = {"x": {"type": "float", "low": -1e308, "high": 1e308}}
+    wide["spec"]["sampler"] = {"name": "random", "seed": 0}
+    response = commands.handler(
+        env.sqs_event(
+            env.sns(json.dumps(bad), "sweep"),
+            env.sns(json.dumps(wide), "sweep"),
+            env.sns(good.model_dump_json(), "sweep"),
+        ),
+        CONTEXT,
+    )
+    # THEN nothing is retried: both bad ones are dead-lettered with the field and the fix
+    assert response["batchItemFailures"] == []
+    reasons = [reason for _, reason in env.dead]
+    assert len(reasons) == 2, reasons
+    assert all("search_space.x" in r and "too wide to draw from" in r for r in reasons), reasons
+    # AND neither became a sweep, while the good one in the same batch was kicked
+    assert engine_table(env).get(bad["sweep_id"]) is None
+    assert engine_table(env).get(wide["sweep_id"]) is None
+    assert env.drain_sweep_queue() == [{"kind": "kick", "sweep_id": good.sweep_id}]
+
+
+def engine_table(env: Env) -> Any:
+    from respot.sweep.table import SweepTable
+
+    return SweepTable(env.control.jobs.table_name, env.control.jobs.client)

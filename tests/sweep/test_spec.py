@@ -101,3 +101,54 @@ def test_a_deep_or_broken_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_a_name_with_a_trailing_newline_is_refused() -> None:
     assert any(p.startswith("name") for p in problems(base(name="ok\n")))
+
+
+# ---- ranges the samplers cannot draw from, non-finite values (issue 24, item 7) ------------
+
+
+@pytest.mark.parametrize(
+    ("param", "sampler", "expected"),
+    [
+        # a grid over a range whose width overflows: OverflowError before, in the validator
+        (
+            {"type": "float", "low": -1e308, "high": 1e308, "step": 1},
+            "grid",
+            "too wide to draw from",
+        ),
+        # random and TPE draw low + u * (high - low): an infinite width cannot be drawn
+        ({"type": "float", "low": -1e308, "high": 1e308}, "random", "too wide to draw from"),
+        ({"type": "float", "low": -1e308, "high": 1e308}, "tpe", "too wide to draw from"),
+        ({"type": "float", "low": 0, "high": 1, "step": float("inf")}, "tpe", "finite"),
+        ({"type": "float", "low": 0, "high": 1, "step": float("nan")}, "tpe", "step"),
+        ({"type": "float", "low": 0, "high": float("inf")}, "tpe", "finite"),
+        ({"type": "float", "low": 0, "high": 1, "step": 2}, "tpe", "larger than the range"),
+        ({"type": "float", "low": 0, "high": 1e300, "step": 1e-300}, "grid", "steps"),
+        ({"type": "float", "low": 0, "high": 1, "step": 1e-300}, "tpe", "steps"),
+        ({"type": "float", "low": 0, "high": 1, "step": 1e-7}, "grid", "more than 100,000"),
+        ({"type": "int", "low": -(10**30), "high": 10**30}, "tpe", "2**53"),
+        ({"type": "int", "low": 0, "high": 5, "step": 10}, "tpe", "larger than the range"),
+        ({"type": "categorical", "choices": [1.0, float("nan")]}, "tpe", "not .nan or .inf"),
+        ({"type": "categorical", "choices": [float("inf")]}, "grid", "not .nan or .inf"),
+        ({"type": "categorical", "choices": [10**400]}, "tpe", "2**53"),
+    ],
+)
+def test_a_range_no_sampler_can_draw_from_is_refused_naming_the_parameter(
+    param: dict[str, Any], sampler: str, expected: str
+) -> None:
+    found = problems(base(search_space={"lr": param}, sampler={"name": sampler}))
+    assert any(expected in p for p in found), found
+    assert all(p.startswith("search_space.lr") for p in found), found
+
+
+def test_non_finite_values_in_a_sweep_file_are_refused(tmp_path: Path) -> None:
+    # `.nan` and `.inf` are YAML's spellings; the CLI used to say "2 trials" for such a file.
+    for text in (
+        "search_space:\n  lr: {type: categorical, choices: [0.1, .nan]}\n",
+        "search_space:\n  lr: {type: float, low: 0, high: 1, step: .inf}\n",
+        "search_space:\n  lr: {type: float, low: -.inf, high: 1}\n",
+    ):
+        path = tmp_path / "sweep.yaml"
+        path.write_text("name: s\nmetric: m\nn_trials: 2\njob: {entry_point: 'm:S'}\n" + text)
+        with pytest.raises(SpecError) as info:
+            load_sweep_file(path)
+        assert any(p.startswith("search_space.lr") for p in info.value.problems), text

@@ -156,6 +156,7 @@ class SweepEngine:
         expected = record.version
         study = studies.open_study(self.table.journal(record.sweep_id), record.spec, create=True)
         finished_before = {t.number for t in record.trials if t.state is not TrialState.RUNNING}
+        known_before = {t.number for t in record.trials}
 
         match message:
             case TrialEvent():
@@ -168,7 +169,17 @@ class SweepEngine:
         new_trials: list[Trial] = []
         if record.state is SweepState.RUNNING:
             self._repair(record, study)
-            new_trials = self._fill(record, study)
+            try:
+                new_trials = self._fill(record, study)
+            except (ValueError, ArithmeticError, TypeError) as exc:
+                # The sampler cannot draw from this search space (a spec checked by an older
+                # respot): stop with the reason rather than stay RUNNING with no new trial.
+                log.exception("sweep %s: the sampler cannot draw", record.sweep_id)
+                # Trials asked before the failure were never submitted: not the record's.
+                record.trials = [t for t in record.trials if t.number in known_before]
+                reason = f"the sampler cannot draw a trial: {type(exc).__name__}: {exc}"[:500]
+                done.outcome = self._stop(record, study, reason, done)
+                new_trials = []
             if not record.running() and self._all_asked(record):
                 record.state = SweepState.COMPLETED
                 record.finished_at = self.clock()

@@ -37,6 +37,12 @@ MAX_PARALLELISM = 64
 MAX_PARAMETERS = 32
 MAX_CHOICES = 64
 MAX_GRID_POINTS = 100_000
+# Integers Optuna draws exactly (its samplers work in float64; TPE fails on larger ones) and
+# that every JSON reader keeps exact.
+MAX_INT_MAGNITUDE = 2**53
+# Steps across a float range: Optuna checks a step against the range in 28-digit decimals.
+MAX_FLOAT_STEPS = 10**15
+MAX_CHOICE_TEXT = 256
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _METRIC_NAME = re.compile(r"[A-Za-z0-9_./-]{1,128}")
 
@@ -57,13 +63,32 @@ class FloatParam(_Strict):
     @model_validator(mode="after")
     def _check(self) -> FloatParam:
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
-            raise ValueError("low and high must be finite numbers")
+            raise ValueError("low and high must be finite numbers (not .nan or .inf)")
         if self.low >= self.high:
             raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if not math.isfinite(self.high - self.low):
+            # The samplers draw low + u * (high - low): a range that overflows cannot be drawn.
+            raise ValueError(
+                f"the range high - low ({self.high:g} - {self.low:g}) is too wide to draw from; "
+                "narrow it, or use log: true with low > 0"
+            )
         if self.log and self.low <= 0:
             raise ValueError(f"log: true needs low > 0 (got {self.low}); raise low or drop log")
         if self.log and self.step is not None:
             raise ValueError("step and log: true cannot be combined; drop one of them")
+        if self.step is not None:
+            if not math.isfinite(self.step):
+                raise ValueError("step must be a finite number (not .nan or .inf)")
+            if self.step > self.high - self.low:
+                raise ValueError(
+                    f"step ({self.step:g}) is larger than the range high - low "
+                    f"({self.high - self.low:g}); use a smaller step"
+                )
+            if (self.high - self.low) / self.step > MAX_FLOAT_STEPS:
+                raise ValueError(
+                    f"step ({self.step:g}) cuts the range into more than {MAX_FLOAT_STEPS:.0e} "
+                    "steps; use a larger step or drop it"
+                )
         return self
 
 
@@ -78,12 +103,23 @@ class IntParam(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> IntParam:
+        for name, value in (("low", self.low), ("high", self.high), ("step", self.step)):
+            if abs(value) > MAX_INT_MAGNITUDE:
+                raise ValueError(
+                    f"{name} must be within +-{MAX_INT_MAGNITUDE:,} (2**53, what the samplers "
+                    "draw exactly); use type: float for larger numbers"
+                )
         if self.low >= self.high:
             raise ValueError(f"low ({self.low}) must be below high ({self.high})")
         if self.log and self.low < 1:
             raise ValueError(f"log: true needs low >= 1 (got {self.low}); raise low or drop log")
         if self.log and self.step != 1:
             raise ValueError("step and log: true cannot be combined; drop one of them")
+        if self.step > self.high - self.low:
+            raise ValueError(
+                f"step ({self.step}) is larger than the range high - low "
+                f"({self.high - self.low}); use a smaller step"
+            )
         return self
 
 
@@ -97,6 +133,21 @@ class CategoricalParam(_Strict):
     def _check(self) -> CategoricalParam:
         seen: set[str] = set()
         for value in self.choices:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(
+                    f"choices lists {value!r}; every choice must be a finite number or text "
+                    "(not .nan or .inf)"
+                )
+            big = isinstance(value, int) and not isinstance(value, bool)
+            if big and abs(value) > MAX_INT_MAGNITUDE:
+                raise ValueError(
+                    f"a choice is an integer beyond +-{MAX_INT_MAGNITUDE:,} (2**53); "
+                    "write it as text or a smaller number"
+                )
+            if isinstance(value, str) and len(value) > MAX_CHOICE_TEXT:
+                raise ValueError(
+                    f"a choice is {len(value):,} characters of text; at most {MAX_CHOICE_TEXT}"
+                )
             key = f"{type(value).__name__}:{value!r}"
             if key in seen:
                 raise ValueError(f"choices lists {value!r} twice; list each value once")
@@ -173,7 +224,13 @@ class SweepSpec(_Strict):
                         f"search_space.{name}: the grid sampler needs a step for floats "
                         "(or use type: categorical)"
                     )
-                points *= _grid_size(param)
+                size = _grid_size(param)
+                if size > MAX_GRID_POINTS:
+                    raise ValueError(
+                        f"search_space.{name}: the grid sampler would try more than "
+                        f"{MAX_GRID_POINTS:,} values of it; use a larger step, or sampler tpe"
+                    )
+                points *= size
             if points > MAX_GRID_POINTS:
                 raise ValueError(
                     f"search_space: the grid has {points:,} points; at most "
@@ -187,12 +244,17 @@ class SweepSpec(_Strict):
 
 
 def _grid_size(param: FloatParam | IntParam | CategoricalParam) -> int:
+    """How many values the grid tries of `param`; more than MAX_GRID_POINTS is reported as
+    MAX_GRID_POINTS + 1 (never an overflow: the parameter's own checks keep it finite)."""
     if isinstance(param, CategoricalParam):
         return len(param.choices)
     if isinstance(param, IntParam):
-        return (param.high - param.low) // param.step + 1
+        return min((param.high - param.low) // param.step + 1, MAX_GRID_POINTS + 1)
     assert param.step is not None
-    return int((param.high - param.low) / param.step + 1e-9) + 1
+    steps = (param.high - param.low) / param.step
+    if not math.isfinite(steps) or steps >= MAX_GRID_POINTS:
+        return MAX_GRID_POINTS + 1
+    return int(steps + 1e-9) + 1
 
 
 def validate_sweep(data: Any) -> SweepSpec:
@@ -208,5 +270,7 @@ def validate_sweep(data: Any) -> SweepSpec:
 
 
 def _sweep_line(line: str) -> str:
-    """Name the parameter, not pydantic's union branch (`search_space.lr.float.low`)."""
+    """Name the parameter, not pydantic's union branch (`search_space.lr.float.low`), and
+    not `spec:` where a check of the whole sweep names the field itself."""
+    line = re.sub(r"^spec: (search_space\.[^.:\s]+: )", r"\1", line)
     return re.sub(r"^(search_space\.[^.:\s]+)\.(?:float|int|categorical)\b", r"\1", line)
