@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_ssm as ssm
 
-from infra.regions import SATELLITE_TAG, checkpoint_bucket_name, instance_role_name
+from infra.regions import SATELLITE_TAG, checkpoint_bucket_prefix, instance_role_name
 from infra.wiring import Grant
 from respot.core.lifecycle import MANAGED_TAG
 from respot.storage import layout
@@ -134,9 +134,13 @@ _SATELLITE_IMAGES = (
     "template (ec2:LaunchTemplate) tagged as this stack's.",
 )
 _SATELLITE_OBJECTS = (
-    r"^Resource::arn:<AWS::Partition>:s3:::.*-<AWS::AccountId>-[a-z]+(-[a-z]+)+-\d/jobs/\*$",
+    r"^Resource::arn:<AWS::Partition>:s3:::.*-<AWS::AccountId>-[a-z]+(-[a-z]+)+-\d-\*"
+    r"(/jobs/\*)?$",
     "The control plane copies a job's objects into the checkpoint bucket of the satellite "
-    "region its next attempt runs in (and back), for every job: objects under jobs/ only.",
+    "region its next attempt runs in (and back), for every job: objects under jobs/ only. "
+    "The bucket's name ends with a piece of the satellite stack's id (so that a retained "
+    "bucket never blocks a new create), which this stack cannot know: the grant names the "
+    "fixed prefix <home>-<account>-<region>-.",
 )
 _QUOTAS = (
     r"^Resource::arn:<AWS::Partition>:servicequotas:<AWS::Region>:<AWS::AccountId>:ec2/\*$",
@@ -215,8 +219,10 @@ def _bucket(t: GrantTargets, function: str) -> GrantPolicy:
 
 
 def _satellite_bucket_arn(t: GrantTargets, region: str) -> str:
-    name = checkpoint_bucket_name(t.stack.stack_name, Aws.ACCOUNT_ID, region)
-    return f"arn:{Aws.PARTITION}:s3:::{name}"
+    """The satellite's checkpoint bucket, by its prefix: the name ends with a piece of the
+    satellite stack's id, which this stack cannot know (infra/regions.py)."""
+    prefix = checkpoint_bucket_prefix(t.stack.stack_name, Aws.ACCOUNT_ID, region)
+    return f"arn:{Aws.PARTITION}:s3:::{prefix}*"
 
 
 def _satellite_launch(t: GrantTargets) -> list[iam.PolicyStatement]:

@@ -21,15 +21,17 @@ region holds only what an instance there needs, made the way the home stack make
   (`respot.aws.satellites`) instead of a deploy-time reference (the home stack cannot
   reference a stack that references it).
 
-The fixed names below are how the home stack scopes its grants in satellite regions without
-a reference: the instance role's name (iam:PassRole) and the bucket's name (s3 copy).
+The names below are how the home stack scopes its grants in satellite regions without a
+reference: the instance role's fixed name (iam:PassRole) and the bucket's fixed prefix (s3
+copy; the bucket's name ends with a piece of this stack's id, so a retained bucket never
+blocks the next create of the stack).
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from aws_cdk import Aws, Environment, Stack, Tags
+from aws_cdk import Aws, Environment, Fn, Stack, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
@@ -53,7 +55,7 @@ from infra.constructs.storage import (
 from infra.nag import suppress
 from infra.regions import (
     SATELLITE_TAG,
-    checkpoint_bucket_name,
+    checkpoint_bucket_prefix,
     instance_role_name,
     satellite_parameter_name,
 )
@@ -222,11 +224,24 @@ def _topic_in_region(scope: Construct, topic_arn: str | None, region: str) -> sn
 def _satellite_bucket(
     scope: Construct, home_name: str, region: str, log_bucket: s3.IBucket
 ) -> s3.Bucket:
-    """The region's checkpoint bucket: as the home jobs bucket, under a fixed name."""
+    """The region's checkpoint bucket: as the home jobs bucket, named after this stack's id.
+
+    `<home>-<account>-<region>-<first 8 hex of the stack id's UUID>` (`infra.regions`): the
+    home stack grants by the prefix, the control plane reads the name from the satellite
+    parameter, and a new stack (a retry after a failed create, a deploy after `cdk destroy`,
+    both of which leave the retained bucket behind) gets a new name instead of "already
+    exists"."""
+    stack_uuid = Fn.select(2, Fn.split("/", Aws.STACK_ID))
     return _private_bucket(
         scope,
         "CheckpointBucket",
-        bucket_name=checkpoint_bucket_name(home_name, Aws.ACCOUNT_ID, region),
+        bucket_name=Fn.join(
+            "",
+            [
+                checkpoint_bucket_prefix(home_name, Aws.ACCOUNT_ID, region),
+                Fn.select(0, Fn.split("-", stack_uuid)),
+            ],
+        ),
         versioned=True,
         server_access_logs_bucket=log_bucket,
         server_access_logs_prefix="s3-access/checkpoint-bucket/",

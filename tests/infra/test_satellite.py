@@ -9,6 +9,7 @@ variables and CDK's cross-region export writer.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,12 @@ from infra.constructs.functions import RULE_MAX_EVENT_AGE, RULE_RETRY_ATTEMPTS
 from infra.iam_eval import allowed
 from infra.local.iam import Resolver, _logical_id
 from infra.nag import add_checks, errors
-from infra.regions import checkpoint_bucket_name, instance_role_name, satellite_stack_name
+from infra.regions import (
+    checkpoint_bucket_name,
+    checkpoint_bucket_prefix,
+    instance_role_name,
+    satellite_stack_name,
+)
 from infra.satellite import SatelliteStack
 from infra.settings import DeploySettings, DeploySettingsError
 from infra.stack import RespotStack
@@ -33,6 +39,19 @@ from tests.infra.conftest import NO_BUNDLING
 HOME, ACCOUNT = "us-east-1", "123456789012"
 EXTRA = ("us-west-2", "eu-west-1")
 BIN = Path(sys.executable).parent
+# Two creates of the same satellite stack (a retry after a failed create, or after destroy)
+STACK_IDS = (
+    f"arn:aws:cloudformation:us-west-2:{ACCOUNT}:stack/Respot-us-west-2/"
+    "1e2f3a40-da77-11e4-872e-1234567db123",
+    f"arn:aws:cloudformation:us-west-2:{ACCOUNT}:stack/Respot-us-west-2/"
+    "9b0c7d15-0000-11f0-8000-abcdefabcdef",
+)
+
+
+def _resolver(attrs: dict[str, dict[str, str]], region: str, stack_id: str = STACK_IDS[0]) -> Any:
+    resolve = Resolver(attrs, region)
+    resolve.pseudo["AWS::StackId"] = stack_id.replace("us-west-2", region)
+    return resolve
 
 
 def _app(settings: DeploySettings, outdir: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
@@ -179,16 +198,47 @@ def test_the_launch_template_is_the_home_one(synthesized):
         ]
 
 
-def test_the_checkpoint_bucket_is_private_encrypted_and_tls_only(synthesized):
+def _checkpoint_bucket(template: dict[str, Any]) -> dict[str, Any]:
+    (bucket,) = [
+        r
+        for lid, r in template["Resources"].items()
+        if r["Type"] == "AWS::S3::Bucket" and lid.startswith("CheckpointBucket")
+    ]
+    return bucket
+
+
+def test_a_new_create_of_a_satellite_stack_gets_a_new_bucket_name(synthesized):
+    # The bucket is retained: a retry after a failed create, or a deploy after destroy, must
+    # not ask S3 for the name the kept bucket has ("already exists").
     for region, template in synthesized["satellites"].items():
-        buckets = {
-            json.dumps(b["Properties"].get("BucketName")): b
-            for b in _resources(template, "AWS::S3::Bucket")
-        }
-        name = checkpoint_bucket_name("Respot", "123456789012", region)
-        (bucket,) = [b for n, b in buckets.items() if region in n and "respot-" in n]
+        given = _checkpoint_bucket(template)["Properties"]["BucketName"]
+        first, second = (_resolver({}, region, stack_id)(given) for stack_id in STACK_IDS)
+        assert first != second
+        for stack_id, name in zip(STACK_IDS, (first, second), strict=True):
+            assert name == checkpoint_bucket_name(
+                "Respot", ACCOUNT, region, stack_id.replace("us-west-2", region)
+            )
+            assert name.startswith(checkpoint_bucket_prefix("Respot", ACCOUNT, region))
+            assert re.fullmatch(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", name), name
+        # The home control plane may copy into either (it grants by the fixed prefix).
+        docs = _home_policies(synthesized["home"], "reconcile")
+        for name in (first, second):
+            assert allowed(docs, "s3:PutObject", f"arn:aws:s3:::{name}/jobs/j-1/submission.json")
+
+
+def test_the_bucket_name_fits_s3s_limit_for_the_longest_stage_and_region():
+    stack_id = f"arn:aws:cloudformation:x:{ACCOUNT}:stack/s/1e2f3a40-da77-11e4-872e-1234567db123"
+    longest = DeploySettings(stage="S" * 25).stack_name
+    for region in ("ap-southeast-2", "us-gov-west-1", "eu-west-1"):
+        name = checkpoint_bucket_name(longest, ACCOUNT, region, stack_id)
+        assert len(name) <= 63 and name.endswith(f"-{ACCOUNT}-{region}-1e2f3a40"), name
+        assert name.startswith("respot-s")
+
+
+def test_the_checkpoint_bucket_is_private_encrypted_and_tls_only(synthesized):
+    for template in synthesized["satellites"].values():
+        bucket = _checkpoint_bucket(template)
         props = bucket["Properties"]
-        assert name.endswith(region)
         assert props["PublicAccessBlockConfiguration"] == {
             "BlockPublicAcls": True,
             "BlockPublicPolicy": True,
@@ -342,12 +392,17 @@ def test_the_dead_letter_alarm_notifies_the_alarm_topic_only_in_its_region():
     assert actions == {"us-west-2": [], "eu-west-1": []}
 
 
+def _bucket_name(region: str) -> str:
+    stack_id = STACK_IDS[0].replace("us-west-2", region)
+    return checkpoint_bucket_name("Respot", ACCOUNT, region, stack_id)
+
+
 def _instance_policies(template: dict[str, Any], region: str) -> list[dict[str, Any]]:
     role = _logical_id(template, "FleetInstanceRole")
     attrs: dict[str, dict[str, str]] = {}
     for lid, resource in template["Resources"].items():
         if resource["Type"] == "AWS::S3::Bucket":
-            name = checkpoint_bucket_name("Respot", ACCOUNT, region)
+            name = _bucket_name(region)
             if "CheckpointBucket" in lid:
                 attrs[lid] = {"Ref": name, "Arn": f"arn:aws:s3:::{name}"}
     resolve = Resolver(attrs, region)
@@ -361,12 +416,12 @@ def _instance_policies(template: dict[str, Any], region: str) -> list[dict[str, 
 def test_the_satellite_instance_role_reaches_its_region_bucket_only(synthesized):
     region = "us-west-2"
     docs = _instance_policies(synthesized["satellites"][region], region)
-    bucket = f"arn:aws:s3:::{checkpoint_bucket_name('Respot', ACCOUNT, region)}"
+    bucket = f"arn:aws:s3:::{_bucket_name(region)}"
     assert allowed(docs, "s3:GetObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
     assert allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/checkpoints/blobs/ab12")
     assert not allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/submission.json")
     assert not allowed(docs, "s3:DeleteObject", f"{bucket}/jobs/j-1/outputs/model.pt")
-    other = f"arn:aws:s3:::{checkpoint_bucket_name('Respot', ACCOUNT, 'eu-west-1')}"
+    other = f"arn:aws:s3:::{_bucket_name('eu-west-1')}"
     assert not allowed(docs, "s3:GetObject", f"{other}/jobs/j-1/checkpoints/0040.json")
     assert not allowed(docs, "ec2:RunInstances", f"arn:aws:ec2:{region}:{ACCOUNT}:instance/*")
     assert not allowed(docs, "dynamodb:PutItem", f"arn:aws:dynamodb:{HOME}:{ACCOUNT}:table/x")
@@ -418,7 +473,7 @@ def test_the_home_control_plane_launches_there_only_from_its_tagged_template(syn
     assert allowed(docs, "iam:PassRole", role, to_ec2)
     assert not allowed(docs, "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/admin", to_ec2)
     # copying a job's objects into the satellite's bucket, nothing outside jobs/
-    bucket = f"arn:aws:s3:::{checkpoint_bucket_name('Respot', ACCOUNT, 'us-west-2')}"
+    bucket = f"arn:aws:s3:::{_bucket_name('us-west-2')}"
     assert allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
     assert not allowed(docs, "s3:PutObject", f"{bucket}/other/x")
     assert not allowed(docs, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
