@@ -142,6 +142,9 @@ def test_a_job_runs_to_completion(stage: Stage) -> None:
     assert set(recorded) == {"result.json", "env.json", "nested/note.txt"}
     body = s3.get_object(Bucket=bucket, Key=done.outputs_prefix + "nested/note.txt")["Body"]
     assert recorded["nested/note.txt"] == hashlib.sha256(body.read()).hexdigest()
+    # AND the completion report carries the manifest's own SHA-256 (what the record keeps)
+    written = s3.get_object(Bucket=bucket, Key=layout.outputs_manifest_key(sub.job_id))["Body"]
+    assert done.outputs_sha256 == hashlib.sha256(written.read()).hexdigest()
     manifests = s3.list_objects_v2(Bucket=bucket, Prefix=layout.manifests_prefix(sub.job_id))
     assert len(manifests["Contents"]) == 2
     assert exists(s3, bucket, layout.handoff_key(sub.job_id, 1))

@@ -105,7 +105,9 @@ def test_happy_path_to_completion_terminates_the_instance() -> None:
                 d.job,
                 1,
                 "i-1",
-                AgentCompleted(step=100, outputs_prefix="p/", train_seconds=5.0),
+                AgentCompleted(
+                    step=100, outputs_prefix="p/", train_seconds=5.0, outputs_sha256="ab" * 32
+                ),
                 seq=3,
             )
         ),
@@ -113,6 +115,7 @@ def test_happy_path_to_completion_terminates_the_instance() -> None:
     )
     assert d.state is JobState.COMPLETED
     assert d.job.progress.step == 100
+    assert d.job.outputs_sha256 == "ab" * 32  # what `respot pull` checks the manifest against
     assert d.terminated() == {"i-1"}
     assert d.job.attempts[0].end is AttemptEnd.COMPLETED
 

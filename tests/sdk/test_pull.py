@@ -41,7 +41,9 @@ def bucket(s3: Any) -> Iterator[str]:
     yield name
 
 
-def record(job_id: str, state: JobState, reason: str | None = None) -> JobRecord:
+def record(
+    job_id: str, state: JobState, reason: str | None = None, outputs_sha256: str | None = None
+) -> JobRecord:
     return JobRecord(
         job_id=job_id,
         state=state,
@@ -49,6 +51,7 @@ def record(job_id: str, state: JobState, reason: str | None = None) -> JobRecord
         updated_at=T0,
         submission=submission(job_id),
         reason=reason,
+        outputs_sha256=outputs_sha256,
     )
 
 
@@ -107,9 +110,8 @@ def test_a_completed_job_gives_its_outputs_logs_and_checkpoint_verified(
     # WHEN it is pulled, with the checkpoint
     bars = Bars()
     dest = tmp_path / "pulled"
-    result = pull_job(
-        record(jid, JobState.COMPLETED), s3, bucket, dest, checkpoint=True, progress=bars
-    )
+    done = record(jid, JobState.COMPLETED, outputs_sha256=manifest.sha256)
+    result = pull_job(done, s3, bucket, dest, checkpoint=True, progress=bars)
     # THEN every output is there, byte for byte, SHA-256 verified
     for rel, data in files.items():
         assert (dest / "outputs" / rel).read_bytes() == data
@@ -129,6 +131,46 @@ def test_a_completed_job_gives_its_outputs_logs_and_checkpoint_verified(
 
 def _rel(path: Path, dest: Path) -> str:
     return path.relative_to(dest / "outputs").as_posix()
+
+
+def test_outputs_planted_with_a_matching_manifest_are_refused_against_the_job_record(
+    s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # GIVEN a job whose agent reported the SHA-256 of its outputs manifest (kept in the record)
+    jid = job_id()
+    write_outputs(tmp_path / "out")
+    reported = upload_outputs(
+        s3, tmp_path / "out", bucket=bucket, job_id=jid, attempt=1, outcome="completed"
+    )
+    done = record(jid, JobState.COMPLETED, outputs_sha256=reported.sha256)
+    # AND someone who can write the prefix then plants a file with a manifest that matches it
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "result.json").write_text('{"accuracy": 0.01}\n')
+    forged = upload_outputs(s3, planted, bucket=bucket, job_id=jid, attempt=1, outcome="completed")
+    assert forged.sha256 != reported.sha256
+    # WHEN it is pulled THEN the manifest is refused against the record; nothing is written
+    dest = tmp_path / "pulled"
+    with pytest.raises(PullError, match=r"not the one job .* reported"):
+        pull_job(done, s3, bucket, dest)
+    assert not [p for p in dest.rglob("*") if p.is_file()]
+    # AND a manifest the job reported but that is gone is refused too (not "no outputs")
+    s3.delete_object(Bucket=bucket, Key=layout.outputs_manifest_key(jid))
+    with pytest.raises(PullError, match="which is gone"):
+        pull_job(done, s3, bucket, dest)
+    # AND with the true manifest back, the planted file is refused by its recorded SHA-256
+    s3.put_object(Bucket=bucket, Key=layout.outputs_manifest_key(jid), Body=reported.body())
+    with pytest.raises(PullError, match=r"result\.json has SHA-256 .* recorded at upload"):
+        pull_job(done, s3, bucket, dest)
+    # AND with the true file back too: pulled, verified
+    s3.put_object(
+        Bucket=bucket,
+        Key=layout.outputs_prefix(jid) + "result.json",
+        Body=(tmp_path / "out" / "result.json").read_bytes(),
+    )
+    result = pull_job(done, s3, bucket, dest)
+    assert result.notes == [] and all(f.verified for f in result.outputs)
+    assert (dest / "outputs" / "result.json").read_bytes() == b'{"accuracy": 0.97}\n'
 
 
 def test_a_file_that_does_not_match_its_recorded_checksum_is_not_written(

@@ -44,6 +44,7 @@ class Endings(AttemptState):
             AgentCompleted(
                 step=step,
                 outputs_prefix=prefix,
+                outputs_sha256=outputs.sha256,
                 train_seconds=round(train_seconds, 3),
                 metrics=self.progress.message().metrics,
             )
@@ -69,6 +70,10 @@ class Endings(AttemptState):
         step = _max(step, checkpoint_step)
         manifest = sealed.key if sealed is not None else uploader.last_manifest_key
         self._write_handoff(step, checkpoint_step, manifest, notice.notice)
+        # The control plane terminates this instance as soon as it reads the report below (and
+        # EC2 reclaims it at the notice's end anyway): session.log, the durable copy of what
+        # the session printed, and the last TensorBoard points go to S3 before the report.
+        self._save_log()
         self.messenger.send(
             AgentPreempted(
                 step=step,
@@ -82,7 +87,7 @@ class Endings(AttemptState):
             "preempted at step %s; checkpoint step %s (%d lost)", step, checkpoint_step, lost
         )
         self.messenger.flush(timeout=max(1.0, end_by - time.monotonic()))
-        self._upload_log()
+        self._close_shipper(min(LOG_SHIP_CLOSE_SECONDS, max(1.0, end_by - time.monotonic())))
         return AgentResult(
             "preempted",
             self.job_id,
@@ -103,14 +108,21 @@ class Endings(AttemptState):
         if not uploader.wait_idle(FAILED_UPLOAD_WAIT_SECONDS):
             logger.warning("checkpoint uploads did not finish; going on")
         logger.error("failed: %s", reason)
+        outputs_sha256: str | None = None
         if not reason.startswith("uploading outputs failed"):
             try:  # what the session left is worth having (`respot pull` of a FAILED job)
-                self._upload_outputs("failed")
+                outputs_sha256 = self._upload_outputs("failed").sha256
             except Exception as exc:
                 logger.warning("uploading the failed attempt's outputs failed: %s", exc)
         self._finish(uploader, "failed")
         self.messenger.send(
-            AgentFailed(reason=reason[:2000], exit_code=exit_code, log_tail=log_tail, step=step)
+            AgentFailed(
+                reason=reason[:2000],
+                exit_code=exit_code,
+                log_tail=log_tail,
+                step=step,
+                outputs_sha256=outputs_sha256,
+            )
         )
         return AgentResult(
             "failed", self.job_id, self.attempt, step=step, exit_code=exit_code, reason=reason
@@ -158,11 +170,22 @@ class Endings(AttemptState):
             )
 
     def _upload_log(self) -> None:
+        """Before the last report: the CloudWatch stream closed, session.log in S3."""
+        self._close_shipper(LOG_SHIP_CLOSE_SECONDS)
+        self._save_log()
+
+    def _close_shipper(self, timeout: float) -> None:
         if self.shipper is not None:
-            if not self.shipper.close(LOG_SHIP_CLOSE_SECONDS):
+            if not self.shipper.close(timeout):
                 logger.warning("the last log lines did not reach CloudWatch Logs in time")
             logger.info("shipped %d log line(s) to CloudWatch Logs", self.shipper.shipped)
-        self.scalars.sync(self.s3, self.config.bucket, self.job_id, final=True)
+
+    def _save_log(self) -> None:
+        """The last TensorBoard points and session.log (the durable copy) to S3."""
+        try:
+            self.scalars.sync(self.s3, self.config.bucket, self.job_id, final=True)
+        except Exception as exc:  # the log matters more than the last points
+            logger.warning("the last TensorBoard sync failed: %s", exc)
         if not self.dirs.log.exists():
             return
         key = layout.logs_prefix(self.job_id, self.attempt) + "session.log"

@@ -15,11 +15,18 @@ checked (no absolute path, no '..', no backslash, no NUL, no drive) and the reso
 must lie inside DIR, so a link planted inside DIR cannot lead out of it either. Each file is
 downloaded to a temporary name beside its target, checked (size, then SHA-256 against the
 outputs manifest the agent wrote), and only then renamed into place.
+
+The manifest itself is checked against the job record: the job's own agent reports the
+SHA-256 of the `outputs.json` it wrote (`AgentCompleted`/`AgentFailed`), the control plane
+keeps it (`JobRecord.outputs_sha256`), and a manifest with other bytes, or none where one was
+reported, is refused. So a file counts as "SHA-256 verified" only against digests that came
+from the job itself, never from whatever S3 holds now.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import secrets
@@ -151,10 +158,22 @@ def pull_job(
             + (f" ({record.reason})" if record.reason else "")
             + ": pulling what it left"
         )
-    manifest, files = pull_outputs(s3, bucket, record.job_id, dest / "outputs", progress=progress)
+    manifest, files = pull_outputs(
+        s3,
+        bucket,
+        record.job_id,
+        dest / "outputs",
+        progress=progress,
+        recorded_sha256=record.outputs_sha256,
+    )
     result.outputs = files
     if manifest is not None:
         result.outputs_outcome = manifest.outcome
+        if record.outputs_sha256 is None:
+            result.notes.append(
+                "the job record holds no digest of the outputs manifest (an agent before "
+                "respot recorded one): files checked against the manifest in S3 only"
+            )
     elif files:
         result.notes.append(
             "the outputs have no manifest (uploaded before respot recorded checksums): "
@@ -176,15 +195,29 @@ def pull_job(
     return result
 
 
-def read_outputs_manifest(s3: S3Client, bucket: str, job_id: str) -> OutputsManifest | None:
-    """The outputs manifest, None if there is none; `PullError` if it is unreadable."""
+def read_outputs_manifest(
+    s3: S3Client, bucket: str, job_id: str, recorded_sha256: str | None = None
+) -> OutputsManifest | None:
+    """The outputs manifest, None if there is none; `PullError` if it is unreadable, or if it
+    is not the one whose SHA-256 the job record holds (`recorded_sha256`)."""
     key = layout.outputs_manifest_key(job_id)
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except Exception as exc:
-        if _error_code(exc) in _MISSING_CODES:
-            return None
-        raise
+        if _error_code(exc) not in _MISSING_CODES:
+            raise
+        if recorded_sha256 is not None:
+            raise PullError(
+                f"the job reported its outputs manifest s3://{bucket}/{key}, which is gone; "
+                "nothing pulled"
+            ) from exc
+        return None
+    if recorded_sha256 is not None and hashlib.sha256(body).hexdigest() != recorded_sha256:
+        raise PullError(
+            f"the outputs manifest s3://{bucket}/{key} is not the one job {job_id} reported "
+            f"(SHA-256 {hashlib.sha256(body).hexdigest()[:16]}…, the job record holds "
+            f"{recorded_sha256[:16]}…): it was changed after the job wrote it; nothing pulled"
+        )
     try:
         manifest = OutputsManifest.model_validate_json(body)
     except ValidationError as exc:
@@ -204,10 +237,11 @@ def pull_outputs(
     dest: Path,
     *,
     progress: TransferProgress | None = None,
+    recorded_sha256: str | None = None,
 ) -> tuple[OutputsManifest | None, list[PulledFile]]:
     """Download and verify the job's outputs into `dest`; nothing lands outside it."""
     prefix = layout.outputs_prefix(job_id)
-    manifest = read_outputs_manifest(s3, bucket, job_id)
+    manifest = read_outputs_manifest(s3, bucket, job_id, recorded_sha256)
     wanted: list[tuple[str, int, str | None]] = []  # (relative path, size, sha256)
     if manifest is not None:
         wanted = [(f.path, f.size, f.sha256) for f in manifest.files]

@@ -148,6 +148,8 @@ class JobRecord(BaseModel):
     last_heartbeat_at: datetime | None = None
     reason: str | None = None
     outputs_prefix: str | None = None
+    # SHA-256 of outputs.json as the job's own agent reported it (AgentCompleted/AgentFailed)
+    outputs_sha256: str | None = None
     finished_at: datetime | None = None
     notify: dict[str, Any] = Field(default_factory=dict)  # e.g. the Slack thread ts
     policy: dict[str, Any] = Field(default_factory=dict)  # placement policy memory

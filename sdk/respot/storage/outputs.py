@@ -10,6 +10,7 @@ failed notebook's executed copy, with the error in it, is what its author wants 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +46,15 @@ class OutputsManifest(BaseModel):
     def size_bytes(self) -> int:
         """Total size of the outputs."""
         return sum(f.size for f in self.files)
+
+    def body(self) -> bytes:
+        """The bytes `outputs.json` holds (the agent reports their SHA-256 to the control plane)."""
+        return self.model_dump_json(indent=1).encode()
+
+    @property
+    def sha256(self) -> str:
+        """SHA-256 of `body()`: what the job record keeps and `respot pull` checks."""
+        return hashlib.sha256(self.body()).hexdigest()
 
 
 def upload_outputs(
@@ -94,7 +104,7 @@ def upload_outputs(
     s3.put_object(
         Bucket=bucket,
         Key=layout.outputs_manifest_key(job_id),
-        Body=manifest.model_dump_json(indent=1).encode(),
+        Body=manifest.body(),
         ContentType="application/json",
     )
     return manifest

@@ -172,6 +172,9 @@ class AgentCompleted(_Message):
     kind: Literal["completed"] = "completed"
     step: int | None = None
     outputs_prefix: str
+    # SHA-256 of the `outputs.json` this attempt wrote: the job record keeps it, and
+    # `respot pull` checks the manifest (so every file's SHA-256) against it, not against S3.
+    outputs_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     train_seconds: float
     # The newest value of each metric the session reported (its final result, e.g. for a
     # sweep): the last heartbeat may be older than the session's last report.
@@ -183,6 +186,7 @@ class AgentFailed(_Message):
 
     kind: Literal["failed"] = "failed"
     reason: str
+    outputs_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # as completed
     exit_code: int | None = None
     log_tail: list[str] = Field(default_factory=list)
     step: int | None = None

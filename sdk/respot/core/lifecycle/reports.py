@@ -304,6 +304,7 @@ def _completed(d: _Draft, att: Attempt, body: AgentCompleted) -> Decision:
     if body.metrics:
         job.progress.metrics = {**job.progress.metrics, **body.metrics}
     job.outputs_prefix = body.outputs_prefix
+    job.outputs_sha256 = body.outputs_sha256
     _finish(
         d,
         Transition.COMPLETE,
@@ -316,6 +317,8 @@ def _completed(d: _Draft, att: Attempt, body: AgentCompleted) -> Decision:
 
 def _failed(d: _Draft, att: Attempt, body: AgentFailed) -> Decision:
     """Training failed: the job is FAILED with the agent's reason and log tail."""
+    if body.outputs_sha256 is not None:
+        d.job.outputs_sha256 = body.outputs_sha256
     _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
 
