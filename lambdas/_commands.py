@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 
 from lambdas._runtime import PoisonMessageError, control_plane, is_installed
-from respot.aws.ec2events import sns_envelope
+from respot.aws.ec2events import SnsNotification, sns_envelope, sns_notification
 from respot.control.config import ENV_BUCKET, ENV_DATA_BUCKETS
 from respot.identity.proofs import ENV_ADMINS, MalformedMessageError, ProofError, Received
 from respot.identity.verify import DynamoProofLedger, Verifier
@@ -137,52 +137,71 @@ def published_command(body: str) -> str | None:
 def read_signed(body: str, model: type[Any], identity_field: str) -> Any:
     """A command of another model (sweeps) read like `read_command`: limits, validation, the
     identity proof verified, and `identity_field` set to the caller STS names."""
-    command, received, message_id = _read(body, model.model_validate_json)
-    return _verified(command, received, message_id, identity_field)
+    command, received, notification = _read(body, model.model_validate_json)
+    return _verified(command, received, notification, identity_field)
 
 
 def read_command(body: str, expected: type[C]) -> C:
     """The `expected` command in an SQS body, its caller verified; poison otherwise."""
-    command, received, message_id = _read(body, COMMAND_ADAPTER.validate_json)
+    command, received, notification = _read(body, COMMAND_ADAPTER.validate_json)
     if not isinstance(command, expected):
         raise PoisonMessageError(
             f"expected a {expected.model_fields['command'].default!r} command, got "
             f"{command.command!r}"
         )
     field = "submitted_by" if isinstance(command, JobSubmission) else "requested_by"
-    verified: C = _verified(command, received, message_id, field)
+    verified: C = _verified(command, received, notification, field)
     return verified
 
 
-def _read(body: str, validate: Callable[[str], Any]) -> tuple[Any, Received, str]:
-    """(command, the message as received, message id) of an SQS body; poison if unreadable.
+def _read(body: str, validate: Callable[[str], Any]) -> tuple[Any, Received, SnsNotification]:
+    """(command, the message as received, its SNS notification) of an SQS body; poison if
+    unreadable.
 
     The command is validated from the object the proof's digest is computed from (written
     back as JSON, so pydantic reads it in JSON mode as before): what is verified is what is
     acted on. Without an SNS message id, the body's SHA-256 stands in for it.
     """
     try:
-        message, message_id = sns_envelope(body)
-        check_json_text(message, what="SNS message")  # depth first: json.loads recurses
-        received = Received(message)
+        notification = sns_notification(body)
+        check_json_text(notification.message, what="SNS message")  # depth first
+        received = Received(notification.message)
         command = validate(json.dumps(received.content))
     except (InputLimitError, MalformedMessageError) as exc:
         raise PoisonMessageError(str(exc)) from exc
     except ValidationError as exc:
         raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
-    return command, received, message_id or hashlib.sha256(body.encode()).hexdigest()
+    if notification.message_id is None:
+        notification = notification.model_copy(
+            update={"message_id": hashlib.sha256(body.encode()).hexdigest()}
+        )
+    return command, received, notification
 
 
-def _verified(command: Any, received: Received, message_id: str, identity_field: str) -> Any:
+def _verified(
+    command: Any, received: Received, notification: SnsNotification, identity_field: str
+) -> Any:
     """`command` with `identity_field` set to the caller STS names and no proof; poison if its
-    proof does not verify. Unchanged if no verifier is installed (tests only)."""
+    proof does not verify. Unchanged if no verifier is installed (tests only).
+
+    The proof's age is judged at the message's publication (the SNS `Timestamp`, the same on
+    every redelivery): a command whose first delivery failed comes back after the queue's
+    visibility timeout (360 s) and must not be refused as expired then. The envelope is
+    trusted as SNS's: only the jobs topic may send to the commands queue (its queue policy).
+    """
     check = verifier()
     if check is None:
         return command
     jobs = control_plane().jobs  # this function's own table client (its role's credentials)
     ledger = check.ledger or DynamoProofLedger(jobs.table_name, jobs.client)
     try:
-        caller = check.verify(command, message_id, received=received, ledger=ledger)
+        caller = check.verify(
+            command,
+            notification.message_id or "",
+            received=received,
+            ledger=ledger,
+            published_at=notification.published_at,
+        )
     except ProofError as exc:
         raise PoisonMessageError(f"identity: {exc}") from exc
     return command.model_copy(update={identity_field: caller.arn, "proof": None})

@@ -64,6 +64,8 @@ class Env:
         envelope = aws_event("sns-to-sqs-envelope")
         envelope["Message"] = message
         envelope["MessageAttributes"] = {"command": {"Type": "String", "Value": command}}
+        # Published now: a proof's age is judged at publication (the sample's is from 2012).
+        envelope["Timestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         return json.dumps(envelope)
 
     def ec2_event(self, name: str, instance_id: str, **detail: str) -> dict[str, Any]:

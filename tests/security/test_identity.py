@@ -54,10 +54,18 @@ def person(endpoint: str, name: str) -> Person:
 class MemoryLedger:
     def __init__(self) -> None:
         self.used: dict[str, str] = {}
+        self.callers: dict[tuple[str, str], Caller] = {}
 
-    def use(self, signature: str, message_id: str, expires_at: datetime) -> None:
+    def use(
+        self, signature: str, message_id: str, expires_at: datetime, caller: Caller | None = None
+    ) -> None:
         if self.used.setdefault(signature, message_id) != message_id:
             raise ProofError("replayed identity proof")
+        if caller is not None:
+            self.callers[(signature, message_id)] = caller
+
+    def recall(self, signature: str, message_id: str) -> Caller | None:
+        return self.callers.get((signature, message_id))
 
 
 def cancel_of(job_id: str) -> CancelCommand:
@@ -212,6 +220,85 @@ def test_an_expired_or_future_proof_is_refused(moto_endpoint: str) -> None:
     )
     with pytest.raises(ProofError, match="future"):
         verify(earlier, command, "m1")
+
+
+def test_a_proof_is_judged_at_its_publication_not_at_a_late_redelivery(
+    moto_endpoint: str,
+) -> None:
+    # A command whose first delivery failed comes back after the queue's 360-s visibility
+    # timeout; its SNS envelope still says when it was published, and that is when the
+    # proof's age is judged.
+    alice = person(moto_endpoint, "alice")
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    published = datetime.now(UTC)
+    later = verifier(
+        moto_endpoint, ledger=MemoryLedger(), clock=lambda: published + timedelta(minutes=6)
+    )
+    received = Received(encode(command))
+    caller = later.verify(command, "m1", received=received, published_at=published)
+    assert caller.arn == alice.arn
+    with pytest.raises(ProofError, match="expired"):  # no envelope time: judged now, as before
+        later.verify(command, "m2", received=received)
+
+
+def test_a_proof_already_old_when_published_is_refused(moto_endpoint: str) -> None:
+    alice = person(moto_endpoint, "alice")
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    received = Received(encode(command))
+    now = datetime.now(UTC) + timedelta(minutes=6)
+    check = verifier(moto_endpoint, ledger=MemoryLedger(), clock=lambda: now)
+    with pytest.raises(ProofError, match=r"expired: .* when published 3[0-9]{2} s old"):
+        check.verify(command, "m1", received=received, published_at=now)  # 6 min after signing
+    with pytest.raises(ProofError, match="published in the future"):
+        check.verify(command, "m2", received=received, published_at=now + timedelta(minutes=5))
+    with pytest.raises(ProofError, match="after the message carrying it was published"):
+        check.verify(
+            command, "m3", received=received, published_at=now - timedelta(minutes=30)
+        )  # a claimed publication before the signature cannot make it young
+    # whatever the envelope says, STS's own 15-minute bound holds for a proof never verified
+    much_later = verifier(
+        moto_endpoint, ledger=MemoryLedger(), clock=lambda: now + timedelta(minutes=10)
+    )
+    with pytest.raises(ProofError, match="STS refuses older signatures"):
+        much_later.verify(command, "m4", received=received, published_at=now - timedelta(minutes=6))
+
+
+def test_a_verified_proof_is_recalled_for_its_own_redelivery_only(
+    moto_endpoint: str, aws_credentials: None
+) -> None:
+    from infra.local import cloud
+
+    local = cloud.provision(moto_endpoint, prefix=f"t{secrets.token_hex(4)}")
+    ledger = DynamoProofLedger(local.table_name, local.client("dynamodb"))
+    alice = person(moto_endpoint, "alice")
+    command = signed(cancel_of("job-1"), alice, moto_endpoint)
+    received = Received(encode(command))
+    published = datetime.now(UTC)
+    assert (
+        verifier(moto_endpoint, ledger=ledger)
+        .verify(command, "sns-1", received=received, published_at=published)
+        .arn
+        == alice.arn
+    )
+
+    def no_sts(u: str, body: bytes, headers: Any, timeout: float) -> tuple[int, bytes]:
+        raise AssertionError("a proof verified before is not sent to STS again")
+
+    # the fourth delivery comes 18 minutes after the first: STS would refuse the signature
+    late = verifier(
+        moto_endpoint, ledger=ledger, post=no_sts, clock=lambda: published + timedelta(minutes=18)
+    )
+    assert late.verify(command, "sns-1", received=received, published_at=published).arn == (
+        alice.arn
+    )
+    # the same proof in another message is a replay, never recalled, even when fresh enough
+    soon = verifier(moto_endpoint, ledger=ledger, clock=lambda: published + timedelta(minutes=6))
+    with pytest.raises(ProofError, match="replayed"):
+        soon.verify(command, "sns-2", received=received, published_at=published)
+    # a recalled caller is bound to this message's content: another job's cancel is refused
+    other = command.model_copy(update={"job_id": "job-2"})
+    with pytest.raises(ProofError, match="another job-id"):
+        late.verify(other, "sns-1", received=Received(encode(other)), published_at=published)
 
 
 def test_a_replayed_proof_is_refused_and_a_redelivery_is_not(

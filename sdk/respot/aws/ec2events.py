@@ -140,14 +140,47 @@ def sns_envelope(body: str) -> tuple[str, str | None]:
     The body is checked for size and depth first (`InputLimitError`), so a hostile body is
     refused with its reason instead of crashing the parser.
     """
+    notification = sns_notification(body)
+    return notification.message, notification.message_id
+
+
+class SnsNotification(BaseModel):
+    """What the control plane reads of an SNS notification delivered to SQS: the published
+    text, SNS's `MessageId`, and the `Timestamp` SNS stamped when the message was published
+    (None when absent or not a time; None too for a body that is not an envelope)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message: str
+    message_id: str | None = None
+    published_at: datetime | None = None
+
+
+def sns_notification(body: str) -> SnsNotification:
+    """The `SnsNotification` of an SQS body (the body itself as the message if not wrapped).
+
+    The body is checked for size and depth first (`InputLimitError`). `Timestamp` is SNS's
+    publication time ("2012-03-29T05:12:16.901Z"); it is the same on every redelivery of the
+    message, which is why a command's proof is judged by it (`respot.identity.verify`).
+    """
     check_json_text(body, what="SQS message body")
     try:
         data = json.loads(body)
     except ValueError:
-        return body, None
+        return SnsNotification(message=body)
     if isinstance(data, dict) and data.get("Type") == "Notification" and "Message" in data:
         message = data["Message"]
         text = message if isinstance(message, str) else json.dumps(message)
         message_id = data.get("MessageId")
-        return text, message_id if isinstance(message_id, str) else None
-    return body, None
+        return SnsNotification(
+            message=text,
+            message_id=message_id if isinstance(message_id, str) else None,
+            published_at=_sns_time(data.get("Timestamp")),
+        )
+    return SnsNotification(message=body)
+
+
+def _sns_time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    return event_time(value)

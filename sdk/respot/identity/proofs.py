@@ -13,13 +13,19 @@ Kubernetes' aws-iam-authenticator prove an AWS identity to a third party:
 2. The commands function (`Verifier.verify`) checks the request is exactly an STS
    GetCallerIdentity call to the one STS endpoint it trusts (host allow-list: no SSRF),
    that the bound headers equal the message's job id, command and digest, and that it was
-   signed within `max_age` (a few minutes). Then it sends the request to STS itself. STS
+   signed within `max_age` (a few minutes) of its *publication*: the SNS envelope's
+   `Timestamp`, which SNS stamps once and every redelivery repeats. Judged at arrival, a
+   command whose first delivery failed (a throttle, a timeout) came back after the queue's
+   360-s visibility timeout with an "expired" proof and was dead-lettered: a lost cancel kept
+   a GPU billing. Then it sends the request to STS itself. STS
    checks the signature; its answer names the caller's ARN, which becomes `submitted_by` /
    `requested_by`. Anyone who changes the message, the job or the command breaks the
    signature; STS itself refuses a signature older than 15 minutes, respot after `max_age`.
 3. A `ProofLedger` (a conditional DynamoDB put with a TTL) remembers each signature with
-   the SNS message id it first came in: the same message delivered again passes (and is a
-   no-op downstream); the same proof in another message is a replay and is refused.
+   the SNS message id it first came in and the caller STS named: the same message delivered
+   again passes with that caller, without asking STS again (STS refuses a signature older
+   than 15 minutes; the fourth delivery of a message comes 18 minutes after the first); the
+   same proof in another message is a replay and is refused.
 
 What the digest covers (`signed_content`): the JSON object of the message *as sent*, read
 back from the text the control plane received (`read_message`), not the control plane's
@@ -77,6 +83,9 @@ ALLOWED_HEADERS = frozenset(
 REQUIRED_SIGNED = frozenset({"host", "x-amz-date", *BOUND_HEADERS})
 DEFAULT_MAX_AGE = timedelta(minutes=5)
 CLOCK_SKEW = timedelta(minutes=1)
+# STS refuses a SigV4 signature older than this whatever respot decides; a redelivery after it
+# is accepted only if the proof was verified once already (the ledger remembers its caller).
+STS_SIGNATURE_LIFETIME = timedelta(minutes=15)
 MAX_ANSWER_BYTES = 64 * 1024
 
 # What a deployment parameter's `proof_digest` says when its commands function checks

@@ -30,6 +30,7 @@ from respot.identity.proofs import (
     NONCE_HEADER,
     REQUIRED_SIGNED,
     STS_BODY,
+    STS_SIGNATURE_LIFETIME,
     Caller,
     ProofError,
     Received,
@@ -66,35 +67,67 @@ def urllib3_post(
 
 
 class ProofLedger(Protocol):
-    """Remembers used proofs; `use` raises `ProofError` for a replay."""
+    """Remembers used proofs; `use` raises `ProofError` for a replay. `recall` answers the
+    caller a proof was verified for in this very message (a redelivery), else None."""
 
-    def use(self, signature: str, message_id: str, expires_at: datetime) -> None: ...
+    def use(
+        self, signature: str, message_id: str, expires_at: datetime, caller: Caller | None = None
+    ) -> None: ...
+
+    def recall(self, signature: str, message_id: str) -> Caller | None: ...
 
 
 class DynamoProofLedger:
     """Used proofs in the jobs table: `pk=PROOF#<sha256(signature)>`, removed by TTL.
 
     `use` is one conditional put: it succeeds if the signature is new or was first seen
-    in this very message (a redelivery); otherwise the proof is a replay.
+    in this very message (a redelivery); otherwise the proof is a replay. It keeps the caller
+    STS named, which `recall` (a consistent read) gives back to a redelivery of that message.
     """
 
     def __init__(self, table_name: str, client: Any) -> None:
         self.table_name = table_name
         self.client = client
 
-    def use(self, signature: str, message_id: str, expires_at: datetime) -> None:
+    @staticmethod
+    def _key(signature: str) -> dict[str, dict[str, str]]:
+        digest = hashlib.sha256(signature.encode()).hexdigest()
+        return {"pk": {"S": f"PROOF#{digest}"}, "sk": {"S": "PROOF"}}
+
+    def recall(self, signature: str, message_id: str) -> Caller | None:
+        item = self.client.get_item(
+            TableName=self.table_name, Key=self._key(signature), ConsistentRead=True
+        ).get("Item")
+        if not item or item.get("message_id", {}).get("S") != message_id:
+            return None
+        arn = item.get("caller_arn", {}).get("S")
+        if not arn:
+            return None  # recorded by a stack before callers were kept: ask STS
+        return Caller(
+            arn=arn,
+            user_id=item.get("caller_user_id", {}).get("S", ""),
+            account=item.get("caller_account", {}).get("S", ""),
+            signature=signature,
+        )
+
+    def use(
+        self, signature: str, message_id: str, expires_at: datetime, caller: Caller | None = None
+    ) -> None:
         from botocore.exceptions import ClientError
 
-        key = hashlib.sha256(signature.encode()).hexdigest()
+        item: dict[str, dict[str, str]] = {
+            **self._key(signature),
+            "message_id": {"S": message_id},
+            "ttl": {"N": str(int(expires_at.timestamp()))},
+        }
+        if caller is not None:
+            item["caller_arn"] = {"S": caller.arn}
+            item["caller_user_id"] = {"S": caller.user_id}
+            item["caller_account"] = {"S": caller.account}
         try:
             self.client.put_item(
                 TableName=self.table_name,
-                Item={
-                    "pk": {"S": f"PROOF#{key}"},
-                    "sk": {"S": "PROOF"},
-                    "message_id": {"S": message_id},
-                    "ttl": {"N": str(int(expires_at.timestamp()))},
-                },
+                Item=item,
                 ConditionExpression="attribute_not_exists(pk) OR message_id = :m",
                 ExpressionAttributeValues={":m": {"S": message_id}},
             )
@@ -150,13 +183,18 @@ class Verifier:
         *,
         received: Received,
         ledger: ProofLedger | None = None,
+        published_at: datetime | None = None,
     ) -> Caller:
         """The verified caller of `command`; `ProofError` with the reason otherwise.
 
         `received` is the message as it came in, which `command` was validated from
         (`received.content`): the proof's digest must be one of `received.digests()`. `ledger`
         (else the verifier's own) records the proof; without either, replays are not detected
-        (tests of the checks alone).
+        (tests of the checks alone). `published_at` is when SNS published the message (its
+        envelope's `Timestamp`): the proof's age is judged then, so a redelivery after a failed
+        first try is not "expired"; without it, the age is judged now. A redelivery of a
+        message whose proof was verified already (same signature, same message id) gets the
+        caller the ledger kept, without STS.
         """
         proof = command.proof
         if proof is None:
@@ -169,11 +207,15 @@ class Verifier:
         if auth is None:
             raise ProofError("the proof's Authorization header is not an AWS SigV4 signature")
         self._check_binding(command, received, headers, auth)
-        signed_at = self._check_age(headers, auth)
-        caller = self._ask_sts(proof, headers, auth.group("signature"))
         used = ledger or self.ledger
         if used is not None:
-            used.use(caller.signature, message_id, signed_at + timedelta(hours=1))
+            known = used.recall(auth.group("signature"), message_id)
+            if known is not None:
+                return known  # this very message, verified on an earlier delivery
+        signed_at = self._check_age(headers, auth, published_at)
+        caller = self._ask_sts(proof, headers, auth.group("signature"))
+        if used is not None:
+            used.use(caller.signature, message_id, signed_at + timedelta(hours=1), caller)
         return caller
 
     # ---- the checks, in order ----------------------------------------------------------------
@@ -235,7 +277,9 @@ class Verifier:
                     f"not this message's"
                 )
 
-    def _check_age(self, headers: dict[str, str], auth: re.Match[str]) -> datetime:
+    def _check_age(
+        self, headers: dict[str, str], auth: re.Match[str], published_at: datetime | None
+    ) -> datetime:
         try:
             signed_at = datetime.strptime(headers["x-amz-date"], AMZ_DATE_FORMAT).replace(
                 tzinfo=UTC
@@ -247,11 +291,31 @@ class Verifier:
         now = self.clock()
         if signed_at - now > CLOCK_SKEW:
             raise ProofError(f"the proof is signed in the future ({signed_at.isoformat()})")
-        if now - signed_at > self.max_age:
+        # The age is judged when SNS published the message: a redelivery repeats that time.
+        at, when = (now, "") if published_at is None else (published_at, "when published ")
+        if published_at is not None:
+            if published_at - now > CLOCK_SKEW:
+                raise ProofError(
+                    f"the message claims to be published in the future ({published_at.isoformat()})"
+                )
+            if signed_at - published_at > CLOCK_SKEW:
+                raise ProofError(
+                    f"the proof is signed at {signed_at.isoformat()}, after the message "
+                    f"carrying it was published ({published_at.isoformat()})"
+                )
+        if at - signed_at > self.max_age:
             minutes = self.max_age.total_seconds() / 60
             raise ProofError(
                 f"the proof expired: signed at {signed_at.isoformat()}, valid {minutes:g} "
-                "minutes; publish the command again"
+                f"minutes, {when}{(at - signed_at).total_seconds():.0f} s old; "
+                "publish the command again"
+            )
+        if now - signed_at > STS_SIGNATURE_LIFETIME:
+            minutes = STS_SIGNATURE_LIFETIME.total_seconds() / 60
+            raise ProofError(
+                f"the proof expired: signed at {signed_at.isoformat()}, more than {minutes:g} "
+                "minutes ago (STS refuses older signatures) and never verified before; "
+                "publish the command again"
             )
         return signed_at
 
