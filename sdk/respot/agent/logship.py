@@ -6,7 +6,8 @@ copies the child's output into `session.log`). One background thread sends the b
 that respect the API's limits: at most 1,048,576 bytes (each message's UTF-8 size plus 26)
 and 10,000 events per call, events in chronological order, each event at most 256 KiB, one
 batch within 24 hours. A send that fails is retried a few times and then dropped with a
-warning: the S3 copy of `session.log`, uploaded at the end of the attempt, is the durable one.
+warning: the S3 copy of `session.log`, uploaded at the end of the attempt before its last
+report (`respot.agent.endings`), is the durable one.
 
 Stream: `<job_id>/<attempt:04d>/<instance_id>` in the deployment's group (`/respot/jobs` on
 AWS; the local runtime makes its own group in the emulator). The stream is created on first
