@@ -32,7 +32,6 @@ from infra.local.dispatcher import Invocation
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.sweep.client import load_sweep_file
-from respot.sweep.engine import trial_job_id
 from respot.wire.messages import new_job_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,21 +39,31 @@ EXAMPLE = ROOT / "examples" / "sweep" / "sweep.yaml"
 SWEEP_MEMORY_GB = 0.5
 
 
-def interrupter(rt: LocalRuntime, job_ids: list[str], step: int, stop: threading.Event) -> None:
-    """Send each listed trial's instance one notice once its record shows `step`."""
+def interrupter(
+    rt: LocalRuntime, handle: Any, numbers: list[int], step: int, stop: threading.Event
+) -> None:
+    """Send each listed trial's instance one notice once its record shows `step`.
+
+    Trial job ids carry a random token: each is read from the sweep's record once asked.
+    """
     assert rt.fleet is not None
-    pending = list(job_ids)
+    pending = list(numbers)
     while pending and not stop.is_set():
-        for job_id in list(pending):
+        sweep = handle.record()
+        ids = {t.number: t.job_id for t in (sweep.trials if sweep else [])}
+        for number in list(pending):
+            if number not in ids:
+                continue  # not asked yet
+            job_id = ids[number]
             record = rt.job_record(job_id)
             if record is None or record.state.is_terminal():
                 if record is not None:
-                    pending.remove(job_id)  # ended before it got that far
+                    pending.remove(number)  # ended before it got that far
                 continue
             if (record.progress.step or 0) >= step:
                 for inst in rt.fleet.of_job(job_id):
                     rt.fleet.interrupt(inst.instance_id)
-                pending.remove(job_id)
+                pending.remove(number)
         stop.wait(0.2)
 
 
@@ -123,16 +132,13 @@ def run(trials: int, parallelism: int, interruptions: int, interrupt_at: int) ->
         rt.dispatcher.on_invocation = on_invocation
         sweep_id = new_job_id(spec.name)
         # Interrupt trials spread over the sweep: the 2nd, then every few after it.
-        targets = [
-            trial_job_id(sweep_id, 1 + i * max(1, trials // (interruptions + 1)))
-            for i in range(interruptions)
-        ]
+        numbers = [1 + i * max(1, trials // (interruptions + 1)) for i in range(interruptions)]
         stop = threading.Event()
-        watcher = threading.Thread(
-            target=interrupter, args=(rt, targets, interrupt_at, stop), daemon=True
-        )
         started = time.monotonic()
         handle = rt.sweep(spec, sweep_id=sweep_id)
+        watcher = threading.Thread(
+            target=interrupter, args=(rt, handle, numbers, interrupt_at, stop), daemon=True
+        )
         watcher.start()
         final = handle.wait(timeout=1800, poll_seconds=1.0)
         wall = time.monotonic() - started
@@ -140,6 +146,8 @@ def run(trials: int, parallelism: int, interruptions: int, interrupt_at: int) ->
         watcher.join()
         time.sleep(2)
         interrupted = []
+        ids = {t.number: t.job_id for t in final.trials}
+        targets = [ids[n] for n in numbers if n in ids]
         for job_id in targets:
             record = rt.job_record(job_id)
             if record is not None and record.interruptions:

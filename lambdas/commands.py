@@ -33,6 +33,7 @@ from lambdas import _activity
 from lambdas._commands import Home, admin_principals, published_command, read_command
 from lambdas._runtime import PoisonMessageError, control_plane, logger, sqs_batch
 from respot.exceptions import DuplicateJobError, NotOwnerError
+from respot.spec.jobid import is_trial_job_id
 from respot.wire.messages import CancelCommand, JobSubmission
 
 
@@ -45,6 +46,12 @@ def submit(body: str, home: Home) -> None:
         raise PoisonMessageError(
             f"job {command.job_id} claims to be trial {command.sweep.trial} of sweep "
             f"{command.sweep.sweep_id}; only respot's sweep function submits trials"
+        )
+    if is_trial_job_id(command.job_id):
+        # The shape is reserved for trials, so no one can take a trial's id before its sweep.
+        raise PoisonMessageError(
+            f"job id {command.job_id!r} has the shape reserved for sweep trials "
+            "('<sweep>-t<number>-<10 hex>'); submit it with another id (run() picks one)"
         )
     # The home is the function's own region and account, never the message's.
     refused = home.refused(command.spec)

@@ -15,7 +15,6 @@ import pytest
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.sweep import study as studies
-from respot.sweep.engine import trial_job_id
 from respot.sweep.model import TrialState
 from respot.sweep.spec import validate_sweep
 from respot.wire.messages import new_job_id
@@ -74,6 +73,18 @@ def interrupt_when_training(rt: LocalRuntime, job_id: str, step: int) -> None:
     raise AssertionError(f"{job_id} never reached step {step}")
 
 
+def trial_job_id(handle: Any, number: int) -> str:
+    """The job id the sweep gave trial `number` (random: read from the record once asked)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        record = handle.record()
+        found = [t.job_id for t in (record.trials if record else []) if t.number == number]
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"trial {number} was never asked")
+
+
 def grid_seed_running_first(spec: dict[str, Any], first: list[float]) -> int:
     """A grid seed whose first points are the learning rates `first`, in order."""
     for seed in range(200):
@@ -99,7 +110,7 @@ def test_a_sweep_runs_trials_through_an_interruption_and_prunes_a_bad_one(
     sweep_id = new_job_id("ridge")
     handle = rt.sweep(spec, sweep_id=sweep_id)
     # WHEN trial 1's instance is interrupted once it has trained 60 steps
-    interrupt_when_training(rt, trial_job_id(sweep_id, 1), step=60)
+    interrupt_when_training(rt, trial_job_id(handle, 1), step=60)
     # AND the sweep runs on with nobody watching (the laptop only reads the result)
     final = handle.wait(timeout=600, poll_seconds=0.5)
     # THEN the two good trials completed with a value, and the study agrees with the record
@@ -111,7 +122,7 @@ def test_a_sweep_runs_trials_through_an_interruption_and_prunes_a_bad_one(
     assert [t.state for t in study.trials[:2]] == [optuna.trial.TrialState.COMPLETE] * 2
     assert study.best_value == pytest.approx(final.best.value if final.best else None)
     # AND the interrupted trial resumed as the same job, with its number and parameters
-    interrupted = rt.job_record(trial_job_id(sweep_id, 1))
+    interrupted = rt.job_record(trial_job_id(handle, 1))
     assert interrupted is not None and interrupted.state.value == "COMPLETED"
     assert interrupted.interruptions == 1 and len(interrupted.attempts) == 2
     assert (interrupted.attempts[1].restored_step or 0) >= 60

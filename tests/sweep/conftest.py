@@ -47,10 +47,11 @@ class FakeJobs:
     def __init__(self) -> None:
         self.submitted: dict[str, JobSubmission] = {}
         self.cancelled: list[tuple[str, str]] = []
-        self.refuse: set[str] = set()
+        self.refuse_first = 0  # refuse this many submissions, the first ones
 
     def submit(self, submission: JobSubmission) -> None:
-        if submission.job_id in self.refuse:
+        if self.refuse_first > 0:
+            self.refuse_first -= 1
             raise RuntimeError("RunInstances said no")
         self.submitted.setdefault(submission.job_id, submission)
 

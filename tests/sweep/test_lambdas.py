@@ -21,7 +21,6 @@ from respot.control.config import ControlPlaneConfig
 from respot.control.service import ControlPlane
 from respot.spec.training import TrainingEnvVar
 from respot.storage import layout
-from respot.sweep.engine import trial_job_id
 from respot.sweep.model import SweepStopCommand, SweepSubmission
 from respot.wire.messages import AgentMessage, AgentProgress, CodeArtifact, JobSubmission, TrialRef
 from tests.conftest import aws_event
@@ -111,8 +110,10 @@ def test_a_sweep_command_is_recorded_once_kicked_and_runs_its_trials(env: Env) -
     sweep_lambda.handler(env.sqs_event(json.dumps(kicks[0]), fifo=True), CONTEXT)
     # THEN two trial jobs are recorded by the control plane, each tagged with its trial,
     # each with the sweep's code copied under its own prefix
+    trials = engine_table(env).require(sub.sweep_id).trials
+    assert [t.number for t in trials] == [0, 1]
     for number in (0, 1):
-        job_id = trial_job_id(sub.sweep_id, number)
+        job_id = trials[number].job_id
         record = env.control.jobs.get(job_id)
         assert record is not None and record.submission.sweep == TrialRef(
             sweep_id=sub.sweep_id, trial=number
@@ -123,7 +124,6 @@ def test_a_sweep_command_is_recorded_once_kicked_and_runs_its_trials(env: Env) -
         assert (
             env.clients["s3"].get_object(Bucket=env.local.bucket, Key=key)["Body"].read() == b"zip"
         )
-    assert env.control.jobs.get(trial_job_id(sub.sweep_id, 2)) is None
     assert env.dead == []
 
 
@@ -131,7 +131,7 @@ def test_a_trial_report_reaches_the_sweep_queue(env: Env) -> None:
     sub = with_code(env, submission(n_trials=2, parallelism=1, pruner={"name": "none"}))
     commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
     sweep_lambda.handler(env.sqs_event(json.dumps(env.drain_sweep_queue()[0]), fifo=True), CONTEXT)
-    job_id = trial_job_id(sub.sweep_id, 0)
+    job_id = engine_table(env).require(sub.sweep_id).trials[0].job_id
     record = env.control.jobs.get(job_id)
     assert record is not None, env.dead
     attempt = record.current
@@ -245,3 +245,46 @@ def engine_table(env: Env) -> Any:
     from respot.sweep.table import SweepTable
 
     return SweepTable(env.control.jobs.table_name, env.control.jobs.client)
+
+
+def test_ids_taken_before_the_sweep_do_not_fail_its_trials(env: Env) -> None:
+    # Issue 24, item 4: trial ids were `<sweep>-t000`...: a researcher who published jobs
+    # under those ids first made every trial fail ("a 3-trial sweep completed with no trial
+    # run"). Trial ids now carry a random token, and their shape is reserved.
+    sub = with_code(env, submission(n_trials=3, parallelism=3, pruner={"name": "none"}))
+    squatters = []
+    for number in range(3):
+        for job_id in (f"{sub.sweep_id}-t{number:03d}", f"{sub.sweep_id}-t{number}"):
+            squat = JobSubmission(
+                job_id=job_id,
+                spec=TrainingEnvVar(name="squat", entry_point="m:S"),
+                submitted_at=datetime.now(UTC),
+                submitted_by="arn:aws:sts::123456789012:assumed-role/researcher/mallory",
+            )
+            squatters.append(squat.job_id)
+            commands.handler(env.sqs_event(env.sns(squat.model_dump_json(), "submit")), CONTEXT)
+    assert all(env.control.jobs.get(j) is not None for j in squatters), env.dead
+    # WHEN the sweep is published and kicked
+    commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
+    sweep_lambda.handler(env.sqs_event(json.dumps(env.drain_sweep_queue()[0]), fifo=True), CONTEXT)
+    # THEN every trial runs as a job of its own, none of them failed
+    trials = engine_table(env).require(sub.sweep_id).trials
+    assert len(trials) == 3
+    assert [t.state.value for t in trials] == ["RUNNING"] * 3, [t.reason for t in trials]
+    for trial in trials:
+        assert trial.job_id not in squatters
+        job = env.control.jobs.get(trial.job_id)
+        assert job is not None and job.submission.sweep is not None
+        assert job.submission.sweep.sweep_id == sub.sweep_id
+    # AND the ids cannot be derived: two sweeps' trial 0 ids differ beyond the sweep id
+    assert len({t.job_id.removeprefix(sub.sweep_id) for t in trials}) == 3
+    # AND a researcher cannot publish a job under a trial-shaped id either
+    taken = trials[0].job_id[:-10] + "0123456789"
+    forged = JobSubmission(
+        job_id=taken,
+        spec=TrainingEnvVar(name="squat", entry_point="m:S"),
+        submitted_at=datetime.now(UTC),
+    )
+    commands.handler(env.sqs_event(env.sns(forged.model_dump_json(), "submit")), CONTEXT)
+    assert env.control.jobs.get(taken) is None
+    assert "reserved for sweep trials" in env.dead[-1][1]

@@ -48,6 +48,28 @@ def check_job_id(value: Any) -> str:
     return value
 
 
+# A sweep trial's job id: the sweep's id, the trial number and a random token. The token makes
+# it unguessable (a researcher who submitted `<sweep>-t000` first would take the id and fail
+# the trial); the shape is reserved: the commands function refuses a published job whose id
+# has it, so only respot's sweep function submits jobs under such ids.
+_TRIAL_SUFFIX = re.compile(r"-t\d{3,}-[0-9a-f]{10}$")
+TRIAL_TOKEN_BYTES = 5
+
+
+def trial_job_id(sweep_id: str, number: int, token: str | None = None) -> str:
+    """The job id of trial `number` of sweep `sweep_id`: `<sweep id>-t<number>-<10 hex>`."""
+    import secrets
+
+    token = token or secrets.token_hex(TRIAL_TOKEN_BYTES)
+    suffix = f"-t{number:03d}-{token}"
+    return check_job_id(sweep_id[: MAX_JOB_ID_LENGTH - len(suffix)] + suffix)
+
+
+def is_trial_job_id(value: str) -> bool:
+    """True if `value` has the shape reserved for sweep trials (`trial_job_id`)."""
+    return _TRIAL_SUFFIX.search(value) is not None
+
+
 def is_job_id(value: Any) -> bool:
     """True if `value` is a valid job id."""
     try:

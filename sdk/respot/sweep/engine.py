@@ -25,6 +25,7 @@ from typing import Protocol
 
 import optuna
 
+from respot.spec.jobid import trial_job_id
 from respot.sweep import study as studies
 from respot.sweep.model import (
     SweepKick,
@@ -42,6 +43,8 @@ from respot.wire.messages import CodeArtifact, JobSubmission
 
 log = logging.getLogger("respot.sweep")
 
+__all__ = ["Outcome", "SweepEngine", "SweepMessage", "SweepNews", "TrialJobs", "trial_job_id"]
+
 TERMINAL_JOB_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 SweepMessage = SweepKick | SweepStop | TrialEvent
 MAX_TRIALS_PER_MESSAGE = 1000  # = the most trials a sweep may have (spec.MAX_TRIALS)
@@ -50,11 +53,6 @@ MAX_TRIALS_PER_MESSAGE = 1000  # = the most trials a sweep may have (spec.MAX_TR
 def utcnow() -> datetime:
     """Wall-clock time in UTC."""
     return datetime.now(UTC)
-
-
-def trial_job_id(sweep_id: str, number: int) -> str:
-    """The job id of a sweep's trial: the sweep's id and the trial number."""
-    return f"{sweep_id}-t{number:03d}"
 
 
 class TrialJobs(Protocol):
