@@ -5,9 +5,11 @@ respot's policies use: an explicit Deny wins; otherwise some Allow must match th
 the resource and every condition. Wildcards `*` and `?` in actions, resources and
 `*Like` values; condition operators StringEquals/StringNotEquals/StringLike/StringNotLike,
 ArnEquals/ArnLike/ArnNotEquals/ArnNotLike, Bool, NumericLessThanEquals/GreaterThanEquals,
-each with the `IfExists` suffix; several values of one key are OR-ed, keys and operators
-are AND-ed. A key missing from the request fails a positive operator (as in IAM).
-It is used by tests against the synthesized template (`tests/infra/test_iam_conditions.py`).
+each with the `IfExists` suffix, and `Null` (`"true"`: the request lacks the key); several
+values of one key are OR-ed, keys and operators are AND-ed. A key missing from the request
+fails a positive operator (as in IAM). It is used by tests against the synthesized template
+(`tests/infra/test_iam_policies.py`) and by the local runtime's enforcement
+(`infra/local/iam.py`: conditional Denies and session policies).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ def _matches(patterns: Any, value: str, *, case: bool = True) -> bool:
 
 
 def _condition(operator: str, key: str, expected: Any, context: Mapping[str, Any]) -> bool:
+    if operator == "Null":  # "true": the request has no such key; "false": it has one
+        return any((key not in context) == (str(v).lower() == "true") for v in _list(expected))
     if_exists = operator.endswith("IfExists")
     op = operator.removesuffix("IfExists")
     if key not in context:

@@ -112,6 +112,18 @@ class ResearcherAccess(Construct):
                     actions=["s3:PutObject"],
                     resources=[bucket.arn_for_objects(f"{jobs}*/code/*")],
                 ),
+                # Code is content-addressed and create-only: a PutObject without
+                # `If-None-Match: *` (which would replace an existing zip, another
+                # researcher's included) is refused. The SDK uploads code in one PutObject
+                # with that header; a multipart upload (whose parts carry no header) is
+                # refused too, which no respot client makes.
+                iam.PolicyStatement(
+                    sid="CodeIsCreateOnly",
+                    effect=iam.Effect.DENY,
+                    actions=["s3:PutObject"],
+                    resources=[bucket.arn_for_objects(f"{jobs}*/code/*")],
+                    conditions={"Null": {"s3:if-none-match": "true"}},
+                ),
                 job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
                 list_job_objects(bucket),
                 # The stored submission holds the environment values (the job record keeps

@@ -275,15 +275,41 @@ class Resolver:
         return value
 
 
-def for_moto(doc: dict[str, Any], dropped: list[str], principal: str) -> dict[str, Any]:
-    """The document without Allow conditions (moto treats an unknown condition key as a deny)."""
+def for_moto(
+    doc: dict[str, Any],
+    dropped: list[str],
+    principal: str,
+    denies: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The document without Allow conditions (moto treats an unknown condition key as a deny).
+
+    A Deny with a condition is taken out into `denies` (when given): `LocalIam.enforce`
+    evaluates those itself, with the request's own condition keys (`request_context`).
+    """
     statements = []
     for original in _statements(doc):
         st = dict(original)
         if st.get("Effect") == "Allow" and "Condition" in st:
             dropped.append(f"{principal} {st.get('Sid', '')}: {json.dumps(st.pop('Condition'))}")
+        elif st.get("Effect") == "Deny" and "Condition" in st and denies is not None:
+            denies.append(st)
+            continue
         statements.append(st)
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+# The request headers that carry an IAM condition key respot's policies name.
+_HEADER_KEYS = {"if-none-match": "s3:if-none-match", "if-match": "s3:if-match"}
+
+
+def request_context(headers: Any) -> dict[str, str]:
+    """The condition keys of a request that moto does not compute (from its headers)."""
+    context: dict[str, str] = {}
+    for name, value in dict(headers).items():
+        key = _HEADER_KEYS.get(str(name).lower())
+        if key is not None:
+            context[key] = str(value)
+    return context
 
 
 # ---- naming the resource moto authorizes against ----------------------------------------------
@@ -389,6 +415,11 @@ class LocalIam:
     function_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     researcher_credentials: dict[str, str] = field(default_factory=dict)
     instance_role_arn: str = ""
+    # "user:<name>" / "role:<name>" -> Deny statements with conditions (evaluated per request)
+    conditional_denies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    _researcher: tuple[list[dict[str, Any]], list[dict[str, Any]]] = field(
+        default_factory=lambda: ([], [])
+    )
     _restore: Any = None
 
     def create(self) -> LocalIam:
@@ -412,8 +443,12 @@ class LocalIam:
         )
         policies = principal_policies(self.template)
         for principal, docs in policies.items():
-            resolved = [for_moto(resolver(doc), self.dropped_conditions, principal) for doc in docs]
+            denies: list[dict[str, Any]] = []
+            resolved = [
+                for_moto(resolver(doc), self.dropped_conditions, principal, denies) for doc in docs
+            ]
             if principal == "instance":
+                self.conditional_denies[f"role:{prefix}-instance"] = denies
                 for i, doc in enumerate(resolved):
                     iam.put_role_policy(
                         RoleName=f"{prefix}-instance",
@@ -421,21 +456,12 @@ class LocalIam:
                         PolicyDocument=json.dumps(doc),
                     )
             elif principal == "researcher":
-                iam.create_user(UserName=f"{prefix}-{RESEARCHER_USER}")
-                for i, doc in enumerate(resolved):
-                    iam.put_user_policy(
-                        UserName=f"{prefix}-{RESEARCHER_USER}",
-                        PolicyName=f"researcher-{i}",
-                        PolicyDocument=json.dumps(doc),
-                    )
-                key = iam.create_access_key(UserName=f"{prefix}-{RESEARCHER_USER}")["AccessKey"]
-                self.researcher_credentials = {
-                    "aws_access_key_id": key["AccessKeyId"],
-                    "aws_secret_access_key": key["SecretAccessKey"],
-                }
+                self._researcher = (resolved, denies)
+                self.researcher_credentials = self.add_researcher(RESEARCHER_USER)
             else:
                 function = principal.split(":", 1)[1]
                 role = f"{prefix}-fn-{function}"
+                self.conditional_denies[f"role:{role}"] = denies
                 arn = iam.create_role(
                     RoleName=role, AssumeRolePolicyDocument=trust("lambda.amazonaws.com")
                 )["Role"]["Arn"]
@@ -447,6 +473,23 @@ class LocalIam:
                 self.function_credentials[function] = _session_credentials(creds)
         self.unresolved = resolver.unresolved
         return self
+
+    def add_researcher(self, name: str) -> dict[str, str]:
+        """Keys of a (further) user holding `RespotResearcherPolicy`, as another researcher."""
+        documents, denies = self._researcher
+        user = f"{self.local.name}-{name}"
+        iam = self.local.client("iam")
+        self.conditional_denies[f"user:{user}"] = denies
+        iam.create_user(UserName=user)
+        for i, doc in enumerate(documents):
+            iam.put_user_policy(
+                UserName=user, PolicyName=f"researcher-{i}", PolicyDocument=json.dumps(doc)
+            )
+        key = iam.create_access_key(UserName=user)["AccessKey"]
+        return {
+            "aws_access_key_id": key["AccessKeyId"],
+            "aws_secret_access_key": key["SecretAccessKey"],
+        }
 
     @staticmethod
     def _ensure_admin(iam: Any) -> None:
@@ -488,24 +531,75 @@ class LocalIam:
         """From now on moto authenticates every request and evaluates the caller's policies."""
         from moto import settings
         from moto.core.authorization import ActionAuthenticatorMixin
+        from moto.iam.access_control import IAMRequestBase
 
         namer = install_resource_names()
         namer.__enter__()
         previous = settings.INITIAL_NO_AUTH_ACTION_COUNT
         settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
         ActionAuthenticatorMixin.request_count = 0
+        moto_check = IAMRequestBase.check_action_permitted
+        local_iam = self
+
+        def check_action_permitted(request: Any, resource: str) -> None:
+            moto_check(request, resource)  # the identity policies, as moto evaluates them
+            if not local_iam.also_permitted(request, resource):
+                request._raise_access_denied()
+
+        IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
 
         def restore() -> None:
             settings.INITIAL_NO_AUTH_ACTION_COUNT = previous
+            IAMRequestBase.check_action_permitted = moto_check  # type: ignore[method-assign]
             namer.__exit__(None, None, None)
 
         self._restore = restore
+
+    def also_permitted(self, request: Any, resource: str) -> bool:
+        """What moto leaves out, for a request moto's own evaluation allowed: the caller's
+        Deny statements with conditions (evaluated with the request's condition keys), and
+        the session policy an assumed role's credentials were issued with (AWS allows only
+        what the role's policies and the session policy both allow)."""
+        from moto.iam.access_control import AssumedRoleAccessKey, IAMUserAccessKey
+
+        from infra.iam_eval import allowed
+
+        action = request._action
+        key = request._access_key
+        if isinstance(key, IAMUserAccessKey):
+            principal = f"user:{key._owner_user_name}"
+        elif isinstance(key, AssumedRoleAccessKey):
+            principal = f"role:{key._owner_role_name}"
+        else:
+            return True
+        context = request_context(request._headers)
+        for st in self.conditional_denies.get(principal, []):
+            if not allowed([{"Statement": [{**st, "Effect": "Allow"}]}], action, resource, context):
+                continue
+            log.info("denied %s on %s to %s: %s", action, resource, principal, st.get("Sid"))
+            return False
+        if isinstance(key, AssumedRoleAccessKey):
+            policy = _session_policy(request.account_id, key._access_key_id)
+            if policy is not None and not allowed([policy], action, resource, context):
+                log.info("denied %s on %s by %s's session policy", action, resource, principal)
+                return False
+        return True
 
     def stop(self) -> None:
         """Enforcement off again (moto's state is per process, shared with other servers)."""
         if self._restore is not None:
             self._restore()
             self._restore = None
+
+
+def _session_policy(account_id: str, access_key_id: str) -> dict[str, Any] | None:
+    """The session policy (`Policy` of AssumeRole) an assumed role's key was issued with."""
+    from moto.sts.models import sts_backends
+
+    for assumed in sts_backends[account_id]["aws"].assumed_roles:
+        if assumed.access_key_id == access_key_id:
+            return json.loads(assumed.policy) if assumed.policy else None
+    return None
 
 
 def _session_credentials(creds: dict[str, Any]) -> dict[str, str]:

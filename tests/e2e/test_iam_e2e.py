@@ -9,6 +9,7 @@ from the template makes this job fail. moto cannot evaluate conditions;
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from infra.local import cloud
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.states import JobState
+from respot.storage import layout
 from tests.e2e.helpers import counting_spec, expected_total, output
 
 pytestmark = pytest.mark.e2e
@@ -115,3 +117,27 @@ def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
     _denied(lambda: client(submit, "ssm").get_parameter(Name=token, WithDecryption=True))
     client(notify, "ssm").get_parameter(Name=token, WithDecryption=True)
     _denied(lambda: client(notify, "ec2").run_instances(**launch))
+
+
+def test_a_researcher_cannot_replace_another_researchers_code(rt: LocalRuntime) -> None:
+    # GIVEN code a first researcher uploaded, create-only, as run() does
+    assert rt.iam is not None and rt.deployment is not None
+    local = rt.deployment
+    first = cloud.client_of(rt.researcher_session(), "s3", local.endpoint_url)
+    second = cloud.client_of(
+        cloud.session_for(rt.iam.add_researcher("second-researcher")), "s3", local.endpoint_url
+    )
+    code = b"PK first researcher's code"
+    key = layout.code_key("iam-code-owner", hashlib.sha256(code).hexdigest())
+    first.put_object(Bucket=local.bucket, Key=key, Body=code, IfNoneMatch="*")
+    # WHEN a second researcher writes the same key without `If-None-Match: *` THEN the
+    # researcher policy refuses it (its Deny CodeIsCreateOnly, evaluated with the request's
+    # s3:if-none-match); with the header S3 refuses it (412); the first code is unchanged
+    _denied(lambda: second.put_object(Bucket=local.bucket, Key=key, Body=b"PK broken"))
+    with pytest.raises(ClientError) as exc:
+        second.put_object(Bucket=local.bucket, Key=key, Body=b"PK broken", IfNoneMatch="*")
+    assert exc.value.response["Error"]["Code"] in ("PreconditionFailed", "412")
+    assert first.get_object(Bucket=local.bucket, Key=key)["Body"].read() == code
+    # AND new code still goes up create-only (the Deny is about the header, not the key)
+    other = layout.code_key("iam-code-second", hashlib.sha256(b"PK second").hexdigest())
+    second.put_object(Bucket=local.bucket, Key=other, Body=b"PK second", IfNoneMatch="*")

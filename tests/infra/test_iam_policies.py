@@ -152,3 +152,15 @@ def test_the_slack_token_is_decrypted_only_through_ssm_and_only_for_that_paramet
         other = {**through_ssm, "kms:EncryptionContext:PARAMETER_ARN": arns["slack_token"] + "x"}
         assert not allowed(reader, "kms:Decrypt", arns["kms_key"], other)
     assert not allowed(submit, "kms:Decrypt", arns["kms_key"], through_ssm)
+
+
+def test_researchers_may_create_code_but_never_replace_it(policies, arns):
+    researcher = policies["researcher"]
+    code = f"{arns['bucket']}/jobs/j-1/code/{'ab' * 32}.zip"
+    create_only = {"s3:if-none-match": "*"}
+    assert allowed(researcher, "s3:PutObject", code, create_only)
+    # Without `If-None-Match: *` the write could replace another researcher's zip: denied
+    assert not allowed(researcher, "s3:PutObject", code)
+    # And nothing else of a job is theirs to write, with the header or without
+    for key in ("jobs/j-1/submission.json", "jobs/j-1/outputs/model.pt", "jobs/j-1/outputs.json"):
+        assert not allowed(researcher, "s3:PutObject", f"{arns['bucket']}/{key}", create_only)

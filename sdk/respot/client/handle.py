@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from respot.client.deployment import Deployment, discover
 from respot.client.status import JobStatus
 from respot.core.job import JobRecord, TimelineEntry
-from respot.exceptions import JobNotFinishedError, JobNotFoundError, SpecError
+from respot.exceptions import DuplicateJobError, JobNotFinishedError, JobNotFoundError, SpecError
 from respot.spec.jobid import InvalidJobIdError, check_job_id
 from respot.spec.preflight import preflight
 from respot.spec.training import TrainingEnvVar, validate_spec
@@ -287,22 +287,26 @@ def run(
 def _put_code(s3: Any, bucket: str, job_id: str, sha256: str, data: bytes) -> None:
     """Upload the code zip create-only: an object already at that key is never replaced.
 
-    The key names the content's SHA-256 and the agent checks it, so an object already there
-    (our own earlier try) is left as it is.
+    The key names the content's SHA-256, so an object already there is left as it is when it
+    holds these bytes (our own earlier try); one with other bytes (planted under this job id
+    before us) is refused here, before anything is published: the job could never run it.
     """
     from botocore.exceptions import ClientError
 
+    key = layout.code_key(job_id, sha256)
     try:
         s3.put_object(
-            Bucket=bucket,
-            Key=layout.code_key(job_id, sha256),
-            Body=data,
-            ChecksumAlgorithm="SHA256",
-            IfNoneMatch="*",
+            Bucket=bucket, Key=key, Body=data, ChecksumAlgorithm="SHA256", IfNoneMatch="*"
         )
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "412"):
             raise
+        there = s3.get_object(Bucket=bucket, Key=key)["Body"].read(len(data) + 1)
+        if hashlib.sha256(there).hexdigest() != sha256:
+            raise DuplicateJobError(
+                f"job id {job_id!r}: s3://{bucket}/{key} already holds other bytes than your "
+                "code (someone uploaded under this job id first); choose another job id"
+            ) from None
 
 
 def _walk(root: Path) -> Iterable[Path]:
