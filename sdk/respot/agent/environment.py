@@ -31,7 +31,12 @@ from typing import TYPE_CHECKING, Literal
 
 from botocore.exceptions import ClientError
 
-from respot.spec.requirements import RequirementsError, parse_requirements, requirements_hash
+from respot.spec.requirements import (
+    RequirementsError,
+    check_requirement,
+    parse_requirements,
+    requirements_hash,
+)
 from respot.storage import layout
 
 if TYPE_CHECKING:
@@ -73,7 +78,13 @@ def job_requirements(spec: TrainingEnvVar, code_dir: Path) -> list[str]:
     if spec.requirements is None:
         return []
     if isinstance(spec.requirements, list):
-        return list(spec.requirements)
+        # Checked again here, as the file's lines are, before any line reaches pip: the spec
+        # was validated on the laptop and by the control plane, but pip must never read an
+        # option from a requirement (defense in depth).
+        try:
+            return [check_requirement(item) for item in spec.requirements]
+        except RequirementsError as exc:
+            raise EnvironmentBuildError(f"requirements: {exc}", []) from None
     path = (code_dir / spec.requirements).resolve()
     if not path.is_relative_to(code_dir.resolve()) or not path.is_file():
         raise EnvironmentBuildError(

