@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from respot.client.handle import JobHandle, run
     from respot.client.status import JobStatus
+    from respot.commands.channel import checkpoint_saved, report
     from respot.core.states import JobState
     from respot.exceptions import RespotError, SpecError
     from respot.spec.training import DataSourceEnvVar, TrainingEnvVar
@@ -36,6 +37,8 @@ __all__ = [
     "SweepSpec",
     "TrainingEnvVar",
     "TrainingSession",
+    "checkpoint_saved",
+    "report",
     "run",
     "session",
     "sweep",
@@ -47,6 +50,8 @@ _HOMES = {
     "JobHandle": "respot.client.handle",
     "JobStatus": "respot.client.status",
     "run": "respot.client.handle",
+    "report": "respot.commands.channel",
+    "checkpoint_saved": "respot.commands.channel",
     "JobState": "respot.core.states",
     "RespotError": "respot.exceptions",
     "SpecError": "respot.exceptions",

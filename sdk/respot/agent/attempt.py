@@ -11,14 +11,14 @@ import traceback
 from respot.agent import environment as job_env
 from respot.agent import launch as launchers
 from respot.agent.attemptstate import LOG_TAIL_LINES, AgentResult
-from respot.agent.trainloop import TrainingLoop
+from respot.agent.commandjob import CommandLoop
 from respot.agent.uploads import CheckpointUploader
 from respot.wire.messages import AgentFailed, AgentStarted
 
 logger = logging.getLogger("respot.agent")
 
 
-class AttemptRun(TrainingLoop):
+class AttemptRun(CommandLoop):
     """One attempt, from its preparation to its last report."""
 
     def execute(self) -> AgentResult:
@@ -56,7 +56,9 @@ class AttemptRun(TrainingLoop):
                 restored_manifest=manifest_key,
                 restore_seconds=round(restore_seconds, 3),
                 setup_seconds=round(setup_seconds, 3),
-                warm=None if not submission.spec.warm_start else self.warm is not None,
+                warm=None
+                if not submission.spec.warm_start or submission.spec.command is not None
+                else self.warm is not None,
                 warm_failure=self.warm_failure,
             )
         )
@@ -80,6 +82,8 @@ class AttemptRun(TrainingLoop):
                 if self.warm is not None:
                     self.warm.stop()
                 return self._preempted(uploader, None)
+            if spec.command is not None:  # a command job (respot.agent.commandjob)
+                return self._run_command(submission, uploader)
             return self._train(submission, uploader)
         finally:
             uploader.stop()

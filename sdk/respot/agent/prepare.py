@@ -50,10 +50,10 @@ class PrepareSteps(AttemptState):
         self.dirs.create()
         submission = read_submission(self.s3, self.config.bucket, self.job_id)
         spec = submission.spec
-        if spec.entry_point is None:
+        if spec.entry_point is None and spec.command is None:
             raise SetupError(
-                "the job names no entry_point; set it to the 'package.module:Session' the "
-                "session runner starts (also inside an image)"
+                "the job names no entry_point and no command; set entry_point to the "
+                "'package.module:Session' the session runner starts, or command to the argv"
             )
         t0 = time.monotonic()
         if submission.code is not None:
@@ -196,8 +196,8 @@ class PrepareSteps(AttemptState):
         """Does this job start warm? Not when it opted out, nor (yet) under torchrun or in a
         container: their replacement starts cold, so its old instance does not hold a notice
         for it either (docs/agent.md, "The notice hold")."""
-        if not spec.warm_start:
-            return False
+        if not spec.warm_start or spec.command is not None:
+            return False  # a command starts after the hand-off (docs/commands.md)
         return not self._launcher(spec, session_entry(spec)[1]).named_pipes
 
     def _launcher(self, spec: Any, environment: dict[str, str]) -> launchers.Launcher:

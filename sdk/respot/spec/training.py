@@ -131,6 +131,9 @@ _SLACK_CHANNEL = re.compile(r"(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})")
 RESERVED_ENV_PREFIXES = ("RESPOT_", "AWS_")
 RESERVED_TAG_PREFIXES = ("aws:", "respot:")
 MAX_TAGS = 40  # EC2 allows 50 per resource; respot adds its own few.
+MAX_COMMAND_ARGS = 256  # a command job's argv (docs/commands.md)
+MAX_COMMAND_CHARS = 16_384
+STOP_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
 
 
 class DataSourceEnvVar(BaseModel):
@@ -180,8 +183,8 @@ class DataSourceEnvVar(BaseModel):
 class TrainingEnvVar(BaseModel):
     """A training job as the researcher describes it: what to run, where, until when, for how much.
 
-    Only `name` and one of `entry_point` / `image` are required. Everything else has a default
-    that suits a first run.
+    Only `name` and what to run (`command`, or `entry_point` and/or `image`) are required.
+    Everything else has a default that suits a first run.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -192,6 +195,16 @@ class TrainingEnvVar(BaseModel):
         default=None,
         description="'package.module:SessionClass', a respot.TrainingSession subclass; or a "
         "notebook in source_dir, 'train.ipynb', run by Papermill (hyperparameters: its parameters)",
+    )
+    command: list[str] | None = Field(
+        default=None,
+        description="run this argv in source_dir instead of a session, e.g. "
+        "['python', 'train.py', '--epochs', '3'] (docs/commands.md); not with entry_point",
+    )
+    stop_signal: str | None = Field(
+        default=None,
+        description="a command job's process group gets this signal on the notice "
+        "(SIGTERM when unset; SIGINT, SIGUSR1, SIGUSR2, SIGHUP)",
     )
     image: str | None = Field(default=None, description="container image to run the session in")
     source_dir: str | None = Field(
@@ -272,6 +285,57 @@ class TrainingEnvVar(BaseModel):
             f"{value!r} is not an entry point; write 'package.module:SessionClass', "
             "e.g. 'digits.train:DigitsSession', or a notebook in source_dir, e.g. 'train.ipynb'"
         )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command_numbers_as_text(cls, value: Any) -> Any:
+        # A job file's `[python, train.py, --epochs, 3]`: YAML reads 3 as a number.
+        if isinstance(value, list | tuple):
+            return [
+                str(a) if isinstance(a, int | float) and not isinstance(a, bool) else a
+                for a in value
+            ]
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _check_command(cls, value: list[str] | None) -> list[str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError(
+                "give the program and its arguments as a list, e.g. ['python', 'train.py'], "
+                "or leave command out"
+            )
+        if len(value) > MAX_COMMAND_ARGS:
+            raise ValueError(
+                f"{len(value)} arguments; at most {MAX_COMMAND_ARGS} (put long option lists "
+                "in a config file in source_dir)"
+            )
+        if sum(len(a) for a in value) > MAX_COMMAND_CHARS:
+            raise ValueError(f"the command is longer than {MAX_COMMAND_CHARS} characters in all")
+        for i, arg in enumerate(value):
+            if not isinstance(arg, str):
+                raise ValueError(f"argument {i} is not text; write every argument as a string")
+            if "\x00" in arg:
+                raise ValueError(f"argument {i} contains a NUL byte, which no process accepts")
+        if not value[0].strip():
+            raise ValueError("the program (the first item) is empty; e.g. 'python'")
+        return value
+
+    @field_validator("stop_signal")
+    @classmethod
+    def _check_stop_signal(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        name = value.strip().upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in STOP_SIGNALS:
+            raise ValueError(
+                f"{value!r} is not a stop signal respot sends; choose one of "
+                f"{', '.join(STOP_SIGNALS)}"
+            )
+        return name
 
     @field_validator("image")
     @classmethod
@@ -425,9 +489,20 @@ class TrainingEnvVar(BaseModel):
     def _check_whole(self) -> TrainingEnvVar:
         if both := sorted(set(self.environment) & set(self.secrets)):
             raise ValueError(f"{', '.join(both)}: set each in environment or in secrets, not both")
-        if self.entry_point is None and self.image is None:
+        if self.command is not None and self.entry_point is not None:
             raise ValueError(
-                "say what to run: set entry_point ('package.module:SessionClass') and/or image"
+                "command and entry_point both say what to run; keep one: command runs a "
+                "script as it is, entry_point a TrainingSession or a notebook"
+            )
+        if self.stop_signal is not None and self.command is None:
+            raise ValueError(
+                "stop_signal is for command jobs; a session hears the notice through "
+                "respot (drop stop_signal, or set command)"
+            )
+        if self.entry_point is None and self.command is None and self.image is None:
+            raise ValueError(
+                "say what to run: set command (e.g. ['python', 'train.py']), or entry_point "
+                "('package.module:SessionClass') and/or image"
             )
         if isinstance(self.requirements, str) and self.source_dir is None:
             raise ValueError(
@@ -439,10 +514,10 @@ class TrainingEnvVar(BaseModel):
                 "an image brings its own packages: install the requirements in the image, "
                 "or drop image and keep requirements"
             )
-        if self.image is not None and self.entry_point is None:
+        if self.image is not None and self.entry_point is None and self.command is None:
             raise ValueError(
-                "with image, also set entry_point: the session runner starts that "
-                "TrainingSession inside the container"
+                "with image, also set entry_point (the session runner starts that "
+                "TrainingSession inside the container) or command (run inside it)"
             )
         if (
             self.estimated_runtime is not None

@@ -1,0 +1,183 @@
+"""Command jobs through a real agent (`python -m respot.agent`), a real moto server and a
+real script (`jobs/cmdjob.py`): the contract of docs/commands.md, its failure paths included."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from respot.storage import layout
+from respot.storage.checkpoints import CheckpointStore
+from respot.wire.messages import (
+    AgentCheckpoint,
+    AgentCompleted,
+    AgentFailed,
+    AgentPreempted,
+    AgentProgress,
+    AgentStarted,
+)
+
+from .agent_harness import Mailbox, start_agent, submit_job
+from .test_agent import Stage, get_json
+
+
+@pytest.fixture
+def stage(s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_path: Path) -> Stage:
+    return Stage(s3, bucket, agent_queue, Mailbox(sqs, agent_queue), moto_url, tmp_path)
+
+
+def command_job(stage: Stage, *args: str, **fields: Any) -> Any:
+    return submit_job(
+        stage.s3,
+        stage.bucket,
+        hyperparameters={},
+        entry_point=None,  # type: ignore[arg-type]
+        command=["python", "cmdjob.py", *args],
+        **fields,
+    )
+
+
+def restored(stage: Stage, job_id: str, into: Path) -> dict[str, Any]:
+    """What a replacement would restore: the newest complete checkpoint in S3."""
+    store = CheckpointStore(bucket=stage.bucket, job_id=job_id, client=stage.s3)
+    manifest = store.restore(into)
+    assert manifest is not None
+    return {"step": manifest.step, "state": json.loads((into / "state.json").read_text())}
+
+
+def test_a_command_is_interrupted_checkpoints_and_the_next_attempt_resumes(stage: Stage) -> None:
+    # GIVEN a command that counts 400 steps of 0.02 s, saving on SIGTERM (the notice)
+    sub = command_job(stage, "--steps", "400", "--sleep", "0.02")
+    first = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) >= 5, timeout=60
+        )
+        # WHEN the spot notice comes
+        first.imds.schedule_interruption("terminate")
+        assert first.wait(60) == 0, first.log()
+    finally:
+        first.stop()
+    stage.mailbox.poll()
+    # THEN the group got SIGTERM, the script saved and exited 0: an interruption, no step lost
+    bodies = [m.body for m in stage.mailbox.of(1)]
+    preempted = bodies[-1]
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    assert preempted.checkpoint_step is not None and 5 <= preempted.checkpoint_step < 400
+    assert preempted.step == preempted.checkpoint_step
+    notice = [b for b in bodies if isinstance(b, AgentCheckpoint)]
+    assert [(c.step, c.reason) for c in notice] == [(preempted.checkpoint_step, "notice")]
+    assert "told the command: spot-interruption (SIGTERM)" in first.log()
+    # WHEN attempt 2 starts after the hand-off
+    second = stage.boot(sub.job_id, 2, await_handoff=1)
+    try:
+        assert second.wait(60) == 0, second.log()
+    finally:
+        second.stop()
+    stage.mailbox.poll()
+    msgs = stage.mailbox.of(2)
+    started, done = msgs[0].body, msgs[-1].body
+    assert isinstance(started, AgentStarted) and isinstance(done, AgentCompleted), msgs
+    assert started.restored_step == preempted.checkpoint_step and started.warm is None
+    # THEN it resumed from the notice checkpoint and its total is an uninterrupted run's
+    result = get_json(stage.s3, stage.bucket, done.outputs_prefix + "result.json")
+    assert result == {"step": 400, "total": sum(range(1, 401))}
+    env = get_json(stage.s3, stage.bucket, done.outputs_prefix + "env.json")
+    assert env["RESPOT_RESUMED"] == "1" and env["RESPOT_ATTEMPT"] == "2"
+    assert env["RESPOT_RESUME_STEP"] == str(preempted.checkpoint_step)
+    assert Path(env["RESPOT_CHECKPOINT_DIR"]).name == "checkpoint"
+
+
+def test_a_command_that_ignores_the_signal_is_killed_and_its_last_saved_checkpoint_kept(
+    stage: Stage,
+) -> None:
+    # GIVEN a command that ignores SIGTERM and says checkpoint_saved every 10 steps
+    sub = command_job(stage, "--steps", "100000", "--save-every", "10", "--mode", "ignore")
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=60)
+        agent.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=3))
+        assert agent.wait(60) == 0, agent.log()
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    # THEN it is killed at the last safe moment; an interruption, from the newest complete one
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    assert "killing it" in agent.log() and "command ended: killed by SIGKILL" in agent.log()
+    saved = [
+        b.step for b in (m.body for m in stage.mailbox.of(1)) if isinstance(b, AgentCheckpoint)
+    ]
+    assert preempted.checkpoint_step == max(saved) and max(saved) % 10 == 0
+    got = restored(stage, sub.job_id, stage.work / "restore")
+    assert got["step"] == max(saved) == got["state"]["step"]
+
+
+def test_a_half_written_checkpoint_is_never_uploaded_nor_restored(stage: Stage) -> None:
+    # GIVEN a command that saves complete checkpoints every 10 steps and, on the notice,
+    # starts writing one in place, writes half of it and hangs
+    sub = command_job(stage, "--steps", "100000", "--save-every", "10", "--mode", "halfwrite")
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(lambda m: isinstance(m.body, AgentCheckpoint), timeout=60)
+        agent.imds.schedule_interruption("terminate", datetime.now(UTC) + timedelta(seconds=3))
+        assert agent.wait(60) == 0, agent.log()
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    # THEN the half-written directory was not taken; the newest complete checkpoint is
+    assert "not a complete checkpoint, not uploaded" in agent.log()
+    work = next((stage.work / "instance-1").rglob("checkpoint/state.json"))
+    assert work.read_text() == '{"step": '  # what the killed process left behind
+    got = restored(stage, sub.job_id, stage.work / "restore")
+    assert got["state"]["step"] == got["step"] == preempted.checkpoint_step
+    assert got["step"] % 10 == 0 and got["state"]["total"] == sum(range(1, got["step"] + 1))
+
+
+def test_a_command_that_fails_before_the_notice_fails_the_job_with_its_log(stage: Stage) -> None:
+    sub = command_job(stage, "--mode", "fail", "--fail-at", "3")
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        assert agent.wait(60) == 1, agent.log()  # the agent's status: the attempt failed
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    failed = stage.mailbox.of(1)[-1].body
+    assert isinstance(failed, AgentFailed), stage.mailbox.kinds(1)
+    assert failed.exit_code == 3 and failed.reason == "the command failed (exit code 3)"
+    assert "boom: the script failed" in failed.log_tail
+    assert failed.step == 3
+
+
+def test_a_command_that_is_not_found_fails_clearly(stage: Stage) -> None:
+    sub = submit_job(
+        stage.s3,
+        stage.bucket,
+        hyperparameters={},
+        entry_point=None,  # type: ignore[arg-type]
+        command=["no-such-program-xyz", "--flag"],
+    )
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        assert agent.wait(60) == 1, agent.log()
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    failed = stage.mailbox.of(1)[-1].body
+    assert isinstance(failed, AgentFailed), stage.mailbox.kinds(1)
+    assert "'no-such-program-xyz'" in failed.reason and "not found" in failed.reason.lower()
+    assert exists_handoff(stage, sub.job_id)
+
+
+def exists_handoff(stage: Stage, job_id: str) -> bool:
+    listed = stage.s3.list_objects_v2(Bucket=stage.bucket, Prefix=layout.handoff_key(job_id, 1))
+    return "Contents" in listed
+
+
+__all__ = ["start_agent"]
