@@ -117,21 +117,24 @@ _LAUNCHED = (
     "respot:managed=<this stack's name> (aws:ResourceTag).",
 )
 _SATELLITE = (
-    r"^Resource::arn:<AWS::Partition>:ec2:[a-z]+(-[a-z]+)+-\d:<AWS::AccountId>:"
+    r"^Resource::arn:<AWS::Partition>:(ec2:\*:<AWS::AccountId>:"
     r"(instance|volume|network-interface|spot-instances-request|launch-template|subnet|"
-    r"security-group)/\*$",
+    r"security-group)/\*|ssm:\*:<AWS::AccountId>:parameter/.*)$",
     "Satellite regions (extra_regions): their stacks are deployed after this one and refer "
-    "to it, so their resources' ids cannot be named here. RunInstances there needs a launch "
+    "to it, so their resources' ids cannot be named here; one ARN for every region keeps "
+    "the policy's size flat in the number of regions, and every such statement allows only "
+    "requests to the satellite regions (aws:RequestedRegion). RunInstances there needs a launch "
     "template tagged respot:managed=<this stack> (aws:ResourceTag), subnets and security "
     "groups tagged respot:satellite-of=<this stack>, and every other resource to come with "
     "a launch template (ec2:LaunchTemplate); CreateTags only inside RunInstances; "
     "TerminateInstances only on instances tagged respot:managed=<this stack>.",
 )
 _SATELLITE_IMAGES = (
-    r"^Resource::arn:<AWS::Partition>:ec2:[a-z]+(-[a-z]+)+-\d::image/\*$",
+    r"^Resource::arn:<AWS::Partition>:ec2:\*::image/\*$",
     "A satellite region's launch template resolves its own image from the public AMI "
     "parameter at its deploy; RunInstances may use an image only together with a launch "
-    "template (ec2:LaunchTemplate) tagged as this stack's.",
+    "template (ec2:LaunchTemplate) tagged as this stack's, and only in the satellite regions "
+    "(aws:RequestedRegion).",
 )
 _SATELLITE_OBJECTS = (
     r"^Resource::arn:<AWS::Partition>:s3:::.*-<AWS::AccountId>-[a-z]+(-[a-z]+)+-\d-\*"
@@ -225,83 +228,96 @@ def _satellite_bucket_arn(t: GrantTargets, region: str) -> str:
     return f"arn:{Aws.PARTITION}:s3:::{prefix}*"
 
 
+Conditions = dict[str, dict[str, object]]
+
+
+def in_satellite_regions(t: GrantTargets, *conditions: Conditions) -> Conditions:
+    """`conditions` merged, plus aws:RequestedRegion in the satellite regions.
+
+    Satellite statements name every region (`arn:...:ec2:*:...`) and limit the request's
+    region instead of listing one ARN per region and kind: a role's policies then stay about
+    the same size whatever the number of extra regions (IAM quotas: 10,240 characters of
+    inline policies per role, 6,144 per managed policy; infra/stack.py)."""
+    merged: Conditions = {}
+    for condition in (
+        *conditions,
+        {"StringEquals": {"aws:RequestedRegion": list(t.satellite_regions)}},
+    ):
+        for operator, keys in condition.items():
+            merged.setdefault(operator, {}).update(keys)
+    return merged
+
+
+def _any_region_arn(t: GrantTargets, service: str, kind: str, name: str = "*") -> str:
+    return t.regional_arn(service, "*", kind, name)
+
+
 def _satellite_launch(t: GrantTargets) -> list[iam.PolicyStatement]:
     """RunInstances in satellite regions: only from launch templates tagged as this stack's."""
-    regions = t.satellite_regions
 
-    def arns(kind: str) -> list[str]:
-        return [t.regional_arn("ec2", region, kind, "*") for region in regions]
+    def arn(kind: str) -> str:
+        return _any_region_arn(t, "ec2", kind)
 
-    from_template: dict[str, dict[str, object]] = {
-        "ArnLike": {"ec2:LaunchTemplate": arns("launch-template")}
+    from_template: Conditions = {"ArnLike": {"ec2:LaunchTemplate": arn("launch-template")}}
+    mine: Conditions = {"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}}
+    satellite_of: Conditions = {
+        "StringEquals": {f"aws:ResourceTag/{SATELLITE_TAG}": t.stack.stack_name}
     }
-    mine = {"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}}
-    satellite_of = {"StringEquals": {f"aws:ResourceTag/{SATELLITE_TAG}": t.stack.stack_name}}
-    instance_conditions: dict[str, dict[str, object]] = dict(from_template)
+    instance_conditions: Conditions = dict(from_template)
     if t.allowed_instance_types:
         instance_conditions["StringEquals"] = {"ec2:InstanceType": list(t.allowed_instance_types)}
     return [
         iam.PolicyStatement(
             sid="RunFromSatelliteTemplates",
             actions=["ec2:RunInstances"],
-            resources=arns("launch-template"),
-            conditions=mine,
+            resources=[arn("launch-template")],
+            conditions=in_satellite_regions(t, mine),
         ),
         iam.PolicyStatement(
             sid="RunInSatelliteNetworks",
             actions=["ec2:RunInstances"],
-            resources=[*arns("subnet"), *arns("security-group")],
-            conditions={**from_template, **satellite_of},
+            resources=[arn("subnet"), arn("security-group")],
+            conditions=in_satellite_regions(t, from_template, satellite_of),
         ),
         iam.PolicyStatement(
             sid="RunSatelliteResources",
             actions=["ec2:RunInstances"],
             resources=[
-                *(
-                    arn
-                    for kind in LAUNCHED_RESOURCE_TYPES
-                    if kind != "instance"
-                    for arn in arns(kind)
-                ),
-                *(f"arn:{Aws.PARTITION}:ec2:{region}::image/*" for region in regions),
+                *(arn(kind) for kind in LAUNCHED_RESOURCE_TYPES if kind != "instance"),
+                f"arn:{Aws.PARTITION}:ec2:*::image/*",
             ],
-            conditions=from_template,
+            conditions=in_satellite_regions(t, from_template),
         ),
         iam.PolicyStatement(
             sid="RunSatelliteInstanceTypes",
             actions=["ec2:RunInstances"],
-            resources=arns("instance"),
-            conditions=instance_conditions,
+            resources=[arn("instance")],
+            conditions=in_satellite_regions(t, instance_conditions),
         ),
         iam.PolicyStatement(
             sid="TagSatelliteLaunches",
             actions=["ec2:CreateTags"],
-            resources=[arn for kind in LAUNCHED_RESOURCE_TYPES for arn in arns(kind)],
-            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+            resources=[arn(kind) for kind in LAUNCHED_RESOURCE_TYPES],
+            conditions=in_satellite_regions(
+                t, {"StringEquals": {"ec2:CreateAction": "RunInstances"}}
+            ),
         ),
         iam.PolicyStatement(
+            # IAM is global: one ARN per region's role (no region condition applies).
             sid="PassSatelliteRoles",
             actions=["iam:PassRole"],
             resources=[
                 f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/"
                 f"{instance_role_name(t.stack.stack_name, region)}"
-                for region in regions
+                for region in t.satellite_regions
             ],
             conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
         ),
         iam.PolicyStatement(
             sid="ReadSatelliteParameters",
             actions=["ssm:GetParameter"],
-            resources=[
-                t.stack.format_arn(
-                    service="ssm",
-                    region=region,
-                    resource="parameter",
-                    resource_name=t.satellite_parameter.lstrip("/"),
-                    arn_format=ArnFormat.SLASH_RESOURCE_NAME,
-                )
-                for region in regions
-            ],
+            resources=[_any_region_arn(t, "ssm", "parameter", t.satellite_parameter.lstrip("/"))],
+            conditions=in_satellite_regions(t),
         ),
     ]
 
@@ -380,8 +396,10 @@ def _terminate(t: GrantTargets, function: str) -> GrantPolicy:
         iam.PolicyStatement(
             sid="TerminateSatelliteInstances",
             actions=["ec2:TerminateInstances"],
-            resources=[t.regional_arn("ec2", r, "instance", "*") for r in t.satellite_regions],
-            conditions={"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}},
+            resources=[_any_region_arn(t, "ec2", "instance")],
+            conditions=in_satellite_regions(
+                t, {"StringEquals": {f"aws:ResourceTag/{MANAGED_TAG}": t.stack.stack_name}}
+            ),
         )
     ]
     return GrantPolicy(statements, (_LAUNCHED,), satellite, (_SATELLITE,))

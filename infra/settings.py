@@ -28,6 +28,10 @@ DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g4dn.xlarge")
 DEFAULT_ROOT_VOLUME_GB = 200
 DEFAULT_ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs; Amazon Linux uses /dev/xvda
 MAX_ROOT_VOLUME_GB = 16384  # the gp3 limit
+# Extra regions one home stack takes: its control roles' satellite policies grow ~150
+# characters a region and must stay under IAM's 6,144 per managed policy
+# (tests/infra/test_iam_size.py synthesizes this many and checks every quota).
+MAX_EXTRA_REGIONS = 16
 
 CONTEXT_KEYS = (
     "stage",
@@ -198,6 +202,12 @@ class DeploySettings:
                     f"extra_regions: {region!r} is not a region name; give e.g. "
                     "extra_regions=us-west-2,eu-west-1"
                 )
+        if len(self.extra_regions) > MAX_EXTRA_REGIONS:
+            raise DeploySettingsError(
+                f"extra_regions names {len(self.extra_regions)} regions; at most "
+                f"{MAX_EXTRA_REGIONS} (the control roles' IAM policies are sized for that): "
+                "keep the regions with the most spot capacity for your instance types"
+            )
         if len(set(self.extra_regions)) != len(self.extra_regions):
             raise DeploySettingsError(
                 f"extra_regions {list(self.extra_regions)!r} names a region twice"

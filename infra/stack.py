@@ -34,7 +34,7 @@ from infra.constructs import (
 )
 from infra.constructs.activity import wire_activity
 from infra.constructs.naming import pascal_id
-from infra.grants import GrantTargets, policy_for
+from infra.grants import GrantError, GrantPolicy, GrantTargets, policy_for
 from infra.nag import suppress
 from infra.regions import satellite_parameter_name
 from infra.settings import DeploySettings
@@ -190,6 +190,25 @@ class RespotStack(Stack):
             env[config.ENV_SATELLITE_PARAMETER] = satellite_parameter_name(settings.name_prefix)
         return env
 
+    def _satellite_policy(self, grant: str, policy: GrantPolicy) -> iam.ManagedPolicy:
+        """The managed policy holding `grant`'s satellite statements (made on first use)."""
+        found = self.satellite_policies.get(grant)
+        statements = self.resolve([s.to_statement_json() for s in policy.satellite])
+        if found is not None:
+            if self.resolve(found.document.to_json())["Statement"] != statements:
+                raise GrantError(f"grant {grant!r} gives functions different satellite statements")
+            return found
+        made = iam.ManagedPolicy(
+            self.functions,
+            f"Satellite{pascal_id(grant)}Policy",
+            description=f"respot: {grant} in the satellite regions (extra_regions)",
+            statements=policy.satellite,
+        )
+        for pattern, reason in sorted(dict(policy.satellite_wildcards).items()):
+            suppress(made, "IAM5", reason, applies_to=[pattern])
+        self.satellite_policies[grant] = made
+        return made
+
     def _grant(self, wiring: Wiring, notify_queue: sqs.IQueue | None) -> None:
         """Every function's role gets exactly the statements its wiring grants stand for."""
         dead_letters_of = {
@@ -213,30 +232,25 @@ class RespotStack(Stack):
             satellite_regions=self.settings.extra_regions,
             satellite_parameter=satellite_parameter_name(self.settings.name_prefix),
         )
+        # What a grant needs in satellite regions is the same for every function that has
+        # the grant: one customer-managed policy per such grant, attached to those roles.
+        # IAM quotas (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html):
+        # a role's inline policies total at most 10,240 characters, a managed policy 6,144,
+        # and a role takes 10 managed policies by default; with the satellite statements
+        # inline, every region added ~1,060 characters to each launching role.
+        self.satellite_policies: dict[str, iam.ManagedPolicy] = {}
         for spec in wiring.functions:
             role = self.functions.roles[spec.name]
             wildcards: dict[str, str] = {}
-            satellite: list[iam.PolicyStatement] = []
-            satellite_wildcards: dict[str, str] = {}
             for grant in sorted(spec.grants):
                 policy = policy_for(grant, function=spec.name, targets=targets)
                 for statement in policy.statements:
                     role.add_to_policy(statement)
                 wildcards.update(policy.wildcards)
-                satellite.extend(policy.satellite)
-                satellite_wildcards.update(policy.satellite_wildcards)
+                if policy.satellite:
+                    self._satellite_policy(grant, policy).attach_to_role(role)
             for pattern, reason in sorted(wildcards.items()):
                 suppress(role, "IAM5", reason, applies_to=[pattern])
-            if satellite:
-                # Satellite regions' statements in a policy of their own (infra/satellite.py).
-                extra = iam.Policy(
-                    self.functions,
-                    f"{pascal_id(spec.name)}SatellitePolicy",
-                    roles=[role],
-                    statements=satellite,
-                )
-                for pattern, reason in sorted(satellite_wildcards.items()):
-                    suppress(extra, "IAM5", reason, applies_to=[pattern])
             if Grant.DLQ_SEND in spec.grants:
                 self.functions.functions[spec.name].add_environment(
                     config.ENV_DLQ_URL, dead_letters_of[spec.name].queue_url

@@ -127,11 +127,18 @@ def test_with_extra_regions_the_home_stack_only_gains_satellite_pieces(synthesiz
     added = set(after) - set(before)
     assert set(before) <= set(after)
     kinds = {after[lid]["Type"] for lid in added}
-    assert kinds <= {"AWS::IAM::Policy", "Custom::CrossRegionExportWriter", "AWS::IAM::Role"} | {
-        "AWS::Lambda::Function"
+    assert kinds <= {
+        "AWS::IAM::ManagedPolicy",
+        "Custom::CrossRegionExportWriter",
+        "AWS::IAM::Role",
+        "AWS::Lambda::Function",
     }
-    satellite_policies = [lid for lid in added if "SatellitePolicy" in lid]
-    assert len(satellite_policies) == sum(1 for f in WIRING.functions if "ec2-launch" in f.grants)
+    # one managed policy per grant with satellite statements, attached to the roles with it
+    satellite_policies = [lid for lid in added if "Satellite" in lid and "Policy" in lid]
+    assert len(satellite_policies) == 3
+    launching = sum(1 for f in WIRING.functions if "ec2-launch" in f.grants)
+    (launch,) = [lid for lid in satellite_policies if "Ec2Launch" in lid]
+    assert len(after[launch]["Properties"]["Roles"]) == launching
     # Variables of the functions: only the two satellite ones are new
     for lid, resource in before.items():
         if resource["Type"] != "AWS::Lambda::Function":
@@ -428,13 +435,15 @@ def test_the_satellite_instance_role_reaches_its_region_bucket_only(synthesized)
 
 
 def _home_policies(template: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    """The function role's inline and managed policies, intrinsics resolved."""
     from infra.constructs.naming import pascal_id
 
     role = _logical_id(template, f"Functions{pascal_id(function)}Role")
     resolve = Resolver({}, HOME)
     return [
         resolve(p["Properties"]["PolicyDocument"])
-        for p in _resources(template, "AWS::IAM::Policy")
+        for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+        for p in _resources(template, kind)
         if {"Ref": role} in p["Properties"].get("Roles", [])
     ]
 
@@ -442,17 +451,24 @@ def _home_policies(template: dict[str, Any], function: str) -> list[dict[str, An
 def test_the_home_control_plane_launches_there_only_from_its_tagged_template(synthesized):
     docs = _home_policies(synthesized["home"], "reconcile")
     ec2 = f"arn:aws:ec2:us-west-2:{ACCOUNT}"
+    there = {"aws:RequestedRegion": "us-west-2"}
     template = f"{ec2}:launch-template/lt-0123456789abcdef0"
-    ours = {"aws:ResourceTag/respot:managed": "Respot"}
+    ours = {"aws:ResourceTag/respot:managed": "Respot", **there}
     assert allowed(docs, "ec2:RunInstances", template, ours)
-    assert not allowed(docs, "ec2:RunInstances", template, {"aws:ResourceTag/respot:managed": "X"})
-    assert not allowed(docs, "ec2:RunInstances", template)
-    ctx = {"ec2:LaunchTemplate": template, "ec2:InstanceType": "g5.xlarge"}
+    assert not allowed(
+        docs, "ec2:RunInstances", template, {**ours, "aws:ResourceTag/respot:managed": "X"}
+    )
+    assert not allowed(docs, "ec2:RunInstances", template, there)
+    ctx = {"ec2:LaunchTemplate": template, "ec2:InstanceType": "g5.xlarge", **there}
     assert allowed(docs, "ec2:RunInstances", f"{ec2}:instance/*", ctx)
     assert not allowed(
         docs, "ec2:RunInstances", f"{ec2}:instance/*", {**ctx, "ec2:InstanceType": "p5.48xlarge"}
     )
-    net = {"ec2:LaunchTemplate": template, "aws:ResourceTag/respot:satellite-of": "Respot"}
+    net = {
+        "ec2:LaunchTemplate": template,
+        "aws:ResourceTag/respot:satellite-of": "Respot",
+        **there,
+    }
     assert allowed(docs, "ec2:RunInstances", f"{ec2}:subnet/subnet-0abc12345", net)
     assert not allowed(
         docs,
@@ -460,32 +476,55 @@ def test_the_home_control_plane_launches_there_only_from_its_tagged_template(syn
         f"{ec2}:security-group/sg-0abc12345",
         {**net, "aws:ResourceTag/respot:satellite-of": "Other"},
     )
-    # a region without a satellite: nothing
-    ap = template.replace("us-west-2", "ap-south-1")
-    assert not allowed(docs, "ec2:RunInstances", ap, ours)
+    image = "arn:aws:ec2:us-west-2::image/ami-0123456789abcdef0"
+    assert allowed(docs, "ec2:RunInstances", image, {"ec2:LaunchTemplate": template, **there})
+    # a region without a satellite: nothing (the ARNs name every region, the request's
+    # region must be a satellite's)
+    ap = {"aws:RequestedRegion": "ap-south-1"}
+    ap_template = template.replace("us-west-2", "ap-south-1")
+    assert not allowed(docs, "ec2:RunInstances", ap_template, {**ours, **ap})
+    assert not allowed(
+        docs,
+        "ec2:RunInstances",
+        image.replace("us-west-2", "ap-south-1"),
+        {"ec2:LaunchTemplate": ap_template, **ap},
+    )
     # terminating there: only instances tagged as this deployment's
     instance = f"{ec2}:instance/i-0123456789abcdef0"
     assert allowed(docs, "ec2:TerminateInstances", instance, ours)
-    assert not allowed(docs, "ec2:TerminateInstances", instance)
+    assert not allowed(docs, "ec2:TerminateInstances", instance, there)
+    assert not allowed(
+        docs,
+        "ec2:TerminateInstances",
+        instance.replace("us-west-2", "ap-south-1"),
+        {**ours, **ap},
+    )
     # passing the satellite's instance role, and no other
     role = f"arn:aws:iam::{ACCOUNT}:role/{instance_role_name('Respot', 'us-west-2')}"
     to_ec2 = {"iam:PassedToService": "ec2.amazonaws.com"}
     assert allowed(docs, "iam:PassRole", role, to_ec2)
     assert not allowed(docs, "iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/admin", to_ec2)
+    assert not allowed(docs, "iam:PassRole", role.replace("us-west-2", "ap-south-1"), to_ec2)
     # copying a job's objects into the satellite's bucket, nothing outside jobs/
     bucket = f"arn:aws:s3:::{_bucket_name('us-west-2')}"
     assert allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
     assert not allowed(docs, "s3:PutObject", f"{bucket}/other/x")
     assert not allowed(docs, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
+    assert not allowed(
+        docs, "s3:PutObject", f"arn:aws:s3:::{_bucket_name('ap-south-1')}/jobs/j-1/x"
+    )
     parameter = f"arn:aws:ssm:us-west-2:{ACCOUNT}:parameter/respot/satellite"
-    assert allowed(docs, "ssm:GetParameter", parameter)
-    assert not allowed(docs, "ssm:GetParameter", parameter.replace("satellite", "slack-token"))
+    assert allowed(docs, "ssm:GetParameter", parameter, there)
+    assert not allowed(
+        docs, "ssm:GetParameter", parameter.replace("satellite", "slack-token"), there
+    )
+    assert not allowed(docs, "ssm:GetParameter", parameter.replace("us-west-2", "ap-south-1"), ap)
 
 
 def test_notify_gets_no_satellite_reach(synthesized):
     docs = _home_policies(synthesized["home"], "notify")
     ec2 = f"arn:aws:ec2:us-west-2:{ACCOUNT}"
-    ours = {"aws:ResourceTag/respot:managed": "Respot"}
+    ours = {"aws:ResourceTag/respot:managed": "Respot", "aws:RequestedRegion": "us-west-2"}
     assert not allowed(docs, "ec2:TerminateInstances", f"{ec2}:instance/i-0", ours)
 
 
