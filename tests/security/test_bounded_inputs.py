@@ -84,3 +84,63 @@ def test_the_agent_checks_the_requirements_again_before_pip(tmp_path: Path) -> N
     fine = TrainingEnvVar.model_construct(**BASE, requirements=["six==1.16.0"])
     assert job_requirements(fine, tmp_path) == ["six==1.16.0"]
     assert json.dumps(job_requirements(fine, tmp_path))  # plain lines
+
+
+# ---- item 5: no credentials in a recorded URL ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("remote", "recorded"),
+    [
+        ("https://user:TOKEN@host/repo.git", "https://host/repo.git"),
+        ("https://TOKEN@github.com/org/repo.git", "https://github.com/org/repo.git"),
+        ("https://gitlab.com/org/repo.git?private_token=TOKEN", "https://gitlab.com/org/repo.git"),
+        ("ssh://git:TOKEN@host:2222/org/repo.git", "ssh://host:2222/org/repo.git"),
+        ("TOKEN@github.com:org/repo.git", "github.com:org/repo.git"),
+        ("https://u:TOKEN@[::1]:8080/r.git#TOKEN", "https://[::1]:8080/r.git"),
+        ("https://github.com/org/repo.git", "https://github.com/org/repo.git"),
+        ("/home/alice/repo", "/home/alice/repo"),
+    ],
+)
+def test_a_recorded_remote_keeps_no_credentials(remote: str, recorded: str) -> None:
+    from respot.wire.messages import Provenance
+
+    assert Provenance(git_remote=remote).git_remote == recorded
+    # AND read back from JSON (a raw message, a record written before this fix) as well
+    raw = json.dumps({"git_remote": remote})
+    assert Provenance.model_validate_json(raw).git_remote == recorded
+
+
+def test_the_sdk_records_a_tokened_remote_without_the_token(tmp_path: Path) -> None:
+    import subprocess
+
+    from respot.client.handle import capture_provenance
+
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "train.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "train.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "c"], check=True)
+    remote = "https://alice:ghp_SECRETTOKEN@github.com/org/repo.git"
+    subprocess.run([*git, "remote", "add", "origin", remote], check=True)
+    spec = TrainingEnvVar(**BASE, source_dir=str(tmp_path))
+    provenance = capture_provenance(spec)
+    assert provenance.git_remote == "https://github.com/org/repo.git"
+    assert "SECRETTOKEN" not in provenance.model_dump_json()
+
+
+def test_a_raw_submission_with_a_tokened_remote_is_recorded_without_it(env: Env) -> None:
+    body = env.sns_envelope(
+        raw_submission(
+            "job-remote", provenance={"git_remote": "https://bob:SECRETTOKEN@host/r.git"}
+        ),
+        "submit",
+    )
+    commands.handler(env.sqs_event(body), CONTEXT)
+    record = env.control.jobs.get("job-remote")
+    assert record is not None and record.submission.provenance is not None
+    assert record.submission.provenance.git_remote == "https://host/r.git"
+    item = env.clients["dynamodb"].get_item(
+        TableName=env.local.table_name, Key={"pk": {"S": "JOB#job-remote"}, "sk": {"S": "JOB"}}
+    )
+    assert item.get("Item") and "SECRETTOKEN" not in json.dumps(item)

@@ -11,12 +11,13 @@ import secrets
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from respot.exceptions import MessageTooLargeError
 from respot.spec.jobid import JobId, check_job_id
 from respot.spec.training import TrainingEnvVar
 from respot.wire.gpu import MAX_GPUS, GpuSample
+from respot.wire.urls import without_credentials
 
 MESSAGE_SCHEMA_VERSION: Literal[1] = 1
 # SNS and SQS accept at most 262,144 bytes per message, attributes included; keep room for them.
@@ -61,6 +62,13 @@ class Provenance(_Message):
     user: str | None = None
     image_digest: str | None = None
     rerun_of: str | None = None
+
+    @field_validator("git_remote")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        # Recorded for every researcher to read: never a token a remote URL carries, however
+        # the provenance arrives (the SDK, a raw message, an older SDK).
+        return None if value is None else without_credentials(value)
 
 
 class TrialRef(_Message):
