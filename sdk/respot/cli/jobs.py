@@ -80,12 +80,24 @@ def status_json(record: JobRecord, now: datetime) -> dict[str, Any]:
 @reports_errors
 def run(
     job_file: Annotated[
-        Path | None,
+        str | None,
         typer.Argument(
             help="A job file (YAML: the fields of TrainingEnvVar), or a notebook (.ipynb) to "
             "run with Papermill."
         ),
     ] = None,
+    argv: Annotated[
+        list[str] | None,
+        typer.Argument(help="With --command: the program and its arguments, after `--`."),
+    ] = None,
+    command: Annotated[
+        bool,
+        typer.Option(
+            "--command",
+            help="Run a script as it is: `respot run --command -- python train.py --epochs 3` "
+            "(source_dir: this directory; name: its name; --set either). docs/commands.md",
+        ),
+    ] = False,
     set_: SetOption = None,
     parameter: Annotated[
         list[str] | None,
@@ -118,19 +130,27 @@ def run(
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job from a YAML file (or --rerun an earlier one); --wait to follow it."""
-    if (job_file is None) == (rerun is None):
-        fail("give a job file, or --rerun JOB (not both)")
     from respot.spec.jobfile import load_job_file, load_notebook_job, parameter_override
 
     overrides = list(set_ or []) + [parameter_override(p) for p in parameter or []]
-    if job_file is not None:
-        load = load_notebook_job if job_file.suffix == ".ipynb" else load_job_file
-        job = load(job_file, overrides)
+    job_file, argv = _command_line(command, job_file, argv or [])
+    if (job_file is None and not command) == (rerun is None):
+        fail("give a job file, or --rerun JOB (not both), or --command -- ARGV")
+    if job_file is not None or command:
+        if command:
+            job = _command_job(job_file, argv, overrides)
+        else:
+            assert job_file is not None
+            load = load_notebook_job if Path(job_file).suffix == ".ipynb" else load_job_file
+            job = load(job_file, overrides)
+        if not json_output:
+            _warn_unsaved(job.spec)
         if check:
             if json_output:
                 print_json(job.spec.model_dump(mode="json", exclude_none=True))
             else:
-                console().print(f"{job_file}: ok ({job.spec.name}, {job.spec.entry_point})")
+                what = job.spec.entry_point or " ".join(job.spec.command or [])
+                console().print(f"{job_file or '--command'}: ok ({job.spec.name}, {what})")
             return
         conn = connect(local)
         from respot.client.handle import run as submit
@@ -178,6 +198,43 @@ def run(
         if not json_output:
             report_pull(pulled, False)
     _finish(status, json_output)
+
+
+def _command_line(
+    command: bool, job_file: str | None, argv: list[str]
+) -> tuple[str | None, list[str]]:
+    """`run [job.yaml] --command -- ARGV`: click hands ARGV's first word to JOB_FILE when no
+    job file comes first; a job file is a file ending .yaml/.yml/.json."""
+    if not command:
+        if argv:
+            fail(f"unexpected arguments {' '.join(argv)!r}: to run a script, add --command")
+        return job_file, argv
+    if job_file is not None and not (
+        job_file.endswith((".yaml", ".yml", ".json")) and Path(job_file).is_file()
+    ):
+        return None, [job_file, *argv]
+    if not argv:
+        fail("--command needs the program and its arguments after `--`, e.g. "
+             "respot run --command -- python train.py --epochs 3")  # fmt: skip
+    return job_file, argv
+
+
+def _command_job(job_file: str | None, argv: list[str], overrides: list[str]) -> Any:
+    import json
+
+    from respot.spec.jobfile import load_command_job, load_job_file
+
+    if job_file is None:
+        return load_command_job(argv, overrides)
+    return load_job_file(job_file, [*overrides, f"command={json.dumps(argv)}"])
+
+
+def _warn_unsaved(spec: Any) -> None:
+    """`run` says so before submitting when nothing in the job can checkpoint."""
+    from respot.spec.static import checkpoint_warnings
+
+    for warning in checkpoint_warnings(spec):
+        console().print(f"[yellow]warning[/]: {warning}")
 
 
 def _finish(status: JobStatus, json_output: bool) -> None:

@@ -374,6 +374,38 @@ def load_notebook_job(
     return JobFile(path=file, spec=spec, data=data, lines={})
 
 
+def load_command_job(
+    argv: list[str],
+    overrides: list[str] | None = None,
+    *,
+    now: datetime | None = None,
+) -> JobFile:
+    """`respot run --command -- python train.py ...`: the current directory is source_dir
+    and its name the job's (made a valid job name); `--set` overrides fields as for a file."""
+    from respot.spec.preflight import preflight
+
+    name = "--command"
+    parsed_overrides = [parse_override(o) for o in overrides or []]
+    here = Path.cwd()
+    job_name = re.sub(r"[^A-Za-z0-9._-]+", "-", here.name).strip("-._")[:64] or "command"
+    data: dict[str, Any] = {"name": job_name, "command": list(argv), "source_dir": str(here)}
+    for override in parsed_overrides:
+        apply_override(data, override)
+    source_dir = data.get("source_dir")
+    if isinstance(source_dir, str) and source_dir:
+        data["source_dir"] = str((here / Path(source_dir).expanduser()).resolve())
+    try:
+        spec = validate_spec(data)
+    except SpecError as exc:
+        raise JobFileError(
+            locate(exc.problems, name=name, data=data, lines={}, overrides=parsed_overrides)
+        ) from None
+    late = preflight(spec, now or datetime.now(UTC))
+    if late:
+        raise JobFileError(locate(late, name=name, data=data, lines={}, overrides=parsed_overrides))
+    return JobFile(path=here, spec=spec, data=data, lines={})
+
+
 def parameter_override(text: str) -> str:
     """`-p lr=0.01` as the `--set hyperparameters.lr=0.01` it stands for."""
     key, sep, value = text.partition("=")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from respot.spec.static import command_problems, entry_point_problems
 from respot.spec.training import TrainingEnvVar
 
 
@@ -47,4 +48,7 @@ def preflight(spec: TrainingEnvVar, now: datetime) -> list[str]:
                     f"entry_point: module {'.'.join(module)!r} is not in source_dir "
                     f"{spec.source_dir!r}; check the spelling or the directory"
                 )
+            else:
+                problems += entry_point_problems(spec)  # read with ast, never imported
+        problems += command_problems(spec)
     return problems
