@@ -62,12 +62,12 @@ def ending(s3: Any, bucket: str, tmp_path: Path, recorder: Recorder) -> Endings:
         d.mkdir(parents=True, exist_ok=True)
     dirs.log.write_bytes(b"step 1\nstep 10\nTraceback: the last words\n")
     end = Endings.__new__(Endings)  # the state an attempt has when it ends, without the agent
-    end.agent = SimpleNamespace(_notice=InterruptionNotice("spot-interruption", None))  # type: ignore[assignment]
-    end.config = SimpleNamespace(bucket=bucket)  # type: ignore[assignment]
+    end.agent = SimpleNamespace(_notice=InterruptionNotice("spot-interruption", None))
+    end.config = SimpleNamespace(bucket=bucket)
     end.s3 = s3
-    end.identity = SimpleNamespace(instance_id="i-0123")  # type: ignore[assignment]
+    end.identity = SimpleNamespace(instance_id="i-0123")
     end.job_id, end.attempt = JOB, ATTEMPT
-    end.messenger = recorder  # type: ignore[assignment]
+    end.messenger = recorder
     end.dirs = dirs
     end.progress = Progress()
     end.store = CheckpointStore(bucket=bucket, job_id=JOB, client=s3)

@@ -190,7 +190,7 @@ def test_fallback_and_cancel_replies_say_why() -> None:
     assert reply is not None and "Falling back to on-demand: no spot capacity" in reply.text
     story.cancel(130, by="ana")
     reply = reply_for(story.record.timeline[-1], story.record)
-    assert reply is not None and reply.text == ":no_entry_sign: Cancelled: cancelled by user by ana"
+    assert reply is not None and reply.text == ":no_entry_sign: Cancelled: cancelled by ana"
 
 
 def test_text_helpers() -> None:

@@ -79,5 +79,5 @@ def run_in_own_group(argv: Sequence[str]) -> tuple[int, int | None]:
         try:
             end_group(proc)
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)  # type: ignore[arg-type]
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)  # type: ignore[arg-type]

@@ -299,7 +299,10 @@ def ls(
         print_json(rows)
         return
     if not rows:
-        console().print("no jobs yet: `respot run job.yaml` submits one")
+        if live:
+            console().print("no live jobs (`respot ls` lists the finished ones too)")
+        else:
+            console().print("no jobs yet: `respot run job.yaml` submits one")
         return
     from rich.table import Table
 

@@ -48,14 +48,17 @@ def logs(
     """The training process's stdout/stderr, across every instance the job ran on, in order."""
     import json
 
-    from respot.client.logs import JobLogs
+    from respot.client.logs import JobLogs, failure_lines
 
     conn = connect(local)
     record = conn.record(job_id)
     reader = JobLogs(conn.deployment, conn.session, job_id)
     out = console()
+    shown = 0
 
     def emit(line: LogLine) -> None:
+        nonlocal shown
+        shown += 1
         if json_output:
             sys.stdout.write(
                 json.dumps(
@@ -64,6 +67,7 @@ def logs(
                         "instance_id": line.instance_id,
                         "timestamp_ms": line.timestamp_ms,
                         "message": line.text,
+                        "source": line.source,
                     }
                 )
                 + "\n"
@@ -77,9 +81,15 @@ def logs(
 
     try:
         if follow:
-            reader.follow(conn.handle(job_id), emit, poll_seconds=1.0 if conn.local else 2.0)
+            final = reader.follow(
+                conn.handle(job_id), emit, poll_seconds=1.0 if conn.local else 2.0
+            )
+            record = final or record
         else:
             for line in reader.read(record):
+                emit(line)
+        if not shown:  # e.g. the environment failed: the session never printed a line
+            for line in failure_lines(record):
                 emit(line)
     except KeyboardInterrupt:
         pass
@@ -413,3 +423,15 @@ def timeline(
             continue
         offset = (e.at - t0).total_seconds()
         out.print(f"+{offset:8.1f}s  {e.kind:<12} {e.text}", markup=False, highlight=False)
+    from respot.core.lifecycle.progress import CHECKPOINT_NOTES_KEPT
+
+    periodic = [
+        e for e in record.timeline if e.kind == "checkpoint" and e.data.get("reason") == "periodic"
+    ]
+    if len(periodic) >= CHECKPOINT_NOTES_KEPT:
+        out.print(
+            f"(the timeline keeps only the newest {CHECKPOINT_NOTES_KEPT} periodic checkpoints; "
+            "notice and final ones are all kept)",
+            markup=False,
+            highlight=False,
+        )

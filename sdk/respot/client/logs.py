@@ -40,7 +40,7 @@ class LogLine:
     instance_id: str | None
     text: str
     timestamp_ms: int | None = None  # when the agent read it (CloudWatch); None from S3
-    source: Literal["cloudwatch", "s3"] = "cloudwatch"
+    source: Literal["cloudwatch", "s3", "failure"] = "cloudwatch"
 
     @property
     def prefix(self) -> str:
@@ -70,6 +70,23 @@ def _parse_stream(job_id: str, name: str) -> tuple[int, str | None] | None:
 _NO_ACCESS = frozenset(
     {"AccessDeniedException", "ResourceNotFoundException", "UnrecognizedClientException"}
 )
+
+
+def failure_lines(record: JobRecord | None) -> list[LogLine]:
+    """What to show for a FAILED job that printed nothing: its reason, then the log tail its
+    failure report carried (pip's output when the job's environment could not be built, the
+    agent's own last lines when setup failed); empty for any other job."""
+    if record is None or record.state.value != "FAILED":
+        return []
+    entry = next((e for e in reversed(record.timeline) if e.kind == "failed"), None)
+    attempt = record.current.number if record.current else 0
+    instance = record.current.instance_id if record.current else None
+    tail = entry.data.get("log_tail") if entry is not None else None
+    lines = [f"respot: no session output; the job failed: {record.reason or '?'}"]
+    if isinstance(tail, list) and tail:
+        lines.append("respot: the last lines its failure report carried:")
+        lines.extend(str(t) for t in tail)
+    return [LogLine(attempt, instance, text, source="failure") for text in lines]
 
 
 def _code(exc: Exception) -> str:

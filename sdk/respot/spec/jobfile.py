@@ -206,7 +206,7 @@ def locate(
         m = _PROBLEM.fullmatch(problem)
         if m is None or m.group("path") == "spec":
             text = m.group("text") if m else problem
-            located.append(f"{name}: {text}")
+            located.append(f"{_whole_spec_source(text, overrides, name)}: {text}")
             continue
         try:
             path = parse_path(m.group("path"))
@@ -230,6 +230,19 @@ def locate(
         where = f"{name}:{line}" if line is not None else name
         located.append(f"{where}: {format_path(path)}: {text}")
     return located
+
+
+def _whole_spec_source(text: str, overrides: Sequence[Override], name: str) -> str:
+    """Where a problem of the whole spec came from: the `--set`s of the fields it names (a
+    rule between fields, e.g. the estimate and max_runtime), else the file."""
+    named = [
+        o
+        for o in overrides
+        if o.path and isinstance(o.path[0], str) and re.search(rf"\b{re.escape(o.path[0])}\b", text)
+    ]
+    if not named:
+        return name
+    return ", ".join(f"--set {o.text}" for o in named)
 
 
 MAX_JOB_FILE_BYTES = 1024 * 1024

@@ -11,7 +11,7 @@ from respot.core.effects import LaunchInstance
 from respot.core.events import PlaceNow
 from respot.core.failures import boot_failures_in_a_row
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Placement
-from respot.core.lifecycle.draft import _Draft, _finish, client_token
+from respot.core.lifecycle.draft import _Draft, _finish, at_step, client_token
 from respot.core.states import JobState, Transition, can
 
 
@@ -87,7 +87,7 @@ def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
     if planned:
         d.note(
             "switched",
-            f"{att.instance_id} stopped at step {step} for the switch to "
+            f"{att.instance_id} stopped {at_step(step)} for the switch to "
             f"{job.policy.get('switch_to')}",
             attempt=att.number,
             instance_id=att.instance_id,
@@ -98,7 +98,12 @@ def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
         return
     d.note(
         "interrupted",
-        f"{why} for {att.instance_id} at step {step}; newest checkpoint step {checkpoint_step}",
+        f"{why} for {att.instance_id} {at_step(step)}; "
+        + (
+            f"newest checkpoint step {checkpoint_step}"
+            if checkpoint_step is not None
+            else "no checkpoint yet"
+        ),
         attempt=att.number,
         instance_id=att.instance_id,
         step=step,

@@ -76,6 +76,16 @@ class _Draft:
         return Decision(self.job, self.effects, outcome, self.follow_up, self.notes)
 
 
+def at_step(step: int | None) -> str:
+    """'at step 10', or 'before its first reported step': a note never reads 'at step None'."""
+    return f"at step {step}" if step is not None else "before its first reported step"
+
+
+def checkpoint_text(step: int | None) -> str:
+    """'a checkpoint at step 10', or 'no checkpoint yet'."""
+    return f"a checkpoint at step {step}" if step is not None else "no checkpoint yet"
+
+
 def _unchanged(outcome: str, effects: list[Effect] | None = None) -> Decision:
     return Decision(None, effects or [], outcome)
 

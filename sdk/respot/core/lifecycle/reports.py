@@ -15,7 +15,14 @@ from respot.core.effects import ReleaseHandoff
 from respot.core.events import AgentReport
 from respot.core.job import Attempt, AttemptEnd, CheckpointInfo
 from respot.core.lifecycle.attempts import _boot_failure, _interrupt
-from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged
+from respot.core.lifecycle.draft import (
+    Decision,
+    _Draft,
+    _finish,
+    _unchanged,
+    at_step,
+    checkpoint_text,
+)
 from respot.core.lifecycle.progress import (
     _drop_old_checkpoint_notes,
     _progress_history,
@@ -268,8 +275,8 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
     lost = max(lost, (body.step or 0) - (body.checkpoint_step or 0), 0)
     d.note(
         "preempted",
-        f"{msg.instance_id} stopped at step {body.step} with a checkpoint at step "
-        f"{body.checkpoint_step} ({lost} steps lost)",
+        f"{msg.instance_id} stopped {at_step(body.step)} with "
+        f"{checkpoint_text(body.checkpoint_step)} ({lost} steps lost)",
         attempt=att.number,
         step=body.step,
         checkpoint_step=body.checkpoint_step,
@@ -281,9 +288,13 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
     elif att is not job.current and job.policy.get("return_from") == att.number:
         d.note(
             "switched",
-            f"{msg.instance_id} stopped at step {body.step} for the return to spot; "
-            f"attempt {job.current.number if job.current else '?'} restores its "
-            f"checkpoint at step {body.checkpoint_step}",
+            f"{msg.instance_id} stopped {at_step(body.step)} for the return to spot; "
+            f"attempt {job.current.number if job.current else '?'} "
+            + (
+                f"restores its checkpoint at step {body.checkpoint_step}"
+                if body.checkpoint_step is not None
+                else "starts from the beginning (no checkpoint)"
+            ),
             attempt=att.number,
             instance_id=msg.instance_id,
             step=body.step,
@@ -309,7 +320,7 @@ def _completed(d: _Draft, att: Attempt, body: AgentCompleted) -> Decision:
         d,
         Transition.COMPLETE,
         AttemptEnd.COMPLETED,
-        f"completed at step {body.step}",
+        f"completed {at_step(body.step)}",
         by=att,
     )
     return d.decision()
@@ -319,6 +330,9 @@ def _failed(d: _Draft, att: Attempt, body: AgentFailed) -> Decision:
     """Training failed: the job is FAILED with the agent's reason and log tail."""
     if body.outputs_sha256 is not None:
         d.job.outputs_sha256 = body.outputs_sha256
+    if body.step is not None:  # where it failed: status shows it even if no heartbeat told
+        att.last_step = max(att.last_step or 0, body.step)
+        d.job.progress.step = max(d.job.progress.step or 0, body.step)
     _finish(d, Transition.FAIL, AttemptEnd.FAILED, body.reason, by=att, log=body.log_tail)
     return d.decision()
 

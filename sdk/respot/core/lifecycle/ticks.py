@@ -23,8 +23,11 @@ from respot.core.states import JobState, Transition
 def _cancel(d: _Draft, event: CancelRequested) -> Decision:
     if d.job.state.is_terminal():
         return _unchanged("ignored: job is over")
-    who = f" by {event.command.requested_by}" if event.command.requested_by else ""
-    _finish(d, Transition.CANCEL, AttemptEnd.CANCELLED, f"{event.command.reason}{who}")
+    reason = event.command.reason
+    if event.command.requested_by:
+        # "cancelled by user" (the SDK's default) names the user: not "by user by <arn>".
+        reason = f"{reason.removesuffix(' by user')} by {event.command.requested_by}"
+    _finish(d, Transition.CANCEL, AttemptEnd.CANCELLED, reason)
     return d.decision()
 
 
