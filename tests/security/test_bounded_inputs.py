@@ -144,3 +144,115 @@ def test_a_raw_submission_with_a_tokened_remote_is_recorded_without_it(env: Env)
         TableName=env.local.table_name, Key={"pk": {"S": "JOB#job-remote"}, "sk": {"S": "JOB"}}
     )
     assert item.get("Item") and "SECRETTOKEN" not in json.dumps(item)
+
+
+# ---- item 8: free text that reaches a record is bounded, so a cancel always lands -----------
+
+
+def test_a_cancel_with_a_150_kb_reason_cancels_the_job(env: Env) -> None:
+    from respot.core.states import JobState
+    from tests.handlers.test_handlers import submit_job
+
+    job_id, _ = submit_job(env)
+    # Raw, as a script (or an older SDK) would publish it: no laptop in between.
+    cancel = json.dumps(
+        {
+            "command": "cancel",
+            "job_id": job_id,
+            "requested_at": "2026-11-26T00:00:00+00:00",
+            "reason": "r" * 150_000,
+        }
+    )
+    response = commands.handler(env.sqs_event(env.sns_envelope(cancel, "cancel")), CONTEXT)
+    # THEN it lands on the first try: the job is cancelled, its instance terminated
+    assert response == {"batchItemFailures": []}
+    assert reasons(env) == []
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.CANCELLED
+    assert env.live_instances(job_id) == []
+    # AND the reason is kept, cut with a marker that says how much was cut
+    assert record.reason is not None and "more characters cut by respot" in record.reason
+    assert len(record.reason) < 2_500
+
+
+def test_an_agent_failure_with_a_250_kb_reason_fails_the_job(env: Env) -> None:
+    from datetime import UTC, datetime
+
+    from lambdas import agent_events, spot_fulfillment
+    from respot.core.states import JobState
+    from tests.handlers.test_handlers import submit_job
+
+    job_id, iid = submit_job(env)
+    spot_fulfillment.handler(env.ec2_event("spot-request-fulfillment", iid), CONTEXT)
+    failed = json.dumps(
+        {
+            "schema_version": 1,
+            "job_id": job_id,
+            "attempt": 1,
+            "instance_id": iid,
+            "seq": 1,
+            "sent_at": datetime.now(UTC).isoformat(),
+            "body": {
+                "kind": "failed",
+                "reason": "Traceback: " + "x" * 250_000,
+                "log_tail": ["line " + "y" * 2_000] * 200,
+                "stage": "session",
+            },
+        }
+    )
+    assert len(failed) > 250_000
+    response = agent_events.handler(env.sqs_event(failed), CONTEXT)
+    assert response == {"batchItemFailures": []}
+    record = env.control.jobs.get(job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert record.reason is not None and record.reason.startswith("Traceback: xxx")
+    assert "more characters cut by respot" in record.reason
+    entry = next(e for e in record.timeline if e.kind == "failed")
+    assert len(entry.data["log_tail"]) <= 50
+    assert all(len(line) <= 500 for line in entry.data["log_tail"])
+
+
+def test_the_record_write_itself_fits_a_record_to_dynamodb(env: Env) -> None:
+    # The last gate: whatever built the record (a path that forgot to bound a text), the
+    # write never exceeds DynamoDB's 400 KB item limit (moto enforces it as AWS does).
+    from respot.aws.jobs import MAX_DOC_BYTES
+    from respot.core.job import TimelineEntry
+    from tests.handlers.test_handlers import submit_job
+
+    job_id, _ = submit_job(env)
+    record = env.control.jobs.get(job_id)
+    assert record is not None
+    huge = record.model_copy(deep=True)
+    huge.reason = "z" * 300_000
+    for i in range(40):
+        huge.add_timeline(
+            TimelineEntry(at=record.created_at, kind="note", text=f"{i}" + "t" * 20_000)
+        )
+    written = env.control.jobs.save(huge, expected_version=record.version)
+    stored = env.control.jobs.get(job_id)
+    assert stored is not None and stored.version == written.version
+    assert len(stored.model_dump_json(exclude_none=True)) <= MAX_DOC_BYTES
+    assert stored.reason is not None and stored.reason.startswith("zzz")
+    assert "more characters cut by respot" in stored.reason
+    assert stored.timeline[-1].text.startswith("39t")  # the newest entries are kept
+
+
+def test_every_free_text_model_from_outside_is_cut_where_it_is_parsed() -> None:
+    from datetime import UTC, datetime
+
+    from respot.sweep.model import SweepStop, TrialEvent
+    from respot.wire.limits import MAX_REASON_CHARS
+    from respot.wire.messages import AgentBootFailed, AgentFailed, AgentStarted, CancelCommand
+
+    long = "w" * 1_000_000
+    texts = [
+        CancelCommand(job_id="j", requested_at=datetime.now(UTC), reason=long).reason,
+        AgentFailed(reason=long).reason,
+        AgentBootFailed(reason=long).reason,
+        AgentStarted(warm_failure=long).warm_failure or "",
+        TrialEvent(sweep_id="s", job_id="j", trial=0, state="FAILED", reason=long).reason or "",
+        SweepStop(sweep_id="s", reason=long).reason,
+    ]
+    for text in texts:
+        assert len(text) <= MAX_REASON_CHARS and text.endswith("more characters cut by respot]")
+    assert len(AgentBootFailed(reason="r", log_tail=["l" * 9_000] * 900).log_tail) == 50

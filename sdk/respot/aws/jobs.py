@@ -16,12 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from respot.core.job import JobRecord
+from respot.core.job import Attempt, JobRecord
 from respot.exceptions import ConcurrentUpdateError
+from respot.wire.limits import MAX_LOG_LINES, truncate_text
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
+# DynamoDB refuses items over 400 KB; the record's JSON must leave room for the other
+# attributes and the keys.
+MAX_DOC_BYTES = 380 * 1024
 LIVE_INDEX = "live"
 LIVE_VALUE = "1"
 CAS_ATTEMPTS = 8
@@ -61,13 +65,19 @@ class JobTable:
         another writer got there first; the caller re-reads and decides again.
         """
         written = record.model_copy(update={"version": (expected_version or 0) + 1})
+        doc = written.model_dump_json(exclude_none=True)
+        if len(doc.encode()) > MAX_DOC_BYTES:
+            # Never a write DynamoDB refuses (a lost cancel, a job that keeps running): cut
+            # the free texts, then the oldest timeline entries, until the item fits.
+            written = fit_record(written)
+            doc = written.model_dump_json(exclude_none=True)
         item: dict[str, Any] = {
             **_job_key(record.job_id),
             "version": {"N": str(written.version)},
             "state": {"S": written.state.value},
             "updated_at": {"S": written.updated_at.isoformat()},
             "created_at": {"S": written.created_at.isoformat()},
-            "doc": {"S": written.model_dump_json(exclude_none=True)},
+            "doc": {"S": doc},
         }
         if not written.state.is_terminal():
             item["live"] = {"S": LIVE_VALUE}
@@ -170,6 +180,37 @@ class JobTable:
         if not item:
             return None
         return item["job_id"]["S"], int(item["attempt"]["N"])
+
+
+def fit_record(record: JobRecord, max_bytes: int = MAX_DOC_BYTES) -> JobRecord:
+    """`record` cut to at most `max_bytes` of JSON: free texts first (the reason, each
+    timeline entry's text and data, attempts' failures), then the oldest timeline entries."""
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, str):
+            return truncate_text(value)
+        if isinstance(value, list):
+            return [cut(v) for v in value[-MAX_LOG_LINES:]]
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        return value
+
+    timeline = [
+        e.model_copy(update={"text": truncate_text(e.text), "data": cut(e.data)})
+        for e in record.timeline
+    ]
+    texts = [f for f in ("boot_failure", "launch_failure", "tried") if f in Attempt.model_fields]
+    attempts = [
+        a.model_copy(update={f: cut(getattr(a, f)) for f in texts}) for a in record.attempts
+    ]
+    fitted = record.model_copy(
+        update={"reason": cut(record.reason), "timeline": timeline, "attempts": attempts}
+    )
+    while len(fitted.model_dump_json(exclude_none=True).encode()) > max_bytes and fitted.timeline:
+        fitted = fitted.model_copy(
+            update={"timeline": fitted.timeline[len(fitted.timeline) // 4 + 1 :]}
+        )
+    return fitted
 
 
 def _record(item: dict[str, Any]) -> JobRecord:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from respot.spec.jobid import JobId
 from respot.sweep.spec import SweepSpec
+from respot.wire.limits import BoundedText
 from respot.wire.messages import CodeArtifact, IdentityProof, Provenance, TrialRef
 
 __all__ = [
@@ -136,7 +137,7 @@ class TrialEvent(BaseModel):
     state: str  # the job's state (JobState value)
     step: int | None = None
     metrics: dict[str, float] = Field(default_factory=dict)
-    reason: str | None = None
+    reason: BoundedText | None = None
 
 
 class SweepKick(BaseModel):
@@ -155,7 +156,7 @@ class SweepStop(BaseModel):
 
     kind: Literal["stop"] = "stop"
     sweep_id: JobId
-    reason: str = "stopped by its owner"
+    reason: BoundedText = "stopped by its owner"
 
 
 class SweepStopCommand(BaseModel):

@@ -9,6 +9,10 @@ refused at once, with the limit it broke.
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
 from respot.exceptions import RespotError
 
 MAX_JSON_DEPTH = 64  # a submission nests ~8 deep; hyperparameters are capped at 20 levels
@@ -61,3 +65,41 @@ def check_json_text(
             f"the {what} nests {depth} levels deep; at most {max_depth} are accepted"
         )
     return text
+
+
+# ---- free text that reaches a record --------------------------------------------------------
+# A job record is one DynamoDB item (at most 400 KB) and a reason is written into it more than
+# once (the record's reason, the timeline's text and data, Slack). Free text from outside
+# (a cancel's reason, an agent's failure and log tail, a sweep's trial news) is cut to these
+# bounds where it is parsed, with a marker saying how much was cut, so a cancel always lands.
+MAX_REASON_CHARS = 2000
+MAX_LOG_LINES = 50
+MAX_LOG_LINE_CHARS = 500
+TRUNCATION_MARKER = " [... {cut:,} more characters cut by respot]"
+
+
+def truncate_text(text: str, max_chars: int = MAX_REASON_CHARS) -> str:
+    """`text` if it has at most `max_chars` characters; else its start and a marker."""
+    if len(text) <= max_chars:
+        return text
+    keep = max(0, max_chars - len(TRUNCATION_MARKER.format(cut=len(text))))
+    return text[:keep] + TRUNCATION_MARKER.format(cut=len(text) - keep)
+
+
+def _bounded_text(value: Any) -> Any:
+    return truncate_text(value) if isinstance(value, str) else value
+
+
+def _bounded_lines(value: Any) -> Any:
+    """The last MAX_LOG_LINES lines, each cut to MAX_LOG_LINE_CHARS (a log's end matters)."""
+    if not isinstance(value, list):
+        return value
+    kept = value[-MAX_LOG_LINES:]
+    return [truncate_text(v, MAX_LOG_LINE_CHARS) if isinstance(v, str) else v for v in kept]
+
+
+BoundedText = Annotated[str, BeforeValidator(_bounded_text)]
+"""A `str` field of free text from outside, cut to MAX_REASON_CHARS with a marker."""
+
+BoundedLines = Annotated[list[str], BeforeValidator(_bounded_lines)]
+"""A log tail from outside: its last MAX_LOG_LINES lines, each cut to MAX_LOG_LINE_CHARS."""

@@ -17,6 +17,7 @@ from respot.exceptions import MessageTooLargeError
 from respot.spec.jobid import JobId, check_job_id
 from respot.spec.training import TrainingEnvVar
 from respot.wire.gpu import MAX_GPUS, GpuSample
+from respot.wire.limits import BoundedLines, BoundedText
 from respot.wire.urls import without_credentials
 
 MESSAGE_SCHEMA_VERSION: Literal[1] = 1
@@ -112,7 +113,7 @@ class CancelCommand(_Message):
     schema_version: Literal[1] = MESSAGE_SCHEMA_VERSION
     command: Literal["cancel"] = "cancel"
     job_id: JobId
-    reason: str = "cancelled by user"
+    reason: BoundedText = "cancelled by user"
     requested_at: datetime
     requested_by: str | None = None  # the control plane sets it to the caller STS verified
     proof: IdentityProof | None = None
@@ -136,7 +137,7 @@ class AgentStarted(_Message):
     # Warm start (docs/agent.md): True if the session process was started and its entry point
     # imported before the restore; None if not tried (opted out). Why it fell back to cold.
     warm: bool | None = None
-    warm_failure: str | None = None
+    warm_failure: BoundedText | None = None
 
 
 class AgentProgress(_Message):
@@ -193,10 +194,10 @@ class AgentFailed(_Message):
     """The session raised or its process died; the job cannot go on by itself."""
 
     kind: Literal["failed"] = "failed"
-    reason: str
+    reason: BoundedText
     outputs_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # as completed
     exit_code: int | None = None
-    log_tail: list[str] = Field(default_factory=list)
+    log_tail: BoundedLines = Field(default_factory=list)
     step: int | None = None
     # "environment": the job's environment could not be built (pip refused the requirements,
     # the image could not be pulled). The job's own input is at fault, so a new instance would
@@ -213,8 +214,8 @@ class AgentBootFailed(_Message):
     """
 
     kind: Literal["boot_failed"] = "boot_failed"
-    reason: str
-    log_tail: list[str] = Field(default_factory=list)
+    reason: BoundedText
+    log_tail: BoundedLines = Field(default_factory=list)
 
 
 AgentBody = Annotated[
