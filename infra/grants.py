@@ -239,10 +239,8 @@ def in_satellite_regions(t: GrantTargets, *conditions: Conditions) -> Conditions
     the same size whatever the number of extra regions (IAM quotas: 10,240 characters of
     inline policies per role, 6,144 per managed policy; infra/stack.py)."""
     merged: Conditions = {}
-    for condition in (
-        *conditions,
-        {"StringEquals": {"aws:RequestedRegion": list(t.satellite_regions)}},
-    ):
+    regions: Conditions = {"StringEquals": {"aws:RequestedRegion": list(t.satellite_regions)}}
+    for condition in (*conditions, regions):
         for operator, keys in condition.items():
             merged.setdefault(operator, {}).update(keys)
     return merged

@@ -36,12 +36,12 @@ REGIONS = (
 
 
 class _LongStandIns(dict[str, dict[str, str]]):
-    def get(self, key: str, default: Any = None) -> dict[str, str]:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> dict[str, str]:
         return _LONG
 
 
 class _Long(dict[str, str]):
-    def get(self, key: str, default: Any = None) -> str:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> str:
         return "arn:aws:sqs:us-east-1:123456789012:" + "x" * 65
 
 
