@@ -19,7 +19,7 @@ from typing import Any
 # ami_type being the AMI name without "deep", "learning" and "ami"). docs/ami.md: the contract.
 DEFAULT_AMI_PARAMETER = (
     "/aws/service/deeplearning/ami/x86_64/"
-    "oss-nvidia-driver-gpu-pytorch-2.9-ubuntu-24.04/latest/ami-id"
+    "oss-nvidia-driver-gpu-pytorch-2.11-ubuntu-24.04/latest/ami-id"
 )
 # The Python that runs jobs on that AMI (where the framework lives); the agent's venv and
 # every job's venv are made from it.

@@ -5,12 +5,16 @@ its emulator) sends `aws:ec2:send-spot-instance-interruptions` with a two-minute
 `durationBeforeInterruption` to the running spot instances that carry both the self-test
 job's tag and this deployment's managed tag. Its role may interrupt only those instances
 (tag conditions) and describe instances, which FIS needs to resolve the target. Nothing
-starts the experiment but `respot selftest` (`fis:StartExperiment` by the platform team).
+starts the experiment but `respot selftest`, run by the platform team under the managed policy
+`SelftestPolicy` (output `SelftestPolicyArn`; attach it with the researcher policy): start this
+template, tag the experiment (FIS authorizes the tags of StartExperiment as fis:TagResource),
+read and stop experiments, and create FIS's service-linked role, which FIS makes on an
+account's first experiment ("Start an experiment from a template", FIS User Guide).
 """
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import ArnFormat, Aws, CfnOutput, Stack
 from aws_cdk import aws_fis as fis
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -109,3 +113,71 @@ class SelftestExperiment(Construct):
         )
         self.template.node.add_dependency(policy)  # the role can act before FIS may start it
         self.template_id: str = self.template.attr_id
+        self.operator_policy = _operator_policy(self, stack, self.template_id)
+        CfnOutput(
+            self,
+            "SelftestPolicyArn",
+            key="SelftestPolicyArn",
+            value=self.operator_policy.managed_policy_arn,
+        )
+
+
+FIS_SERVICE_LINKED_ROLE = "AWSServiceRoleForFIS"
+
+
+def _operator_policy(scope: Construct, stack: Stack, template_id: str) -> iam.ManagedPolicy:
+    """What `respot selftest` calls on FIS (respot.selftest.run), and nothing else of FIS."""
+
+    def fis_arn(kind: str, name: str) -> str:
+        return stack.format_arn(
+            service="fis",
+            resource=kind,
+            resource_name=name,
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
+    experiments = fis_arn("experiment", "*")
+    policy = iam.ManagedPolicy(
+        scope,
+        "OperatorPolicy",
+        description="respot selftest: start the self-test's FIS experiment, watch and stop it",
+        statements=[
+            iam.PolicyStatement(
+                sid="StartTheSelftestExperiment",
+                actions=["fis:StartExperiment"],
+                resources=[fis_arn("experiment-template", template_id), experiments],
+            ),
+            iam.PolicyStatement(
+                # StartExperiment with tags (the self-test tags its experiment with the job id).
+                sid="TagSelftestExperiments",
+                actions=["fis:TagResource"],
+                resources=[experiments],
+            ),
+            iam.PolicyStatement(
+                sid="WatchAndStopExperiments",
+                actions=["fis:GetExperiment", "fis:StopExperiment"],
+                resources=[experiments],
+            ),
+            iam.PolicyStatement(
+                # FIS creates its service-linked role on the account's first experiment.
+                sid="CreateFisServiceLinkedRole",
+                actions=["iam:CreateServiceLinkedRole"],
+                resources=[
+                    f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:role/aws-service-role/"
+                    f"fis.amazonaws.com/{FIS_SERVICE_LINKED_ROLE}"
+                ],
+                conditions={"StringEquals": {"iam:AWSServiceName": "fis.amazonaws.com"}},
+            ),
+        ],
+    )
+    suppress(
+        policy,
+        "IAM5",
+        "An experiment's id exists only once StartExperiment runs, so the self-test's calls "
+        "name experiment/* of this account and region (started only from this stack's "
+        "template, the resource StartExperiment also needs).",
+        applies_to=[
+            r"^Resource::arn:<AWS::Partition>:fis:<AWS::Region>:<AWS::AccountId>:experiment/\*$"
+        ],
+    )
+    return policy

@@ -70,3 +70,45 @@ def test_the_stack_publishes_the_template_id_for_the_sdk(respot, resources):
     )
     assert '\\"fis_template_id\\":' in text and template_id in text
     assert "FisTemplateId" in template.to_json()["Outputs"]
+
+
+def _operator_document(selftest) -> dict:
+    from infra.local.iam import Resolver
+
+    (policy,) = selftest.find_resources("AWS::IAM::ManagedPolicy").values()
+    resolve = Resolver({}, "us-east-1")
+    resolve.attrs = _TemplateIds()
+    return resolve(policy["Properties"]["PolicyDocument"])
+
+
+class _TemplateIds(dict):
+    def get(self, key, default=None):
+        return {"Id": "EXT1a2b3c4d5e6f7", "Ref": key}
+
+
+def test_the_selftest_policy_starts_tags_watches_and_stops_only_its_experiment(selftest):
+    # A fresh account: StartExperiment with tags is authorized as fis:TagResource too, and the
+    # first experiment creates FIS's service-linked role (FIS User Guide).
+    from infra.iam_eval import allowed
+
+    docs = [_operator_document(selftest)]
+    fis = "arn:aws:fis:us-east-1:123456789012"
+    template = f"{fis}:experiment-template/EXT1a2b3c4d5e6f7"
+    experiment = f"{fis}:experiment/EXPabc"
+    assert allowed(docs, "fis:StartExperiment", template)
+    assert allowed(docs, "fis:StartExperiment", experiment)
+    assert not allowed(docs, "fis:StartExperiment", f"{fis}:experiment-template/EXTother")
+    assert allowed(docs, "fis:TagResource", experiment)
+    assert not allowed(docs, "fis:TagResource", template)
+    assert allowed(docs, "fis:GetExperiment", experiment)
+    assert allowed(docs, "fis:StopExperiment", experiment)
+    role = "arn:aws:iam::123456789012:role/aws-service-role/fis.amazonaws.com/AWSServiceRoleForFIS"
+    fis_service = {"iam:AWSServiceName": "fis.amazonaws.com"}
+    assert allowed(docs, "iam:CreateServiceLinkedRole", role, fis_service)
+    assert not allowed(
+        docs, "iam:CreateServiceLinkedRole", role, {"iam:AWSServiceName": "ec2.amazonaws.com"}
+    )
+    assert not allowed(docs, "fis:CreateExperimentTemplate", template)
+    assert not allowed(docs, "ec2:SendSpotInstanceInterruptions", "*")
+    outputs = selftest.to_json()["Outputs"]
+    assert "SelftestPolicyArn" in outputs

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from respot.aws.satellites import Satellite
-from respot.doctor import checks, deployed, satellites
+from respot.doctor import checks, deployed, satellites, support
 from respot.doctor.findings import Finding, skipped, warn
 from respot.doctor.satellites import RegionalFactory
 from respot.doctor.target import Target
@@ -51,9 +52,11 @@ def run_checks(
         "CDK bootstrap",
         "stack",
         "spot service-linked role",
+        support.FIS_ROLE_CHECK,
         "instance types",
         "quotas",
         "AMI",
+        support.AMI_SUPPORT_CHECK,
         "network",
         "Slack token",
     )
@@ -100,6 +103,7 @@ def run_checks(
         if carried:
             extra_regions = deployed.regions_to_check(target.extra_regions, carried[0])
     findings += _guarded("spot service-linked role", lambda: checks.check_spot_role(client("iam")))
+    findings += _guarded(support.FIS_ROLE_CHECK, lambda: support.check_fis_role(client("iam")))
     zones = sorted(set(target.subnets.values()))
     findings += _guarded(
         "instance types",
@@ -118,6 +122,15 @@ def run_checks(
         "AMI",
         lambda: checks.check_ami(
             ec2, ssm, ami_id=target.ami_id, ami_parameter=target.ami_parameter, region=region
+        ),
+    )
+    findings += _guarded(
+        support.AMI_SUPPORT_CHECK,
+        lambda: support.check_configured_ami(
+            ec2,
+            ami_id=target.ami_id,
+            ami_parameter=target.ami_parameter,
+            today=dt.datetime.now(dt.UTC).date(),
         ),
     )
     findings += _guarded(
