@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,3 +257,119 @@ def test_every_free_text_model_from_outside_is_cut_where_it_is_parsed() -> None:
     for text in texts:
         assert len(text) <= MAX_REASON_CHARS and text.endswith("more characters cut by respot]")
     assert len(AgentBootFailed(reason="r", log_tail=["l" * 9_000] * 900).log_tail) == 50
+
+
+# ---- item 9: YAML limits judged on the parser's events, before anything is expanded ---------
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """~700 bytes that stand for 9**9 strings once expanded."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    previous = "a"
+    for name in "bcdefghijklm"[: levels - 1]:
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
+        previous = name
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def nothing_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail at once (instead of hanging) if a bomb reaches PyYAML's composer or loader: the
+    guard must refuse it on the parser's events first."""
+    import yaml
+
+    real_compose, real_load = yaml.compose, yaml.safe_load
+
+    def compose(text: str, *args: Any, **kwargs: Any) -> Any:
+        assert "*h" not in text and "[[[[[[[[" not in text, "composed before the guard"
+        return real_compose(text, *args, **kwargs)
+
+    def safe_load(text: str) -> Any:
+        assert "*h" not in text and "[[[[[[[[" not in text, "loaded before the guard"
+        return real_load(text)
+
+    monkeypatch.setattr(yaml, "compose", compose)
+    monkeypatch.setattr(yaml, "safe_load", safe_load)
+
+
+def test_an_alias_bomb_job_file_is_refused_before_it_is_expanded(
+    tmp_path: Path, nothing_expanded: None
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: x\nentry_point: a.b:C\nhyperparameters:\n  " + alias_bomb().replace("\n", "\n  ")
+    )
+    assert len(job.read_bytes()) < 1_000
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{job}:") and "aliases (*name) are expanded" in problem
+
+
+def test_an_alias_bomb_sweep_file_is_refused_before_it_is_expanded(
+    tmp_path: Path, nothing_expanded: None
+) -> None:
+    from respot.sweep.client import load_sweep_file
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: s\nmetric: m\nn_trials: 2\n" + alias_bomb())
+    with pytest.raises(SpecError) as err:
+        load_sweep_file(path)
+    assert any("aliases (*name) are expanded" in p for p in err.value.problems)
+
+
+def test_a_recursive_alias_is_refused(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\nentry_point: a.b:C\nhyperparameters: &h {self: *h}\n")
+    with pytest.raises(JobFileError, match="names no anchor written before it"):
+        load_job_file(job)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "[" * 5000 + "]" * 5000,  # a RecursionError traceback before
+        "{a: " * 40 + "1" + "}" * 40,
+        "[&a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1], &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a], "
+        "&c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b], &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c],"
+        " &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d], [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]]",
+    ],
+)
+def test_a_set_value_too_deep_or_too_large_names_the_override(
+    tmp_path: Path, value: str, nothing_expanded: None
+) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\nentry_point: a.b:C\n")
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job, overrides=[f"hyperparameters.x={value}"])
+    (problem,) = err.value.problems
+    assert problem.startswith("--set 'hyperparameters.x=") and (
+        "levels deep" in problem or "aliases (*name) are expanded" in problem
+    ), problem
+
+
+def test_respot_run_check_refuses_an_alias_bomb_without_a_traceback(
+    tmp_path: Path, nothing_expanded: None
+) -> None:
+    from typer.testing import CliRunner
+
+    from respot.cli import app
+
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: x\nentry_point: a.b:C\nhyperparameters:\n  " + alias_bomb().replace("\n", "\n  ")
+    )
+    result = CliRunner().invoke(app, ["run", str(job), "--check"])
+    assert result.exit_code != 0
+    assert "aliases (*name) are expanded" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_ordinary_anchors_and_aliases_still_read(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(
+        "name: x\nentry_point: a.b:C\nhyperparameters:\n  base: &base {lr: 0.1, layers: [1, 2]}\n"
+        "  copy: *base\n"
+    )
+    spec = load_job_file(job).spec
+    assert spec.hyperparameters["copy"] == {"lr": 0.1, "layers": [1, 2]}

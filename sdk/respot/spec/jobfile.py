@@ -28,6 +28,7 @@ import yaml
 
 from respot.exceptions import SpecError
 from respot.spec.training import TrainingEnvVar, validate_spec
+from respot.spec.yamlguard import YamlLimitError, check_yaml_events, guarded_yaml
 
 FieldPath = tuple[str | int, ...]
 
@@ -95,7 +96,9 @@ def parse_override(text: str) -> Override:
     except ValueError as exc:
         raise JobFileError([f"--set {text!r}: {exc}"]) from None
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = guarded_yaml(raw, what=f"--set {text!r}", with_line=False) if raw.strip() else ""
+    except YamlLimitError as exc:
+        raise JobFileError([str(exc)]) from None
     except yaml.YAMLError as exc:
         raise JobFileError(
             [f"--set {text!r}: the value is not valid YAML ({_yaml_reason(exc)})"]
@@ -291,9 +294,13 @@ def load_job_file(
             [f"{name}: {len(text):,} characters; a job file is at most {MAX_JOB_FILE_BYTES:,}"]
         )
     try:
+        # Limits first, on the parser's events: nothing is composed or expanded before.
+        check_yaml_events(text, what=name)
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         _check_depth(root, name)
         data = yaml.safe_load(text)
+    except YamlLimitError as exc:
+        raise JobFileError([str(exc)]) from None
     except RecursionError:
         raise JobFileError(
             [f"{name}: nested too deeply to read; a job file nests at most {MAX_YAML_DEPTH} levels"]

@@ -150,12 +150,16 @@ def load_sweep_file(path: Path) -> SweepSpec:
     """Read and check a sweep file (YAML or JSON); `SpecError` names each problem."""
     import yaml
 
+    from respot.spec.yamlguard import YamlLimitError, guarded_yaml
+
     try:
         text = path.read_text()
     except OSError as exc:
         raise SpecError([f"{path}: cannot read the sweep file: {exc.strerror or exc}"]) from exc
     try:
-        data = yaml.safe_load(text)
+        data = guarded_yaml(text, what=str(path))
+    except YamlLimitError as exc:
+        raise SpecError([str(exc)]) from None
     except (yaml.YAMLError, RecursionError) as exc:
         raise SpecError([f"{path}: not valid YAML: {str(exc).splitlines()[0]}"]) from exc
     if not isinstance(data, dict):
