@@ -37,6 +37,7 @@ from infra.local.dispatcher import Dispatcher
 from infra.local.fis import FaultInjection
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
 from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
+from infra.local.interrupts import Interrupted, JobInterrupts
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.satellite import LocalSatellite, provision_satellite, satellite_env
@@ -492,6 +493,21 @@ class LocalRuntime:
         return self.control_plane().jobs.get(job_id)
 
     # ---- what a researcher does ------------------------------------------------------------
+
+    def interrupt_job(
+        self,
+        job_id: str,
+        *,
+        at_step: int | None = None,
+        rebalance: bool = False,
+        wait_seconds: float = 600.0,
+    ) -> Interrupted:
+        """`respot local interrupt`: the job's current spot instance gets the market's notice
+        once it trains (at `at_step` or beyond); see infra/local/interrupts.py."""
+        assert self.fleet is not None
+        return JobInterrupts(self.fleet, self.job_record).interrupt(
+            job_id, at_step=at_step, rebalance=rebalance, wait_seconds=wait_seconds
+        )
 
     def sdk_deployment(self) -> Deployment:
         """The deployment as the SDK sees it."""

@@ -148,8 +148,15 @@ def up(
     out = console()
     rt = LocalRuntime(options)
     path = state_path()
+    requests = None
     try:
         rt.start()
+        from infra.local.interrupts import JobInterrupts, RequestBox, requests_dir
+
+        assert rt.fleet is not None  # `respot local interrupt` from other shells
+        requests = RequestBox(
+            requests_dir(rt.work_root), JobInterrupts(rt.fleet, rt.job_record)
+        ).start()
         deployment = rt.sdk_deployment()
         if with_demo_data:
             import tempfile
@@ -188,9 +195,57 @@ def up(
         from respot.client.localstate import clear_state
 
         clear_state(os.getpid(), path)
+        if requests is not None:
+            requests.stop()
         rt.stop()
         signal.signal(signal.SIGTERM, previous)
         out.print("respot local runtime stopped")
+
+
+@app.command()
+def interrupt(
+    job_id: Annotated[str, typer.Argument(help="The job whose current instance to interrupt.")],
+    at_step: Annotated[
+        int | None,
+        typer.Option(help="Wait until the job has reported this step (or a later one)."),
+    ] = None,
+    rebalance: Annotated[
+        bool, typer.Option(help="Send EC2's rebalance recommendation first, as EC2 often does.")
+    ] = False,
+    wait: Annotated[
+        float, typer.Option(help="Give up (sending nothing) after this many seconds.")
+    ] = 600.0,
+    json_output: JsonOption = False,
+) -> None:
+    """Give one job's current spot instance its two-minute notice, as EC2 would (the local
+    market's notice: IMDS, EventBridge, then reclamation); `--interrupt-after` stays for all."""
+    from infra.local.interrupts import ask, requests_dir
+    from respot.client.localstate import pid_alive, read_state, state_path
+
+    if at_step is not None and at_step < 0:
+        fail("--at-step must be 0 or more")
+    if not 0 < wait <= 3600:
+        fail("--wait must be above 0 and at most 3600 seconds")
+    state = read_state(state_path())
+    if state is None or not pid_alive(state.pid):
+        fail("no local runtime is running; start one with `respot local up`")
+    answer = ask(
+        requests_dir(Path(state.work_root)),
+        job_id,
+        at_step=at_step,
+        rebalance=rebalance,
+        wait_seconds=wait,
+        alive=lambda: pid_alive(state.pid),
+    )
+    if json_output:
+        print_json(answer)
+    if not answer.get("ok"):
+        fail(str(answer.get("error")))
+    if not json_output:
+        console().print(
+            f"interrupted {answer['instance_id']} (attempt {answer['attempt']} of {job_id}) "
+            f"at step {answer['step']}: the notice is out; the job hands off and resumes"
+        )
 
 
 @app.command()
