@@ -373,3 +373,37 @@ def test_ordinary_anchors_and_aliases_still_read(tmp_path: Path) -> None:
     )
     spec = load_job_file(job).spec
     assert spec.hyperparameters["copy"] == {"lr": 0.1, "layers": [1, 2]}
+
+
+# ---- item 10: what fails on the instance or while signing is refused on the laptop ----------
+
+
+def test_a_notebook_hyperparameter_that_is_not_a_python_name_is_refused(tmp_path: Path) -> None:
+    from respot.spec.jobfile import load_notebook_job
+
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_text('{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    for key, fix in (("learning-rate", "learning_rate"), ("class", "class_")):
+        with pytest.raises(JobFileError) as err:
+            load_notebook_job(notebook, overrides=[f"hyperparameters.{key}=1"])
+        (problem,) = err.value.problems
+        assert problem.startswith(f"--set hyperparameters.{key}=1: hyperparameters"), problem
+        assert "not a Python name" in problem and repr(fix) in problem
+    # AND in a job file (a key with '.', written quoted), and raw (the same model)
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\nentry_point: train.ipynb\nhyperparameters: {'opt.lr': 1}\n")
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job)
+    assert any("job.yaml:3: hyperparameters" in p and "'opt_lr'" in p for p in err.value.problems)
+    # AND a session entry point keeps its wider keys
+    validate_spec({**BASE, "hyperparameters": {"learning-rate": 1, "opt.lr": 2}})
+
+
+def test_a_huge_integer_is_refused_naming_the_field_before_signing() -> None:
+    for hyperparameters in ({"x": 10**5000}, {"x": {"y": [1, -(2**70)]}}):
+        with pytest.raises(SpecError) as err:
+            validate_spec({**BASE, "hyperparameters": hyperparameters})
+        (problem,) = err.value.problems
+        assert problem.startswith("hyperparameters: hyperparameters['x']"), problem
+        assert "write it as text in quotes" in problem
+    validate_spec({**BASE, "hyperparameters": {"x": 2**63 - 1}})

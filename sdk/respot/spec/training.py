@@ -7,6 +7,7 @@ say how to fix it (see `validate_spec`). The JSON form is versioned by `schema_v
 from __future__ import annotations
 
 import difflib
+import keyword
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -130,6 +132,7 @@ _SECRET_ARN = re.compile(
 _SLACK_CHANNEL = re.compile(r"(#[a-z0-9][a-z0-9_-]{0,79}|[CGD][A-Z0-9]{6,})")
 RESERVED_ENV_PREFIXES = ("RESPOT_", "AWS_")
 RESERVED_TAG_PREFIXES = ("aws:", "respot:")
+MAX_JSON_INT = 2**63 - 1  # hyperparameter integers: what 64-bit JSON readers keep exactly
 MAX_TAGS = 40  # EC2 allows 50 per resource; respot adds its own few.
 MAX_COMMAND_ARGS = 256  # a command job's argv (docs/commands.md)
 MAX_COMMAND_CHARS = 16_384
@@ -374,12 +377,22 @@ class TrainingEnvVar(BaseModel):
 
     @field_validator("hyperparameters")
     @classmethod
-    def _check_hyperparameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _check_hyperparameters(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        entry_point = info.data.get("entry_point")
+        notebook = isinstance(entry_point, str) and entry_point.endswith(".ipynb")
         for key, item in value.items():
             if not _HPARAM_KEY.fullmatch(key):
                 raise ValueError(
                     f"key {key!r} must start with a letter or '_' and use letters, digits, "
                     "'_', '.', '-' (at most 128)"
+                )
+            if notebook and (not key.isidentifier() or keyword.iskeyword(key)):
+                # Papermill makes each parameter a variable of the notebook.
+                name = re.sub(r"\W", "_", key)
+                name = f"{name}_" if keyword.iskeyword(name) else name
+                raise ValueError(
+                    f"key {key!r} is not a Python name, and a notebook's hyperparameters become "
+                    f"its variables; rename it, e.g. {name!r}"
                 )
             _check_json_value(item, f"hyperparameters[{key!r}]")
         return value
@@ -538,6 +551,11 @@ class TrainingEnvVar(BaseModel):
 def _check_json_value(value: Any, where: str, depth: int = 0) -> None:
     if depth > 20:
         raise ValueError(f"{where} is nested too deeply (more than 20 levels)")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INT:
+        # Python refuses to write ints of more than 4,300 digits as text (signing, JSON).
+        raise ValueError(
+            f"{where} is an integer beyond +-(2**63 - 1); write it as text in quotes, or as a float"
+        )
     if value is None or isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
