@@ -390,13 +390,16 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
             f"  checkpoint  step {cp.step:,} from attempt {cp.attempt}, {_ago(cp.at, now)}",
             markup=False,
         )
+    elif record.interruptions:  # no silent loss of work (docs/commands.md)
+        out.print("  checkpoint  none: restarts from zero: this job never checkpointed")
     else:
         out.print("  checkpoint  none yet")
     deadline = "none"
     if spec.deadline:
         deadline = f"{_when(spec.deadline)} ({_ago(spec.deadline, now)})"
     out.print(
-        f"  job         {spec.name} · {spec.entry_point or spec.image} · seed {spec.seed} · "
+        f"  job         {spec.name} · "
+        f"{spec.entry_point or ' '.join(spec.command or []) or spec.image} · seed {spec.seed} · "
         f"deadline {deadline}",
         markup=False,
     )

@@ -427,9 +427,12 @@ def _preempted(
 ) -> SlackPost:
     d = entry.data
     lost = d.get("lost_steps")
+    if d.get("checkpoint_step") is None:
+        saved = ":warning: *No checkpoint* on the notice"
+    else:
+        saved = f":floppy_disk: *Checkpoint saved* at step {d.get('checkpoint_step')} on the notice"
     return _reply(
-        f":floppy_disk: *Checkpoint saved* at step {d.get('checkpoint_step')} on the notice; "
-        f"stopped at step {d.get('step')}: {lost} step(s) of work lost",
+        f"{saved}; stopped at step {d.get('step')}: {lost} step(s) of work lost",
         f"notice: {escape(str(d.get('notice')))}",
         _at(entry),
     )
@@ -511,6 +514,12 @@ def _cancelled(
     return _reply(f":no_entry_sign: *Cancelled*: {escape(reason)}", _at(entry))
 
 
+def _no_checkpoint(
+    entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
+) -> SlackPost:
+    return _reply(f":warning: *{escape(entry.text)}*", _at(entry), text=entry.text)
+
+
 _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None], SlackPost]] = {
     "queued": _queued,
     "placed": _placed,
@@ -518,6 +527,7 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "progress": _progress,
     "interrupted": _interrupted,
     "preempted": _preempted,
+    "no-checkpoint": _no_checkpoint,
     "resumed": _resumed,
     "fallback": _fallback,
     "returned": _spot_return,

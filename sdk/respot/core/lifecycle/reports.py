@@ -283,6 +283,15 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
         lost_steps=lost,
         notice=body.notice,
     )
+    if body.checkpoint_step is None and job.checkpoint is None:
+        # No silent loss: the replacement has nothing to restore (docs/commands.md).
+        d.note(
+            "no-checkpoint",
+            f"{NEVER_CHECKPOINTED} ({msg.instance_id} stopped {at_step(body.step)}); save "
+            "into RESPOT_CHECKPOINT_DIR (a command) or call save_checkpoint (a session)",
+            attempt=att.number,
+            step=body.step,
+        )
     if att.notice_at is None:
         _interrupt(d, att, f"{body.notice} notice seen by the agent", noticed=True)
     elif att is not job.current and job.policy.get("return_from") == att.number:
@@ -304,6 +313,9 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
     att.ended_at = d.now
     d.terminate([msg.instance_id], "stopped after its interruption checkpoint")
     return d.decision()
+
+
+NEVER_CHECKPOINTED = "restarts from zero: this job never checkpointed"
 
 
 def _completed(d: _Draft, att: Attempt, body: AgentCompleted) -> Decision:
