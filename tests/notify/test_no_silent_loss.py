@@ -53,3 +53,11 @@ def test_a_job_with_a_checkpoint_is_not_told_it_restarts_from_zero() -> None:
     story = interrupted(30)
     assert not [e for e in story.record.timeline if e.kind == "no-checkpoint"]
     assert SAYS not in status_text(story)
+
+
+def test_a_command_job_is_named_by_its_argv_in_the_timeline_and_on_slack() -> None:
+    story = Story(entry_point=None, command=["python", "train.py", "--epochs", "3"]).submit(0)
+    queued = story.record.timeline[0]
+    assert queued.text == "queued demo (python train.py --epochs 3)"
+    reply = reply_for(queued, story.record)
+    assert reply is not None and "python train.py --epochs 3" in reply.text

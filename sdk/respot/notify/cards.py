@@ -308,7 +308,7 @@ def status_card(
     ]
     if record.reason and state in (JobState.FAILED, JobState.CANCELLED):
         blocks.append(_section(f"*Reason:* {escape(record.reason)}"))
-    what = spec.entry_point or spec.image or ""
+    what = spec.entry_point or " ".join(spec.command or [])[:200] or spec.image or ""
     deadline = f"deadline {spec.deadline.isoformat()}" if spec.deadline else "no deadline"
     blocks.append(
         _context(
@@ -346,7 +346,7 @@ def _at(entry: TimelineEntry) -> str:
 
 def _queued(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None) -> SlackPost:
     spec = record.spec
-    what = escape(spec.entry_point or spec.image or "")
+    what = escape(spec.entry_point or " ".join(spec.command or [])[:200] or spec.image or "")
     deadline = f"deadline {spec.deadline.isoformat()}" if spec.deadline else "no deadline"
     types = ", ".join(spec.instance_types or []) or "the deployment's instance types"
     return _reply(

@@ -51,7 +51,8 @@ def _submitted(
     spec = sub.spec
     d.note(
         "queued",
-        f"queued {spec.name} ({spec.entry_point or spec.image})",
+        f"queued {spec.name} "
+        f"({spec.entry_point or ' '.join(spec.command or [])[:200] or spec.image})",
         deadline=spec.deadline.isoformat() if spec.deadline else None,
         owner=sub.submitted_by,
     )
