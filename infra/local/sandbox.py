@@ -2,7 +2,10 @@
 
 `LocalImage` is built once per runtime and stands for the AMI:
 - the framework Python (`/opt/pytorch/bin/python` on the PyTorch DLAMI): a venv of this
-  interpreter that sees this checkout's packages (torch among them), as the DLAMI's does;
+  interpreter that sees this checkout's third-party packages (torch among them), as the
+  DLAMI's does, and NOT respot (nor `infra`, `lambdas`): on the AMI respot exists only in the
+  agent package, so a process the framework Python starts on its own (a notebook's kernel)
+  finds respot only if the agent gives it (`framework_site`);
 - the agent package as the stack ships it (`site-<python>/respot`), uploaded to the emulator's
   S3 and named in the user data. Its third-party packages are this checkout's (a `.pth` the
   agent's `site.addsitedir` reads), instead of the wheels the CDK asset bundles.
@@ -57,6 +60,34 @@ def _package_zip() -> bytes:
     return buf.getvalue()
 
 
+def _respot_own(name: str) -> bool:
+    """An entry of site-packages that is respot's own (its packages, its dist-info, an editable
+    install's finder and .pth): left out of the framework Python's view, as on the AMI."""
+    return (
+        name in ("respot", "infra", "lambdas")
+        or name.startswith(("__editable__.respot-", "__editable___respot_"))
+        or (name.startswith("respot-") and name.endswith((".dist-info", ".egg-info")))
+    )
+
+
+def framework_site(directory: Path) -> Path:
+    """A site directory of links to every entry of this checkout's site-packages except
+    respot's own (its package, its dist-info, its editable install's hooks)."""
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for packages in map(Path, site.getsitepackages()):
+        if not packages.is_dir():
+            continue
+        for entry in sorted(packages.iterdir()):
+            if _respot_own(entry.name):
+                continue
+            link = directory / entry.name
+            if not link.exists() and not link.is_symlink():
+                link.symlink_to(entry, target_is_directory=entry.is_dir())
+    return directory
+
+
 @dataclass
 class LocalImage:
     """The AMI stand-in shared by every local instance of one runtime."""
@@ -88,11 +119,9 @@ class LocalImage:
                 capture_output=True,
                 text=True,
             ).stdout.strip()
-            # The framework's packages: this checkout's (torch, numpy, pip, boto3 ...).
-            lines = "".join(
-                f'import site; site.addsitedir("{p}")\n' for p in site.getsitepackages()
-            )
-            Path(purelib, "framework.pth").write_text(lines)
+            # The framework's packages: this checkout's (torch, numpy, pip, boto3 ...), less respot.
+            shared = framework_site(root / "framework-site")
+            Path(purelib, "framework.pth").write_text(f'import site; site.addsitedir("{shared}")\n')
         package = _package_zip()
         key = key or f"agent/{hashlib.sha256(package).hexdigest()[:16]}.zip"
         with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):

@@ -7,7 +7,11 @@ The agent runs `NotebookSession` (a `TrainingSession`) in its usual child proces
    interruption flag travel over it to this session, and from here to the agent as usual;
 2. executes the notebook with Papermill in an IPython kernel (`ipykernel`, bound to
    127.0.0.1; no network needed), the hyperparameters as its parameters, the code directory
-   as its working directory, cell outputs to the job's log as they come;
+   as its working directory, cell outputs to the job's log as they come. The kernel is a
+   new process of the job's Python, which on the AMI cannot import respot (respot's site is
+   added inside the session process only): its PYTHONPATH gets a directory holding respot
+   alone (a link to this process's respot package), never the agent's whole site, whose
+   packages would shadow the job's own (torch's numpy);
 3. writes the executed notebook, with its outputs, into `output_dir` under the notebook's
    name, so it is uploaded with the job's outputs (also when a cell fails) and
    `respot pull` fetches it.
@@ -56,6 +60,17 @@ def session_entry(spec: TrainingEnvVar) -> tuple[str, dict[str, str]]:
     return spec.entry_point, dict(spec.environment)
 
 
+def kernel_pythonpath(directory: Path, existing: str | None) -> str:
+    """The kernel's PYTHONPATH: `directory`, made to hold only a link to this process's respot
+    package, before whatever PYTHONPATH the job had."""
+    package = Path(__file__).resolve().parents[1]  # <site>/respot (this is respot/agent/...)
+    directory.mkdir(parents=True, exist_ok=True)
+    link = directory / "respot"
+    if not link.is_symlink():
+        link.symlink_to(package, target_is_directory=True)
+    return os.pathsep.join(p for p in (str(directory), existing or "") if p)
+
+
 class NotebookError(RuntimeError):
     """A cell of the notebook raised (the message names the cell and the error)."""
 
@@ -73,6 +88,9 @@ class NotebookSession(TrainingSession):
         with _Channel(self) as channel:
             os.environ[ENV_SOCKET] = channel.address
             os.environ[ENV_AUTHKEY] = channel.authkey.hex()
+            os.environ["PYTHONPATH"] = kernel_pythonpath(
+                channel.directory / "respot-alone", os.environ.get("PYTHONPATH")
+            )
             print(f"respot: executing {rel} with papermill", flush=True)
             try:
                 _execute(notebook, executed, dict(self.hparams), code_dir)
@@ -115,6 +133,7 @@ class _Channel:
     def __init__(self, session: TrainingSession) -> None:
         self._session = session
         self._dir = Path(tempfile.mkdtemp(prefix="respot-nb-"))  # 0700: only this user
+        self.directory = self._dir
         self.address = str(self._dir / "session.sock")
         self.authkey = secrets.token_bytes(32)
         self._listener: Any = None
