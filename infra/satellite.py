@@ -120,10 +120,20 @@ class SatelliteStack(Stack):
             queue_region=home_region,
         )
 
+        own_rules = f"arn:{Aws.PARTITION}:events:{region}:{Aws.ACCOUNT_ID}:rule/*"
         self.forwarding_role = iam.Role(
             self,
             "ForwardingRole",
-            assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
+            # Only EventBridge, only for this account's rules in this region (confused-deputy
+            # guard, as EventBridge's docs on target roles advise). The rules refer to this role,
+            # so the trust names them by ARN pattern rather than by reference (no cycle).
+            assumed_by=iam.ServicePrincipal(
+                "events.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+                    "ArnLike": {"aws:SourceArn": own_rules},
+                },
+            ),
             description=f"EventBridge: forward EC2 events of respot's instances to {home_region}",
         )
         bus_arn = home_bus_arn(home_region)

@@ -102,7 +102,9 @@ class JobStore(Construct):
                     name=partition, type=dynamodb.AttributeType.STRING
                 ),
                 sort_key=dynamodb.Attribute(name=sort, type=dynamodb.AttributeType.STRING),
-                projection_type=dynamodb.ProjectionType.ALL,
+                # Keys only: its one reader (respot.aws.jobs, live_job_ids) asks for `pk` and
+                # reads each record from the table; ALL would store every live record twice.
+                projection_type=dynamodb.ProjectionType.KEYS_ONLY,
             )
         self.index_names = tuple(wiring.table_indexes)
 

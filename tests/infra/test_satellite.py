@@ -556,3 +556,19 @@ def test_forwarding_rules_carry_the_deployment_tag_the_doctor_selects_them_by(sy
     for template in synthesized["satellites"].values():
         for rule in _resources(template, "AWS::Events::Rule"):
             assert {"Key": "respot:satellite-of", "Value": "Respot"} in rule["Properties"]["Tags"]
+
+
+def test_only_eventbridge_of_this_account_and_region_assumes_the_forwarding_role(synthesized):
+    for region, template in synthesized["satellites"].items():
+        (role,) = [
+            r
+            for lid, r in template["Resources"].items()
+            if r["Type"] == "AWS::IAM::Role" and lid.startswith("ForwardingRole")
+        ]
+        (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+        resolve = Resolver({}, region)
+        conditions = resolve(statement["Condition"])
+        assert conditions["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+        rule = f"arn:aws:events:{region}:123456789012:rule/*"
+        assert conditions["ArnLike"] == {"aws:SourceArn": rule}

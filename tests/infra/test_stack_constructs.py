@@ -58,7 +58,7 @@ def test_table_keys_billing_recovery_encryption_and_live_index(store_template):
                         {"AttributeName": "live", "KeyType": "HASH"},
                         {"AttributeName": "updated_at", "KeyType": "RANGE"},
                     ],
-                    "Projection": {"ProjectionType": "ALL"},
+                    "Projection": {"ProjectionType": "KEYS_ONLY"},
                 }
             ],
         },
@@ -628,3 +628,29 @@ def test_only_the_listed_roles_may_publish(researchers):
     assert deny["Condition"] == {
         "ArnNotLike": {"aws:PrincipalArn": ["arn:aws:iam::123456789012:role/researcher"]}
     }
+
+
+def test_the_live_index_projects_keys_and_its_reader_needs_nothing_more(store_template):
+    # KEYS_ONLY holds the table's keys (pk, sk) and the index's (live, updated_at); the one
+    # reader of the index, JobTable.live_job_ids, may ask for nothing else.
+    from respot.aws.jobs import LIVE_INDEX, JobTable
+
+    (table,) = store_template.find_resources("AWS::DynamoDB::Table").values()
+    (index,) = table["Properties"]["GlobalSecondaryIndexes"]
+    assert index["IndexName"] == LIVE_INDEX
+    assert index["Projection"] == {"ProjectionType": "KEYS_ONLY"}
+    projected = {"pk", "sk", *(k["AttributeName"] for k in index["KeySchema"])}
+
+    class Recorder:
+        calls: list[dict[str, object]] = []
+
+        def query(self, **kwargs: object) -> dict[str, object]:
+            self.calls.append(kwargs)
+            return {"Items": [{"pk": {"S": "JOB#j-1"}, "sk": {"S": "JOB"}}]}
+
+    recorder = Recorder()
+    assert list(JobTable("t", recorder).live_job_ids()) == ["j-1"]
+    (call,) = recorder.calls
+    assert call["IndexName"] == LIVE_INDEX
+    asked = {name.strip() for name in str(call["ProjectionExpression"]).split(",")}
+    assert asked <= projected
