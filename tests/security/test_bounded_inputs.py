@@ -407,3 +407,40 @@ def test_a_huge_integer_is_refused_naming_the_field_before_signing() -> None:
         assert problem.startswith("hyperparameters: hyperparameters['x']"), problem
         assert "write it as text in quotes" in problem
     validate_spec({**BASE, "hyperparameters": {"x": 2**63 - 1}})
+
+
+def test_a_number_python_cannot_read_in_a_job_file_or_a_set_names_where(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\nentry_point: a.b:C\nhyperparameters:\n  seed: " + "9" * 5000 + "\n")
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job)
+    (problem,) = err.value.problems
+    assert problem.startswith(f"{job}:4:") and "write it as text in quotes" in problem
+    job.write_text("name: x\nentry_point: a.b:C\n")
+    with pytest.raises(JobFileError) as err:
+        load_job_file(job, overrides=["hyperparameters.seed=" + "9" * 5000])
+    (problem,) = err.value.problems
+    assert problem.startswith("--set 'hyperparameters.seed=99") and "in quotes" in problem
+
+
+def test_run_check_refuses_a_job_too_large_to_publish_naming_the_field(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from respot.cli import app
+    from respot.wire.messages import JobSubmission, encode
+
+    job = tmp_path / "job.yaml"
+    big = json.dumps(["v" * 100] * 2_500)  # ~260 KB of hyperparameters
+    job.write_text(f"name: x\nentry_point: a.b:C\nhyperparameters:\n  table: {big}\n")
+    result = CliRunner().invoke(app, ["run", str(job), "--check"])
+    assert result.exit_code != 0, result.output
+    assert "hyperparameters: the job is" in result.output and "SNS accepts" in result.output
+    # AND the limit is the one publishing enforces: a spec preflight passes is publishable
+    from datetime import UTC, datetime
+
+    from respot.spec.preflight import ENVELOPE_ROOM_BYTES, MAX_PUBLISHED_BYTES, preflight
+
+    fits = "v" * (MAX_PUBLISHED_BYTES - ENVELOPE_ROOM_BYTES - 2_000)
+    spec = TrainingEnvVar(**BASE, hyperparameters={"t": fits})
+    assert preflight(spec, datetime.now(UTC)) == []
+    encode(JobSubmission(job_id="j", spec=spec, submitted_at=datetime.now(UTC)))

@@ -16,6 +16,7 @@ naming a collection it is inside of) is refused too.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -23,6 +24,10 @@ import yaml
 MAX_YAML_DEPTH = 32  # hyperparameters nest at most 20 levels
 MAX_YAML_NODES = 100_000  # every scalar, list and mapping, aliases counted as expanded
 MAX_YAML_ALIASES = 1000
+MAX_NUMBER_CHARS = 1000
+_LONG_NUMBER = re.compile(
+    r"[-+]?(?:0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+|[0-9_:.]+(?:[eE][-+]?[0-9]+)?)"
+)
 
 
 class YamlLimitError(ValueError):
@@ -84,6 +89,13 @@ def check_yaml_events(
                 frames[-1][2] = max(frames[-1][2], depth)
         elif isinstance(event, yaml.ScalarEvent):
             grow(1, 0, event)
+            plain = event.implicit[0] and len(event.value) > MAX_NUMBER_CHARS
+            if plain and _LONG_NUMBER.fullmatch(event.value):
+                # PyYAML would raise a bare ValueError (Python reads at most 4,300 digits).
+                raise YamlLimitError(
+                    f"{where(event)}: a number of {len(event.value):,} characters; write "
+                    "it as text in quotes (hyperparameter integers fit 64 bits)"
+                )
             if event.anchor is not None:
                 anchors[event.anchor] = (1, 0)
         elif isinstance(event, yaml.AliasEvent):
