@@ -46,6 +46,7 @@ from infra.constructs import Fleet, Network
 from infra.constructs.functions import RULE_MAX_EVENT_AGE, RULE_RETRY_ATTEMPTS
 from infra.constructs.messaging import dead_letter_alarm, dead_letter_queue
 from infra.constructs.naming import pascal_id
+from infra.constructs.session_manager import SessionManagerAccess
 from infra.constructs.storage import (
     SERVER_ACCESS_LOGS_USE_BUCKET_POLICY,
     _private_bucket,
@@ -203,6 +204,8 @@ class SatelliteStack(Stack):
                 }
             ),
         )
+        if settings.session_manager:  # opt-in shell access, no inbound port
+            SessionManagerAccess(self, "SessionManager", role=self.fleet.role)
         Tags.of(self).add(SATELLITE_TAG, home_name)
         Tags.of(self.fleet.launch_template).add(MANAGED_TAG, home_name)
 

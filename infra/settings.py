@@ -54,6 +54,7 @@ CONTEXT_KEYS = (
     "max_boot_failures",
     "allowed_instance_types",
     "extra_regions",
+    "session_manager",
 )
 
 _TEXT_KEYS = {
@@ -126,6 +127,9 @@ class DeploySettings:
     # Regions with a satellite stack (infra/satellite.py): instances may run there, the
     # control plane stays in the home region. Empty: the one home stack, as before.
     extra_regions: tuple[str, ...] = ()
+    # Shell access to instances through Session Manager (infra/constructs/session_manager.py):
+    # the instance role gets the SSM Agent's session permissions; no inbound port either way.
+    session_manager: bool = False
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.fullmatch(self.stage):
@@ -289,6 +293,8 @@ class DeploySettings:
                 raise DeploySettingsError(
                     f"max_boot_failures {raw['max_boot_failures']!r} is not a number"
                 ) from exc
+        if "session_manager" in raw:
+            values["session_manager"] = _flag(raw["session_manager"], "session_manager")
         if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")
             try:
@@ -296,6 +302,18 @@ class DeploySettings:
             except (TypeError, ValueError) as exc:
                 raise DeploySettingsError(f"on_demand_prices: {exc}") from exc
         return cls(**values)
+
+
+def _flag(value: Any, key: str) -> bool:
+    """true/false from cdk.json (a JSON boolean) or `-c key=true` (text)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise DeploySettingsError(f"{key} {value!r}: give true or false")
 
 
 def _json(value: str, key: str) -> Any:

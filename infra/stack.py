@@ -34,6 +34,7 @@ from infra.constructs import (
 )
 from infra.constructs.activity import wire_activity
 from infra.constructs.naming import pascal_id
+from infra.constructs.session_manager import SessionManagerAccess
 from infra.grants import GrantError, GrantPolicy, GrantTargets, policy_for
 from infra.nag import suppress
 from infra.regions import satellite_parameter_name
@@ -117,6 +118,9 @@ class RespotStack(Stack):
         )
         self._grant(wiring, notify_queue)
         wire_activity(self.functions, self.messaging.queues, wiring)
+
+        if settings.session_manager:  # opt-in shell access, no inbound port
+            SessionManagerAccess(self, "SessionManager", role=self.fleet.role)
 
         self.selftest = SelftestExperiment(self, "Selftest", deployment_name=self.stack_name)
 
