@@ -259,7 +259,10 @@ class SimulatedAgents:
         run.alive = False
         assert self.fleet is not None
         fleet = self.fleet
-        self._after(1.0, lambda: fleet.terminate(run.inst.instance_id, f"agent {why}"))
+        # The agent powers its machine off: EC2's state reason Client.InstanceInitiatedShutdown.
+        self._after(
+            1.0, lambda: fleet.terminate(run.inst.instance_id, f"agent {why}", by_its_os=True)
+        )
 
     def _send(self, run: _Run, body: AgentBody) -> None:
         if not run.alive:

@@ -342,8 +342,15 @@ class InstanceFleet:
         self._emit(REBALANCE, {"instance-id": instance_id}, inst)
         return True
 
-    def terminate(self, instance_id: str, reason: str, *, via_api: bool = False) -> bool:
-        """End an instance: kill its processes, terminate it in EC2, emit the state changes."""
+    def terminate(
+        self, instance_id: str, reason: str, *, via_api: bool = False, by_its_os: bool = False
+    ) -> bool:
+        """End an instance: kill its processes, terminate it in EC2, emit the state changes.
+
+        `by_its_os`: the machine powered itself off; EC2 then gives the instance the state
+        reason `Client.InstanceInitiatedShutdown` (moto says `Client.UserInitiatedShutdown` for
+        every termination), which the control plane reads to wait for the agent's last report.
+        """
         with self._lock:
             inst = self.instances.get(instance_id)
             if inst is None or not inst.alive:
@@ -355,9 +362,16 @@ class InstanceFleet:
             self._kill(inst)
         if not via_api:
             try:
-                self._ec2_in(inst.region).terminate_instances(InstanceIds=[instance_id])
+                ec2 = self._ec2_in(inst.region)
+                ec2.terminate_instances(InstanceIds=[instance_id])
             except Exception:
                 log.exception("could not terminate %s in the emulator", instance_id)
+            else:
+                if by_its_os:
+                    try:
+                        _shut_down_by_its_os(ec2.meta.region_name, instance_id)
+                    except Exception:
+                        log.exception("could not give %s its state reason", instance_id)
         self._emit(STATE_CHANGE, {"instance-id": instance_id, "state": "shutting-down"}, inst)
 
         def gone() -> None:
@@ -398,7 +412,9 @@ class InstanceFleet:
             for inst in started:
                 self._booted(inst)
             for inst, why in off:
-                self.terminate(inst.instance_id, f"powered off by the instance ({why})")
+                self.terminate(
+                    inst.instance_id, f"powered off by the instance ({why})", by_its_os=True
+                )
 
     def stop(self) -> None:
         """Kill every instance (no events) and stop watching."""
@@ -465,3 +481,17 @@ class InstanceFleet:
                 )
         except Exception:
             log.exception("could not put %s for %s", detail_type, inst.instance_id)
+
+
+def _shut_down_by_its_os(region: str, instance_id: str) -> None:
+    """Give a terminated instance of the in-process moto EC2 the state reason EC2 gives one
+    whose operating system shut it down (`shutdown -h` with shutdown behaviour terminate)."""
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.instances import StateReason
+
+    instance = ec2_backends[DEFAULT_ACCOUNT_ID][region].get_instance(instance_id)
+    instance.state_reason = StateReason(
+        "Client.InstanceInitiatedShutdown: Instance initiated shutdown",
+        "Client.InstanceInitiatedShutdown",
+    )

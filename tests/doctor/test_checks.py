@@ -66,7 +66,7 @@ def test_without_credentials_nothing_else_runs() -> None:
 
     findings = run_checks(Target(region=REGION, instance_types=("g5.xlarge",)), client)
     assert findings[0].status is Status.BLOCKER and blocks(findings)
-    assert all(f.status is Status.SKIPPED for f in findings[1:]) and len(findings) == 11
+    assert all(f.status is Status.SKIPPED for f in findings[1:]) and len(findings) == 13
 
 
 # ---- CDK bootstrap ----------------------------------------------------------------------

@@ -192,6 +192,24 @@ class Ec2Capacity:
                     raise
         return done
 
+    def state_reason(self, instance_id: str) -> tuple[str, str] | None:
+        """(code, message) of the instance's `StateReason` ("Client.VolumeLimitExceeded", "...");
+        None if EC2 gives none or does not know the instance. Errors other than "not found"
+        raise (the caller decides whether the reason is worth a retry)."""
+        try:
+            reservations = self.client.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in NOT_FOUND:
+                return None
+            raise
+        for reservation in reservations:
+            for instance in reservation["Instances"]:
+                reason = instance.get("StateReason") or {}
+                code = str(reason.get("Code") or "")
+                if code:
+                    return code[:200], str(reason.get("Message") or "")[:500]
+        return None
+
     def owner(self, instance_id: str) -> tuple[str, int] | None:
         """(job_id, attempt) from the instance's tags, or None if respot did not launch it."""
         try:

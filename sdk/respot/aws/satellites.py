@@ -168,6 +168,14 @@ class RegionalCapacity(Ec2Capacity):
             found = there.owner(instance_id)
         return found
 
+    def state_reason(self, instance_id: str) -> tuple[str, str] | None:
+        found = super().state_reason(instance_id)
+        for there in self.satellites.values():
+            if found is not None:
+                break
+            found = there.state_reason(instance_id)
+        return found
+
     def managed_instances(self) -> list[dict[str, Any]]:
         found = super().managed_instances()
         for there in self.satellites.values():

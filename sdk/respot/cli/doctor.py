@@ -137,6 +137,7 @@ def _aws_target(
         extra_regions=settings.extra_regions,
         satellite_parameter=satellite_parameter_name(settings.name_prefix),
         forward_rules=_forward_rules(),
+        root_volume_gb=settings.root_volume_gb,
     )
 
     def regional(service: str, region: str) -> Any:

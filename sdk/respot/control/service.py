@@ -338,7 +338,23 @@ class ControlPlane:
         if not is_job_id(job_id):
             log.warning("ignoring %s for %s: invalid job id tag", type(event).__name__, job_id)
             return None
+        if isinstance(event, InstanceDown) and event.reason is None:
+            event = self._with_state_reason(event)
         return self.apply(job_id, replace(event, attempt=attempt))
+
+    def _with_state_reason(self, event: InstanceDown) -> InstanceDown:
+        """`event` with the instance's StateReason (the state-change event has none): it tells
+        a launch EC2 ended for capacity, a quota or KMS from a broken boot, and an instance its
+        own agent shut down from one that vanished. Best effort: unread, the event is applied
+        as before (one DescribeInstances per respot instance going down)."""
+        try:
+            found = self.capacity.state_reason(event.instance_id)
+        except Exception:  # the reason only sharpens the decision
+            log.warning("could not read the state reason of %s", event.instance_id, exc_info=True)
+            return event
+        if found is None:
+            return event
+        return replace(event, reason=found[0], reason_message=found[1])
 
     def reconcile(self) -> list[Applied]:
         """The scheduled look at every live job, then at instances no live job owns."""

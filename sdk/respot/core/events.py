@@ -90,12 +90,20 @@ class InterruptionNotice:
 
 @dataclass(frozen=True)
 class InstanceDown:
-    """EC2 says the instance is stopping or gone."""
+    """EC2 says the instance is stopping or gone.
+
+    `reason` and `reason_message` are the instance's `StateReason` (code and message, as
+    DescribeInstances gives them: "Client.VolumeLimitExceeded", "Client.InternalError: Client
+    error on launch"), which the state-change event does not carry; the control plane reads
+    them (None: not read, or EC2 gave none). `core.failures.state_reason_kind` classifies them.
+    """
 
     instance_id: str
     attempt: int | None
     state: str  # shutting-down, terminated, stopping, stopped
     at: datetime | None = None  # the EventBridge event's time (None: unknown)
+    reason: str | None = None
+    reason_message: str | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ Three kinds of failure used to loop forever (docs/lifecycle.md, "Bounded failure
   agent reports): `max_boot_failures` of them in a row fail the job with the last reason;
 - launches EC2 refuses for a reason no retry fixes (`launch_error_kind` says which): the
   job fails at once with AWS's error text;
-- quota errors: see `respot.core.quotas` and `lifecycle.launches._unavailable`.
+- quota errors: see `respot.core.quotas` and `lifecycle.launches._unavailable`;
+- instances EC2 ends during launch (pending -> terminated) for capacity or a quota (their
+  `StateReason`, `state_reason_kind`): placed again, not boot failures, at most
+  `MAX_LAUNCH_FAILURES` in a row; for a reason no retry fixes (KMS) the job fails at once.
 """
 
 from __future__ import annotations
@@ -46,6 +49,70 @@ def launch_error_kind(code: str) -> str:
     return "refused"
 
 
+# An instance's StateReason codes (EC2 API Reference, "StateReason"), by what they mean for an
+# attempt whose instance went down: capacity or a quota ended it during launch (not its boot:
+# placed again, as a launch refused for capacity), the launch can never work (KMS, a missing
+# snapshot: the job fails with AWS's text), or its own operating system shut it down.
+STATE_REASON_KINDS = {
+    "Server.InsufficientInstanceCapacity": "capacity",
+    "Server.InternalError": "capacity",  # AWS's own error during launch: try again
+    "Server.SpotInstanceTermination": "capacity",
+    "Server.SpotInstanceShutdown": "capacity",
+    "Client.VolumeLimitExceeded": "quota",  # EBS volumes or storage (gp3 TiB) of the account
+    "Client.InternalError": "refused",  # "Client error on launch": most often a KMS key
+    "Client.InvalidSnapshot.NotFound": "refused",
+    "Client.InstanceInitiatedShutdown": "os-shutdown",  # shutdown from the instance itself
+    "Client.UserInitiatedShutdown": "api",  # TerminateInstances: respot or a person
+}
+# What a refused launch's text adds to AWS's, so the reader knows where to look.
+STATE_REASON_HINTS = {
+    "Client.InternalError": (
+        "EC2 gives this when the instance's EBS volumes are encrypted with a KMS key the launch "
+        "may not use (the account's default EBS key, or the AMI snapshot's key): grant it in "
+        "the key's policy (`respot doctor` checks the default key)"
+    ),
+    "Client.VolumeLimitExceeded": (
+        "the account's EBS quota (gp3 storage in TiB, or volumes) is spent: raise it in "
+        "Service Quotas (`respot doctor` compares it with instances x root volume size)"
+    ),
+    "Client.InvalidSnapshot.NotFound": "the AMI's snapshot is gone: use another AMI",
+}
+# Launches in a row that EC2 ended during launch for capacity or a quota before the job fails
+# (each cost seconds of an instance; a quota does not rise by waiting).
+MAX_LAUNCH_FAILURES = 6
+
+
+def state_reason_kind(code: str | None) -> str:
+    """'capacity', 'quota', 'refused', 'os-shutdown', 'api' or 'unknown' for a StateReason code."""
+    if not code:
+        return "unknown"
+    return STATE_REASON_KINDS.get(code, "unknown")
+
+
+def describe_state_reason(code: str | None, message: str | None) -> str:
+    """AWS's words for a state reason ("Client.InternalError: Client error on launch"), with a
+    hint for the codes whose fix is known; '' if EC2 gave none."""
+    text = (message or code or "").strip()
+    if code and not text.startswith(code):
+        text = f"{code}: {text}" if text else code
+    hint = STATE_REASON_HINTS.get(code or "")
+    return f"{text} ({hint})" if text and hint else text
+
+
+def launch_failures_in_a_row(job: JobRecord) -> int:
+    """How many of the newest ended attempts in a row EC2 ended during launch (capacity,
+    quota: `Attempt.launch_failure`); attempts with no instance are skipped."""
+    count = 0
+    for att in reversed(job.attempts):
+        if att.end is None or att.instance_id is None:
+            continue
+        if att.launch_failure is not None:
+            count += 1
+            continue
+        break
+    return count
+
+
 def boot_failures_in_a_row(job: JobRecord) -> int:
     """How many of the newest ended attempts in a row had an instance that never trained.
 
@@ -56,8 +123,8 @@ def boot_failures_in_a_row(job: JobRecord) -> int:
     """
     count = 0
     for att in reversed(job.attempts):
-        if att.end is None or att.instance_id is None:
-            continue
+        if att.end is None or att.instance_id is None or att.launch_failure is not None:
+            continue  # a launch EC2 ended for capacity or a quota says nothing of the boot
         if (
             att.end in (AttemptEnd.BOOT_FAILED, AttemptEnd.LOST)
             and att.never_started

@@ -84,6 +84,9 @@ class Attempt(BaseModel):
     end: AttemptEnd | None = None
     # Why the instance never started training: its boot script's report, or how it vanished.
     boot_failure: str | None = None
+    # EC2 ended the instance during its launch for capacity or a quota (its StateReason, e.g.
+    # "Client.VolumeLimitExceeded: ..."): not a boot failure (`core.failures`).
+    launch_failure: str | None = None
     # The checkpoint it restored was written in another region (respot.core.transfer).
     transfer_bytes: int | None = None
     transfer_from: str | None = None

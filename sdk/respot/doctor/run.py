@@ -7,9 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from respot.aws.satellites import Satellite
-from respot.doctor import checks, deployed, satellites, support
+from respot.doctor import checks, deployed, ebs, satellites, support
 from respot.doctor.findings import Finding, skipped, warn
 from respot.doctor.satellites import RegionalFactory
 from respot.doctor.target import Target
@@ -17,6 +18,10 @@ from respot.doctor.target import Target
 ClientFactory = Callable[[str], Any]  # service name -> boto3 client
 
 LOCAL_BOOTSTRAP = "the local runtime is provisioned from the wiring, not deployed with the CDK"
+LOCAL_EBS = (
+    "moto keeps no EBS quota and no account-default EBS key; on AWS this check reads them "
+    "(an instance EC2 ends during launch for either says so in its job's timeline)"
+)
 LOCAL_QUOTAS = (
     "moto implements Service Quotas for the vpc service only, so EC2's vCPU quotas are not "
     "emulated; on AWS this check reads them"
@@ -35,7 +40,7 @@ def _guarded(name: str, check: Callable[[], Finding | list[Finding]]) -> list[Fi
                 "run the doctor with a role that may read it (e.g. ReadOnlyAccess)",
             )
         ]
-    except BotoCoreError as exc:
+    except (BotoCoreError, ResponseParserError) as exc:
         return [warn(name, f"could not check: {exc}", "check the network and region")]
     return result if isinstance(result, list) else [result]
 
@@ -55,6 +60,8 @@ def run_checks(
         support.FIS_ROLE_CHECK,
         "instance types",
         "quotas",
+        ebs.GP3_CHECK,
+        ebs.KEY_CHECK,
         "AMI",
         support.AMI_SUPPORT_CHECK,
         "network",
@@ -117,6 +124,23 @@ def run_checks(
             lambda: checks.check_quotas(
                 client("service-quotas"), ec2, target.instance_types, region=region
             ),
+        )
+    if target.local:
+        findings.append(skipped(ebs.GP3_CHECK, LOCAL_EBS))
+        findings.append(skipped(ebs.KEY_CHECK, LOCAL_EBS))
+    else:
+        findings += _guarded(
+            ebs.GP3_CHECK,
+            lambda: ebs.check_gp3_storage(
+                client("service-quotas"),
+                ec2,
+                instance_types=target.instance_types,
+                root_volume_gb=target.root_volume_gb,
+                region=region,
+            ),
+        )
+        findings += _guarded(
+            ebs.KEY_CHECK, lambda: ebs.check_default_ebs_key(ec2, client("kms"), region=region)
         )
     findings += _guarded(
         "AMI",

@@ -32,3 +32,4 @@ class Target:
     extra_regions: tuple[str, ...] = ()
     satellite_parameter: str = "/respot/satellite"
     forward_rules: int = 0  # forwarding rules a satellite stack makes (one per wiring rule)
+    root_volume_gb: int = 200  # each instance's gp3 root volume (cdk.json `root_volume_gb`)

@@ -2,7 +2,10 @@
 
 Events: `InstanceUp`, `InterruptionNotice` (interruption or rebalance) and `InstanceDown`; a
 late event (stamped before its attempt, or a warning the instance outlived) is noted, not
-applied.
+applied. An instance that goes down carries its `StateReason` when the control plane could
+read it: one that never reported is classified by it (capacity or quota: placed again, not a
+boot failure; KMS: the job fails with AWS's text), and one whose own operating system shut it
+down waits for its agent's final report instead of being replaced at once.
 """
 
 from __future__ import annotations
@@ -11,11 +14,17 @@ from datetime import datetime, timedelta
 
 from respot.core.deadline import record_availability
 from respot.core.effects import ReleaseHandoff
-from respot.core.events import InstanceDown, InstanceUp, InterruptionNotice
-from respot.core.job import Attempt, AttemptEnd, JobRecord
+from respot.core.events import InstanceDown, InstanceUp, InterruptionNotice, PlaceNow
+from respot.core.failures import (
+    MAX_LAUNCH_FAILURES,
+    describe_state_reason,
+    launch_failures_in_a_row,
+    state_reason_kind,
+)
+from respot.core.job import Attempt, AttemptEnd, JobRecord, Market
 from respot.core.lifecycle.attempts import _boot_failure, _interrupt
-from respot.core.lifecycle.draft import Decision, _Draft, _unchanged
-from respot.core.states import JobState, Transition
+from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged
+from respot.core.states import JobState, Transition, can
 
 
 def _resolve(job: JobRecord, instance_id: str, attempt: int | None) -> Attempt | None:
@@ -138,6 +147,17 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
     if (why := _stale(att, event.at, notice=False)) is not None:
         return _record_stale(d, att, event.instance_id, event.state, why)
     att.instance_id = event.instance_id
+    live = job.state in (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+    kind = state_reason_kind(event.reason)
+    said = describe_state_reason(event.reason, event.reason_message)
+    if (
+        att is job.current
+        and live
+        and kind == "os-shutdown"
+        and att.notice_at is None
+        and not att.never_started
+    ):
+        return _await_final_report(d, att, event, said)
     att.ended_at = d.now
     if job.state.is_terminal():
         att.end = _end_for(job.state)
@@ -146,20 +166,91 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
     else:
         att.end = AttemptEnd.LOST
     d.effects.append(ReleaseHandoff(job.job_id, att.number))
-    live = job.state in (JobState.REQUESTED, JobState.STARTING, JobState.RUNNING)
+    ec2_says = f"; EC2 says {said}" if said else ""
     if att is job.current and live and att.end is AttemptEnd.LOST and att.never_started:
-        why = f"{event.instance_id} was {event.state} before its agent reported (no boot report)"
-        _boot_failure(d, att, why)
+        if kind in ("capacity", "quota"):
+            _launch_failed(d, att, event, said)
+        elif kind == "refused":
+            p = att.placement
+            _finish(
+                d,
+                Transition.FAIL,
+                AttemptEnd.FAILED,
+                f"EC2 ended {event.instance_id} ({p.market.value} {p.instance_type} in "
+                f"{p.availability_zone}) during its launch: {said}",
+            )
+        else:
+            why = (
+                f"{event.instance_id} was {event.state} before its agent reported "
+                f"(no boot report{ec2_says})"
+            )
+            _boot_failure(d, att, why)
     elif att is job.current and live:
-        _interrupt(d, att, f"instance {event.state} without notice", noticed=False)
+        _interrupt(d, att, f"instance {event.state} without notice{ec2_says}", noticed=False)
     else:
         d.note(
             "instance-gone",
-            f"{event.instance_id} is {event.state}",
+            f"{event.instance_id} is {event.state}{ec2_says}",
             attempt=att.number,
             instance_id=event.instance_id,
         )
     return d.decision()
+
+
+def _await_final_report(d: _Draft, att: Attempt, event: InstanceDown, said: str) -> Decision:
+    """The instance's own operating system shut it down (`Client.InstanceInitiatedShutdown`):
+    its agent does that after its final report (completed, failed), which may be handled after
+    this event (SQS and EventBridge keep no common order). Nothing is replaced now: the report
+    ends the attempt; if none comes, the tick's heartbeat timeout replaces it."""
+    key = f"down-{att.number}"
+    if d.job.policy.get(key):
+        return _unchanged("duplicate: waiting for the agent's final report")
+    d.job.policy[key] = f"{event.state} at {d.now.isoformat()}"
+    wait = int(d.settings.heartbeat_timeout.total_seconds())
+    d.note(
+        "instance-down",
+        f"{event.instance_id} was shut down from its own operating system ({said}); waiting up "
+        f"to {wait}s for its agent's final report before replacing it",
+        attempt=att.number,
+        instance_id=event.instance_id,
+        reason=event.reason,
+    )
+    return d.decision()
+
+
+def _launch_failed(d: _Draft, att: Attempt, event: InstanceDown, said: str) -> None:
+    """EC2 ended the instance during its launch for capacity or a quota: not a boot failure;
+    place the job again, at most `MAX_LAUNCH_FAILURES` times in a row."""
+    job = d.job
+    p = att.placement
+    att.launch_failure = said
+    if p.market is Market.SPOT and state_reason_kind(event.reason) == "capacity":
+        record_availability(job, d.now, d.settings, seen=False)
+    count = launch_failures_in_a_row(job)
+    what = f"EC2 ended {event.instance_id} ({p.market.value} {p.instance_type} in "
+    what += f"{p.availability_zone}) during its launch: {said}"
+    if count >= MAX_LAUNCH_FAILURES:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            f"{count} launches in a row ended by EC2 (at most {MAX_LAUNCH_FAILURES}); the last: "
+            f"{what}",
+        )
+        return
+    if not can(job.state, Transition.INTERRUPT):
+        return
+    d.go(Transition.INTERRUPT)
+    job.waiting_since = d.now
+    d.note(
+        "capacity",
+        f"{what}; placing the job again ({count} of {MAX_LAUNCH_FAILURES} in a row before it "
+        "fails; not a boot failure)",
+        attempt=att.number,
+        instance_id=event.instance_id,
+        error=event.reason,
+    )
+    d.follow_up = PlaceNow(f"EC2 ended the launch ({event.reason})")
 
 
 def _end_for(state: JobState) -> AttemptEnd:
