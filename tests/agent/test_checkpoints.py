@@ -200,3 +200,28 @@ def test_big_files_go_up_and_down_in_parts(s3: Any, bucket: str, tmp_path: Path)
     assert head["ETag"].strip('"').endswith("-3")  # a multipart upload's ETag counts its parts
     assert store.restore(tmp_path / "dest") is not None
     assert (tmp_path / "dest" / "big.bin").read_bytes() == data
+
+
+def test_restore_says_which_checkpoints_it_refused_and_why(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # Issue 24, item 11: the refusal was only a log line; the agent now reports it.
+    write(tmp_path / "a", {"state": b"old state"})
+    store.upload(tmp_path / "a", step=1, attempt=1, reason="periodic")
+    write(tmp_path / "b", {"state": b"new state!"})
+    store.upload(tmp_path / "b", step=2, attempt=1, reason="periodic")
+    write(tmp_path / "c", {"state": b"newest state"})
+    store.upload(tmp_path / "c", step=3, attempt=2, reason="periodic")
+    for data in (b"new state!", b"newest state"):
+        key = layout.blob_key(JOB, hashlib.sha256(data).hexdigest())
+        s3.put_object(Bucket=bucket, Key=key, Body=data.upper())  # same size, other bytes
+    fresh = CheckpointStore(bucket=bucket, job_id=JOB, client=s3)
+    restored = fresh.restore(tmp_path / "dest")
+    assert restored is not None and restored.step == 1
+    assert [(r.step, r.manifest_key) for r in fresh.refused] == [
+        (3, layout.manifest_key(JOB, 3, 2)),
+        (2, layout.manifest_key(JOB, 2, 1)),
+    ]
+    assert all("SHA-256" in r.reason and "the manifest says" in r.reason for r in fresh.refused)
+    # AND a clean restore refuses nothing
+    assert CheckpointStore(bucket=bucket, job_id=JOB, client=s3).refused == []

@@ -104,7 +104,8 @@ def test_failed_job_with_a_10000_character_log_is_cut_with_a_note_not_refused() 
     assert len(code) <= SectionBlock.text_max_length
     assert code.startswith("```\n") and code.endswith("E" * 100 + "\n```")
     assert "earlier line(s) not shown" in code
-    assert "characters not shown" in code
+    # (the agent's message already cut the long line to its end, saying so: respot.wire.limits)
+    assert "characters cut by respot" in code
     assert payload["text"] == "Failed: RuntimeError: the loss is NaN"
 
 

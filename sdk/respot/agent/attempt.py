@@ -13,7 +13,12 @@ from respot.agent import launch as launchers
 from respot.agent.attemptstate import LOG_TAIL_LINES, AgentResult
 from respot.agent.commandjob import CommandLoop
 from respot.agent.uploads import CheckpointUploader
-from respot.wire.messages import AgentFailed, AgentStarted
+from respot.wire.messages import (
+    MAX_REFUSED_REPORTED,
+    AgentFailed,
+    AgentStarted,
+    RefusedCheckpoint,
+)
 
 logger = logging.getLogger("respot.agent")
 
@@ -60,6 +65,11 @@ class AttemptRun(CommandLoop):
                 if not submission.spec.warm_start or submission.spec.command is not None
                 else self.warm is not None,
                 warm_failure=self.warm_failure,
+                refused_checkpoints=[
+                    RefusedCheckpoint(step=r.step, manifest_key=r.manifest_key, reason=r.reason)
+                    for r in self.store.refused[:MAX_REFUSED_REPORTED]
+                ]
+                or None,
             )
         )
         logger.info(

@@ -457,6 +457,28 @@ def _resumed(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] |
     )
 
 
+def _checkpoint_refused(
+    entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
+) -> SlackPost:
+    d = entry.data
+    refused = [r for r in d.get("refused") or [] if isinstance(r, dict)]
+    steps = ", ".join(str(r.get("step", "?")) for r in refused) or "?"
+    used = d.get("restored_step")
+    instead = (
+        f"resumed from step {used} instead"
+        if used is not None
+        else "no older checkpoint was usable: started from the beginning"
+    )
+    why = "; ".join(f"step {r.get('step', '?')}: {r.get('reason', '')}" for r in refused[:3])
+    return _reply(
+        f":warning: *Checkpoint refused as corrupt*: step {escape(steps)}; {instead}",
+        escape(why),
+        f"attempt {d.get('attempt')}",
+        _at(entry),
+        text=entry.text,
+    )
+
+
 def _fallback(
     entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
 ) -> SlackPost:
@@ -529,6 +551,7 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "preempted": _preempted,
     "no-checkpoint": _no_checkpoint,
     "resumed": _resumed,
+    "checkpoint-refused": _checkpoint_refused,
     "fallback": _fallback,
     "returned": _spot_return,
     "completed": _completed,

@@ -112,6 +112,16 @@ class UploadResult:
 
 
 @dataclass(frozen=True)
+class RefusedCheckpoint:
+    """A checkpoint `restore` passed over: its step, its manifest and why (a file missing, its
+    size or SHA-256 not the manifest's, a malformed manifest)."""
+
+    step: int | None
+    manifest_key: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class PruneResult:
     """What one `CheckpointStore.prune` deleted."""
 
@@ -167,6 +177,8 @@ class CheckpointStore:
         # Held while a manifest is written; `seal` takes it, so it waits for one in flight.
         self._manifest_lock = threading.Lock()
         self._sealed: str | None = None
+        # What the last `restore` passed over, newest first (the agent reports it).
+        self.refused: list[RefusedCheckpoint] = []
         self.last_written: Manifest | None = None  # the newest manifest this store wrote
 
     # ---- upload ------------------------------------------------------------------------------
@@ -349,6 +361,7 @@ class CheckpointStore:
         dest.parent.mkdir(parents=True, exist_ok=True)
         keys = self.manifest_keys()
         problems: list[str] = []
+        self.refused = []
         for key in reversed(keys):
             tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.restore-", dir=dest.parent))
             try:
@@ -356,6 +369,10 @@ class CheckpointStore:
                 self._download_into(manifest, tmp)
             except _UnusableCheckpointError as exc:
                 problems.append(f"{key}: {exc}")
+                parsed = layout.parse_manifest_key(key)
+                self.refused.append(
+                    RefusedCheckpoint(parsed[0] if parsed else None, key, str(exc))
+                )
                 logger.warning("checkpoint %s is unusable (%s); trying the previous one", key, exc)
                 shutil.rmtree(tmp, ignore_errors=True)
                 continue

@@ -78,12 +78,16 @@ MAX_LOG_LINE_CHARS = 500
 TRUNCATION_MARKER = " [... {cut:,} more characters cut by respot]"
 
 
-def truncate_text(text: str, max_chars: int = MAX_REASON_CHARS) -> str:
-    """`text` if it has at most `max_chars` characters; else its start and a marker."""
+def truncate_text(text: str, max_chars: int = MAX_REASON_CHARS, *, keep_end: bool = False) -> str:
+    """`text` if it has at most `max_chars` characters; else its start (or, `keep_end`, its
+    end: a log line's end is what says what failed) and a marker saying how much was cut."""
     if len(text) <= max_chars:
         return text
     keep = max(0, max_chars - len(TRUNCATION_MARKER.format(cut=len(text))))
-    return text[:keep] + TRUNCATION_MARKER.format(cut=len(text) - keep)
+    marker = TRUNCATION_MARKER.format(cut=len(text) - keep)
+    if keep_end:
+        return marker.strip() + " " + text[len(text) - keep :]
+    return text[:keep] + marker
 
 
 def _bounded_text(value: Any) -> Any:
@@ -95,7 +99,10 @@ def _bounded_lines(value: Any) -> Any:
     if not isinstance(value, list):
         return value
     kept = value[-MAX_LOG_LINES:]
-    return [truncate_text(v, MAX_LOG_LINE_CHARS) if isinstance(v, str) else v for v in kept]
+    return [
+        truncate_text(v, MAX_LOG_LINE_CHARS, keep_end=True) if isinstance(v, str) else v
+        for v in kept
+    ]
 
 
 BoundedText = Annotated[str, BeforeValidator(_bounded_text)]

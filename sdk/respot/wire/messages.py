@@ -126,6 +126,17 @@ COMMAND_ADAPTER: TypeAdapter[JobSubmission | CancelCommand] = TypeAdapter(Comman
 # ---- agent -> control plane ------------------------------------------------------------------
 
 
+MAX_REFUSED_REPORTED = 20
+
+
+class RefusedCheckpoint(_Message):
+    """A checkpoint the restore passed over as unusable: which step, which manifest, why."""
+
+    step: int | None = None
+    manifest_key: str = Field(max_length=1024)
+    reason: BoundedText
+
+
 class AgentStarted(_Message):
     """The agent is up, the data is in place and the newest complete checkpoint is restored."""
 
@@ -138,6 +149,11 @@ class AgentStarted(_Message):
     # imported before the restore; None if not tried (opted out). Why it fell back to cold.
     warm: bool | None = None
     warm_failure: BoundedText | None = None
+    # Newer checkpoints the restore refused (a file missing, or not the size or SHA-256 its
+    # manifest says), newest first; None when none was (kept out of the JSON then).
+    refused_checkpoints: list[RefusedCheckpoint] | None = Field(
+        default=None, max_length=MAX_REFUSED_REPORTED
+    )
 
 
 class AgentProgress(_Message):

@@ -134,6 +134,8 @@ def _started_note(
         text += "; warm start"
     if late:
         text += " (reported after the job ended)"
+    if body.refused_checkpoints:
+        _refused_note(d, att, body)
     d.note(
         "resumed" if body.restored_step is not None else "started",
         text,
@@ -143,6 +145,26 @@ def _started_note(
         restore_seconds=body.restore_seconds,
         downtime_seconds=downtime,
         warm=body.warm,
+    )
+
+
+def _refused_note(d: _Draft, att: Attempt, body: AgentStarted) -> None:
+    """The checkpoints the restore refused as unusable, and the one it used instead."""
+    refused = body.refused_checkpoints or []
+    steps = ", ".join(str(r.step) if r.step is not None else "?" for r in refused)
+    used = (
+        f"resumed from step {body.restored_step} instead"
+        if body.restored_step is not None
+        else "no older checkpoint was usable: started from the beginning"
+    )
+    first = refused[0]
+    d.note(
+        "checkpoint-refused",
+        f"checkpoint{'s' if len(refused) > 1 else ''} at step {steps} refused as corrupt "
+        f"({first.reason}); {used}",
+        attempt=att.number,
+        refused=[r.model_dump(mode="json", exclude_none=True) for r in refused],
+        restored_step=body.restored_step,
     )
 
 
