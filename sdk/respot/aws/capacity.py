@@ -8,6 +8,9 @@ Each launch carries the attempt's client token, so asking twice yields one insta
 from __future__ import annotations
 
 import logging
+import random
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NOT_FOUND = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
+# Seconds (halved at random for jitter) before asking a throttled RunInstances again: three
+# more tries in about 4-7 s, after which the lifecycle's own, slower retry takes over.
+THROTTLE_BACKOFF = (1.0, 2.0, 4.0)
 
 
 class Ec2Capacity:
@@ -41,12 +47,14 @@ class Ec2Capacity:
         deployment_name: str = "respot",
         client: EC2Client | Any = None,
         quotas_client: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if client is None:
             import boto3
 
             client = boto3.client("ec2")
         self.client = client
+        self.sleep = sleep  # between throttled RunInstances calls (tests pass their own)
         # Service Quotas, asked only after a quota error (None: no quota value is read).
         self.quotas_client = quotas_client
         self.launch_template_id = launch_template_id
@@ -99,13 +107,17 @@ class Ec2Capacity:
             specs.append({"ResourceType": "spot-instances-request", "Tags": tags})
         kwargs["TagSpecifications"] = specs
         try:
-            response = self.client.run_instances(**kwargs)
+            response = self._run_instances(kwargs)
         except ClientError as exc:
             code = exc.response["Error"]["Code"]
             message = exc.response["Error"].get("Message", "")
             kind = launch_error_kind(code)
             if kind == "transient":
                 raise
+            if kind == "throttle":
+                # Not the pool's fault: the lifecycle retries this pool later, never marks it
+                # tried (respot.core.lifecycle.launches._throttled).
+                log.warning("job %s: RunInstances throttled: %s", effect.job_id, message)
             if kind == "refused":
                 log.error("job %s: EC2 refused the launch: %s: %s", effect.job_id, code, message)
                 return LaunchRefused(effect.attempt, effect.client_token, code, message)
@@ -126,6 +138,18 @@ class Ec2Capacity:
             availability_zone=az,
             price_per_hour=self.price(p.market, p.instance_type, az),
         )
+
+    def _run_instances(self, kwargs: dict[str, Any]) -> Any:
+        """RunInstances, asked again after `THROTTLE_BACKOFF` while EC2 throttles it (on top of
+        botocore's own retries; the same client token, so never a second instance)."""
+        for delay in (*THROTTLE_BACKOFF, None):
+            try:
+                return self.client.run_instances(**kwargs)
+            except ClientError as exc:
+                if delay is None or launch_error_kind(exc.response["Error"]["Code"]) != "throttle":
+                    raise
+                self.sleep(delay * (0.5 + random.random() / 2))  # noqa: S311 - jitter
+        raise AssertionError("unreachable")
 
     def quota_reading(self, instance_type: str, market: Market) -> QuotaReading | None:
         """The quota `instance_type` counts against, its current value and the type's vCPUs.

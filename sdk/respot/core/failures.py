@@ -25,9 +25,14 @@ CAPACITY_ERRORS = frozenset(
         "SpotMaxPriceTooLow",
         "Unsupported",  # the instance type is not offered in this zone
         "UnfulfillableCapacity",
-        "RequestLimitExceeded",  # throttled even after botocore's own retries
     }
 )
+# EC2 throttled the call (the account's API request rate): says nothing of the pool. The same
+# pool is tried again after a backoff, never marked tried (`lifecycle.launches._throttled`).
+THROTTLE_ERRORS = frozenset({"RequestLimitExceeded"})
+# Launches of one attempt EC2 throttled before the job fails (each after Ec2Capacity's own
+# backoff, then one launch timeout: about a quarter of an hour of throttling in all).
+MAX_THROTTLED_LAUNCHES = 5
 # Errors of AWS itself: the call is retried (the handler fails, the event comes back).
 TRANSIENT_ERRORS = frozenset(
     {"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "Throttling"}
@@ -35,7 +40,8 @@ TRANSIENT_ERRORS = frozenset(
 
 
 def launch_error_kind(code: str) -> str:
-    """'capacity', 'quota', 'transient' or 'refused' (anything else: fail the job at once).
+    """'capacity', 'quota', 'throttle', 'transient' or 'refused' (anything else: fail the job
+    at once).
 
     'refused' covers InvalidParameterValue (a mistyped instance type such as g5.xlarg),
     UnauthorizedOperation, KMS key errors, a missing AMI...: the same request fails again.
@@ -44,6 +50,8 @@ def launch_error_kind(code: str) -> str:
         return "quota"
     if code in CAPACITY_ERRORS:
         return "capacity"
+    if code in THROTTLE_ERRORS:
+        return "throttle"
     if code in TRANSIENT_ERRORS:
         return "transient"
     return "refused"

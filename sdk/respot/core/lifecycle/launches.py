@@ -16,6 +16,7 @@ from respot.core.events import (
     PlaceNow,
     Submitted,
 )
+from respot.core.failures import MAX_THROTTLED_LAUNCHES, launch_error_kind
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Market, Placement
 from respot.core.lifecycle.attempts import _launch_effect, _new_attempt
 from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, client_token
@@ -176,6 +177,8 @@ def _unavailable(
         or job.state is not JobState.REQUESTED
     ):
         return _unchanged("ignored: stale capacity error")
+    if launch_error_kind(event.error_code) == "throttle":
+        return _throttled(d, att, event)
     att.tried.append(f"{att.placement.key}: {event.error_code}")
     pools = _in_order(job, candidates(job, att.placement.market, settings))
     if event.quota is not None:
@@ -225,6 +228,40 @@ def _unavailable(
     choice = policy.choose(job, d.now, settings)
     if (choice.market is not None and choice.market is not att.placement.market) or choice.fail:
         d.follow_up = PlaceNow(choice.reason)
+    return d.decision()
+
+
+def _throttled(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
+    """EC2 throttled RunInstances (the account's API rate, not the pool): the same pool is
+    launched again by the tick after `launch_timeout` (same client token), never marked tried;
+    after `MAX_THROTTLED_LAUNCHES` throttled launches of this attempt the job fails."""
+    job = d.job
+    p = att.placement
+    key = f"throttled-{att.number}"
+    count = int(job.policy.get(key, 0)) + 1
+    job.policy[key] = count
+    what = (
+        f"EC2 throttled the launch of {p.market.value} {p.instance_type} in "
+        f"{p.availability_zone} ({event.error_code}: {event.message})".replace(": )", ")")
+    )
+    if count >= MAX_THROTTLED_LAUNCHES:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            f"{what} {count} times in a row (at most {MAX_THROTTLED_LAUNCHES}); the account's EC2 "
+            "API request rate is spent (CloudTrail shows by whom): submit again later",
+        )
+        return d.decision()
+    att.requested_at = d.now  # the tick launches again once launch_timeout has passed
+    wait = int(d.settings.launch_timeout.total_seconds())
+    d.note(
+        "throttled",
+        f"{what}; the same pool is tried again in {wait}s ({count} of "
+        f"{MAX_THROTTLED_LAUNCHES} before the job fails)",
+        attempt=att.number,
+        error=event.error_code,
+    )
     return d.decision()
 
 
