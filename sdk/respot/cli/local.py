@@ -12,15 +12,18 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from respot.cli.context import JsonOption, console, fail, print_json
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 app = typer.Typer(no_args_is_help=True)
 
-STOP_WAIT_SECONDS = 30.0
+STOP_WAIT_SECONDS = 180.0  # the runtime saves its jobs and objects before it stops
 
 
 @app.callback()
@@ -106,13 +109,25 @@ def up(
             "their subnets are pools too; the home region is us-east-1."
         ),
     ] = "",
+    forget: Annotated[
+        bool,
+        typer.Option(
+            "--forget",
+            help="Start empty: delete the jobs, outputs and logs kept from the last run.",
+        ),
+    ] = False,
 ) -> None:
     """Run the local runtime in the foreground until Ctrl-C; other shells use it with --local.
 
     It writes ~/.respot/local.json (or $RESPOT_LOCAL_STATE) so that `respot run/ls/status/
     logs/cancel/cost/tensorboard/timeline --local` (or with RESPOT_LOCAL=1) in another shell
     talk to it over HTTP, exactly as they talk to AWS.
+
+    Its jobs, their outputs, checkpoints and logs are kept across restarts: when it stops,
+    live jobs are cancelled and everything is saved next to the state file (local-store/);
+    the next `local up` puts it back (infra/local/persist.py). --forget starts empty.
     """
+    from infra.local import persist
     from respot.client.localstate import LocalState, live_state, state_path, write_state
 
     scale = _scale(time_scale)
@@ -132,12 +147,16 @@ def up(
     chaos = None
     if interrupt_after is not None:
         chaos = ChaosSchedule(after_boot={n: interrupt_after for n in range(1, interruptions + 1)})
+    store = persist.store_directory(state_path())
+    if forget:
+        persist.forget(store)
     options = RuntimeOptions(
         time_scale=scale,
         chaos=chaos,
         work_root=work_root,
         keep_work_root=work_root is not None,
         extra_regions=regions,
+        prefix=persist.saved_prefix(store),  # the same names: the saved records refer to them
     )
     stop = threading.Event()
 
@@ -149,8 +168,16 @@ def up(
     rt = LocalRuntime(options)
     path = state_path()
     requests = None
+    started = False
     try:
         rt.start()
+        started = True
+        kept = persist.restore(rt, store)
+        if kept is not None:
+            out.print(
+                f"kept from the last run: {kept.jobs} job(s), {kept.objects} object(s) "
+                f"({store}; `respot local up --forget` starts empty)"
+            )
         from infra.local.interrupts import JobInterrupts, RequestBox, requests_dir
 
         assert rt.fleet is not None  # `respot local interrupt` from other shells
@@ -194,12 +221,16 @@ def up(
     finally:
         from respot.client.localstate import clear_state
 
-        clear_state(os.getpid(), path)
-        if requests is not None:
-            requests.stop()
-        rt.stop()
-        signal.signal(signal.SIGTERM, previous)
-        out.print("respot local runtime stopped")
+        try:
+            if started:
+                _save(rt, store, out)  # a second Ctrl-C cuts it short; the rest still runs
+        finally:
+            clear_state(os.getpid(), path)
+            if requests is not None:
+                requests.stop()
+            rt.stop()
+            signal.signal(signal.SIGTERM, previous)
+            out.print("respot local runtime stopped")
 
 
 @app.command()
@@ -248,6 +279,28 @@ def interrupt(
         )
 
 
+def _save(rt: object, store: Path, out: Console) -> None:
+    """Keep the runtime's jobs and objects for the next `local up`; say what was kept."""
+    from infra.local import persist
+
+    try:
+        saved = persist.save(rt, store)
+    except Exception as exc:  # the runtime still stops; what it held is lost, and said so
+        out.print(f"could not keep the jobs for the next run: {exc}", markup=False)
+        return
+    if saved.cancelled:
+        out.print(f"cancelled the live job(s) {', '.join(saved.cancelled)}", markup=False)
+    if saved.dropped:
+        out.print(
+            f"not kept (still live after the cancel): {', '.join(saved.dropped)}", markup=False
+        )
+    out.print(
+        f"kept {saved.jobs} job(s) and {saved.objects} object(s) in {store} for the next "
+        "`respot local up`",
+        markup=False,
+    )
+
+
 @app.command()
 def down() -> None:
     """Stop the local runtime that `respot local up` runs (it gets SIGTERM, like Ctrl-C)."""
@@ -272,7 +325,16 @@ def down() -> None:
         time.sleep(0.1)
     if pid_alive(state.pid):
         fail(f"the local runtime (pid {state.pid}) did not stop in {STOP_WAIT_SECONDS:.0f}s")
-    console().print(f"stopped the local runtime (pid {state.pid})")
+    from infra.local.persist import saved_prefix, store_directory
+
+    store = store_directory(path)
+    kept = (
+        f"; its jobs, outputs and logs are kept in {store} for the next `respot local up` "
+        "(`--forget` starts empty)"
+        if saved_prefix(store) is not None
+        else "; nothing was kept (see its own output)"
+    )
+    console().print(f"stopped the local runtime (pid {state.pid}){kept}", markup=False)
 
 
 @app.command()
