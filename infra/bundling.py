@@ -5,11 +5,21 @@ Two assets are built from the checkout, both by copying `sdk/respot` (and, for L
 fetched for the target runtime (uv rather than pip: a fifth of the time, docs/decisions.md):
 
 - the Lambda code: one asset shared by every function (arm64, Python 3.12);
-- the agent package for the GPU instances: a `site-<python>` directory per supported
-  interpreter (x86_64), so an instance needs neither pip nor PyPI to start the agent.
+- the agent package for the GPU instances: one `site-<python>` directory for the AMI's
+  framework Python (`framework_python_version`, x86_64), so an instance needs neither pip nor
+  PyPI to start the agent.
+
+Every third-party version is the one the tests run with: `infra/bundle-constraints.txt`
+pins the whole dependency closure of both assets (transitive packages included) to the
+versions installed in this checkout's .venv, and uv installs under it (`--constraint`).
+`python -m infra.bundling constraints` rewrites it after `requirements.txt` changes;
+`tests/infra/test_bundling.py` fails while it is stale. The Lambda asset carries the boto3
+and botocore the tests use, not the runtime's (the function's own directory comes first on
+the path).
 
 The third-party packages are cached under `.build/deps/<hash>/` keyed by the pinned
-requirement list, the platform and the Python version, so only the first synth downloads.
+requirement list, the constraints, the platform and the Python version, so only the first
+synth downloads.
 Each asset's hash is computed here from the files it ships (not from the whole checkout),
 and CDK reuses `cdk.out/asset.<hash>` when it already exists.
 """
@@ -32,17 +42,26 @@ from typing import Any
 import aws_cdk as cdk
 import jsii
 
+from infra.settings import DEFAULT_FRAMEWORK_PYTHON_VERSION
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = REPO_ROOT / ".build"
-BUNDLING_VERSION = "1"  # bump to invalidate every cached asset after changing this module
+BUNDLING_VERSION = "2"  # bump to invalidate every cached asset after changing this module
 
 LAMBDA_PYTHON = "3.12"
-LAMBDA_PLATFORM = "manylinux2014_aarch64"  # functions run on arm64 (Graviton)
-# boto3/botocore come with the Lambda runtime; everything else the handlers import is here.
-LAMBDA_REQUIREMENTS = ("aws-lambda-powertools", "pydantic", "slack-sdk", "optuna")
+# Functions run on arm64 (Graviton), Python 3.12 on Amazon Linux 2023 (glibc 2.34); the
+# instances on the DLAMI's Ubuntu 24.04 (glibc 2.39): both take manylinux_2_28 wheels, which
+# some tested versions ship only (pyzmq 27.3, for ipykernel), not manylinux2014's (glibc 2.17).
+LAMBDA_PLATFORM = "manylinux_2_28_aarch64"
+# What the handlers import. boto3 too: the runtime's own may be older or newer than the one
+# the tests ran with, and the bundle's comes first on the path.
+LAMBDA_REQUIREMENTS = ("aws-lambda-powertools", "pydantic", "slack-sdk", "optuna", "boto3")
 
-AGENT_PYTHONS = ("3.11", "3.12")  # respot needs >= 3.11; the default AMI has 3.12
-AGENT_PLATFORM = "manylinux2014_x86_64"  # g5/g4dn are x86_64
+# The agent package is built for one Python, the AMI's framework Python's version
+# (`framework_python_version`; the bootstrap refuses another with the setting's name).
+DEFAULT_AGENT_PYTHON = DEFAULT_FRAMEWORK_PYTHON_VERSION  # the PyTorch DLAMIs on Ubuntu 24.04
+AGENT_PLATFORM = "manylinux_2_28_x86_64"  # g5/g4dn are x86_64
+CONSTRAINTS = REPO_ROOT / "infra" / "bundle-constraints.txt"
 
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.pyo", ".mypy_cache")
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;#]+)")
@@ -95,15 +114,22 @@ def fingerprint(paths: list[Path], *extra: str) -> str:
     return h.hexdigest()
 
 
-def third_party(requirements: tuple[str, ...], *, platform: str, python: str) -> Path:
-    """A directory of these packages installed for `platform`/`python`, built once and cached."""
-    key = hashlib.sha256("\n".join((platform, python, *requirements)).encode()).hexdigest()
+def third_party(
+    requirements: tuple[str, ...],
+    *,
+    platform: str,
+    python: str,
+    constraints: Path | None = CONSTRAINTS,
+) -> Path:
+    """A directory of these packages installed for `platform`/`python`, built once and cached,
+    every package (transitive ones too) at the version `constraints` pins."""
+    pins = constraints.read_text() if constraints is not None else ""
+    key = hashlib.sha256("\n".join((platform, python, pins, *requirements)).encode()).hexdigest()
     target = BUILD_DIR / "deps" / f"{platform}-py{python}-{key[:16]}"
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target.parent))
-    tag, _, arch = platform.partition("_")  # manylinux2014_aarch64 -> aarch64-manylinux2014
     command = [
         sys.executable,
         "-m",
@@ -114,11 +140,12 @@ def third_party(requirements: tuple[str, ...], *, platform: str, python: str) ->
         "--target",
         str(staging),
         "--python-platform",
-        f"{arch}-{tag}",
+        uv_platform(platform),
         "--python-version",
         python,
         "--only-binary",
         ":all:",
+        *(["--constraint", str(constraints)] if constraints is not None else []),
         *requirements,
     ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)  # noqa: S603
@@ -134,6 +161,15 @@ def third_party(requirements: tuple[str, ...], *, platform: str, python: str) ->
     except OSError:  # another synth finished the same directory first: use that one
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def uv_platform(platform: str) -> str:
+    """uv's --python-platform for a wheel platform tag: manylinux_2_28_x86_64 ->
+    x86_64-manylinux_2_28."""
+    for arch in ("x86_64", "aarch64"):
+        if platform.endswith(f"_{arch}"):
+            return f"{arch}-{platform.removesuffix(f'_{arch}')}"
+    raise BundlingError(f"{platform}: not an x86_64 or aarch64 platform tag")
 
 
 def _copy_into(source: Path, destination: Path) -> None:
@@ -198,6 +234,8 @@ class LocalAsset:
     path: str
     asset_hash: str
     bundling: cdk.BundlingOptions
+    # The asset's directories of third-party packages ("" for the root, "site-3.12", ...).
+    sites: tuple[str, ...] = ()
 
     def asset_options(self) -> dict[str, Any]:
         """Keyword arguments shared by `lambda_.Code.from_asset` and `s3_assets.Asset`."""
@@ -214,11 +252,13 @@ def _local_asset(layouts: tuple[_Layout, ...], root: Path) -> LocalAsset:
     pins = [
         f"{lay.subdir}|{lay.platform}|{lay.python}|{','.join(lay.requirements)}" for lay in layouts
     ]
+    pins.append(CONSTRAINTS.read_text())
     with _DECLARED_LOCK:
         _DECLARED.extend(layouts)
     return LocalAsset(
         path=str(root),
         asset_hash=fingerprint(sources, *pins),
+        sites=tuple(layout.subdir for layout in layouts),
         bundling=cdk.BundlingOptions(
             # Never pulled: local bundling always succeeds or raises. CDK requires an image.
             image=cdk.DockerImage.from_registry("public.ecr.aws/sam/build-python3.12"),
@@ -244,24 +284,162 @@ def lambda_code_asset(root: Path = REPO_ROOT) -> LocalAsset:
 AGENT_EXTRAS = ("tensorboard", "nvidia-ml-py", "papermill", "ipykernel")
 
 
-def agent_package_asset(root: Path = REPO_ROOT) -> LocalAsset:
-    """The agent for the instances: `site-<python>/` holds respot and its packages, per Python."""
-    requirements = pinned((*package_dependencies(root), *AGENT_EXTRAS), root)
-    layouts = tuple(
-        _Layout(
-            subdir=f"site-{python}",
-            requirements=requirements,
-            platform=AGENT_PLATFORM,
-            python=python,
-            packages=((root / "sdk" / "respot", "respot"),),
-        )
-        for python in AGENT_PYTHONS
+def agent_requirements(root: Path = REPO_ROOT) -> tuple[str, ...]:
+    """The agent package's third-party requirements, pinned."""
+    return pinned((*package_dependencies(root), *AGENT_EXTRAS), root)
+
+
+def agent_package_asset(root: Path = REPO_ROOT, python: str = DEFAULT_AGENT_PYTHON) -> LocalAsset:
+    """The agent for the instances: `site-<python>/` holds respot and its packages, for the one
+    Python the AMI's framework runs (`framework_python_version`)."""
+    layout = _Layout(
+        subdir=f"site-{python}",
+        requirements=agent_requirements(root),
+        platform=AGENT_PLATFORM,
+        python=python,
+        packages=((root / "sdk" / "respot", "respot"),),
     )
-    return _local_asset(layouts, root)
+    return _local_asset((layout,), root)
+
+
+# ---- the constraints file: the tests' versions of every package the bundles install --------
+
+# Target interpreters the markers of the closure are evaluated for (both assets).
+_TARGETS = ({"python_version": LAMBDA_PYTHON}, {"python_version": DEFAULT_AGENT_PYTHON})
+
+
+def dependency_closure(
+    names: tuple[str, ...] | list[str],
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(found, missing) for `names` and everything they require on the assets' Linux targets:
+    found, normalized name -> `Name==version` installed in this interpreter (the tests'
+    .venv); missing, normalized name -> the requirement line, for what a target needs that
+    this interpreter does not have (a marker such as python_version == "3.12")."""
+    from importlib import metadata
+
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+
+    environments = []
+    for target in _TARGETS:
+        env = dict(default_environment())
+        env.update(
+            target,
+            python_full_version=f"{target['python_version']}.0",
+            sys_platform="linux",
+            platform_system="Linux",
+            os_name="posix",
+        )
+        environments.append(env)
+    found: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    todo: list[tuple[str, frozenset[str]]] = [(n, frozenset()) for n in names]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        name, extras = todo.pop()
+        key = _normalize(name)
+        if (key, extras) in seen:
+            continue
+        seen.add((key, extras))
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.setdefault(key, name)
+            continue
+        found[key] = f"{dist.metadata['Name']}=={dist.version}"
+        for line in dist.requires or []:
+            req = Requirement(line)
+            wanted = any(
+                req.marker is None or req.marker.evaluate({**env, "extra": extra})
+                for env in environments
+                for extra in (extras or {""})
+            )
+            if not wanted:
+                continue
+            if _installed(req.name):
+                todo.append((req.name, frozenset(req.extras)))
+            else:
+                missing[_normalize(req.name)] = str(req).split(";")[0].strip()
+    return found, {k: v for k, v in missing.items() if k not in found}
+
+
+def _installed(name: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _resolve_untested(missing: dict[str, str], tested: dict[str, str]) -> dict[str, str]:
+    """Pins for what the tests' .venv lacks: uv resolves it for the agent's target once, under
+    the tested pins, and the file records each such line as untested."""
+    if not missing:
+        return {}
+    with tempfile.TemporaryDirectory() as tmp:
+        given = Path(tmp) / "constraints.txt"
+        given.write_text("".join(f"{pin}\n" for pin in tested.values()))
+        wanted = Path(tmp) / "wanted.in"
+        wanted.write_text("".join(f"{line}\n" for line in missing.values()))
+        result = subprocess.run(  # noqa: S603
+            [
+                sys.executable, "-m", "uv", "pip", "compile", "--quiet", "--no-header",
+                "--no-annotate", "--python-version", DEFAULT_AGENT_PYTHON,
+                "--python-platform", uv_platform(AGENT_PLATFORM),
+                "--constraint", str(given), str(wanted),
+            ],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    if result.returncode != 0:
+        raise BundlingError(f"uv could not resolve {sorted(missing)}:\n{result.stderr[-2000:]}")
+    pins = {}
+    for line in result.stdout.splitlines():
+        if m := _PIN.match(line):
+            key = _normalize(m.group(1))
+            if key not in tested:
+                pins[key] = f"{m.group(1)}=={m.group(2)}"
+    return pins
+
+
+def constraints_text(root: Path = REPO_ROOT) -> str:
+    """The constraints file as it must read for this .venv (see the module docstring)."""
+    names = sorted({*LAMBDA_REQUIREMENTS, *package_dependencies(root), *AGENT_EXTRAS})
+    tested, missing = dependency_closure(names)
+    untested = _resolve_untested(missing, tested)
+    header = (
+        "# Generated by `python -m infra.bundling constraints` from the .venv the tests run in:\n"
+        "# every package the Lambda and agent bundles install, at the version tested. uv\n"
+        "# installs the bundles under these constraints (infra/bundling.py). Do not edit.\n"
+    )
+    body = "".join(f"{tested[k]}\n" for k in sorted(tested))
+    if untested:
+        body += (
+            "# Needed on the targets' Python only (a marker such as python_version == '3.12'),\n"
+            "# so not installed in the tests' .venv: pinned by uv at generation, UNTESTED here.\n"
+        )
+        body += "".join(f"{untested[k]}  # untested\n" for k in sorted(untested))
+    return header + body
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m infra.bundling constraints`: rewrite infra/bundle-constraints.txt."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["constraints"]:
+        print("usage: python -m infra.bundling constraints", file=sys.stderr)
+        return 2
+    CONSTRAINTS.write_text(constraints_text())
+    print(f"wrote {CONSTRAINTS.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
 
 
 __all__ = [
-    "AGENT_PYTHONS",
+    "DEFAULT_AGENT_PYTHON",
     "LAMBDA_PYTHON",
     "BundlingError",
     "LocalAsset",

@@ -41,7 +41,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from infra.bundling import LocalAsset
+from infra.bundling import LocalAsset, agent_package_asset
 from infra.constructs import Fleet, Network
 from infra.constructs.functions import RULE_MAX_EVENT_AGE, RULE_RETRY_ATTEMPTS
 from infra.constructs.messaging import dead_letter_alarm, dead_letter_queue
@@ -114,7 +114,8 @@ class SatelliteStack(Stack):
             data_buckets=settings.data_bucket_arns,
             root_volume_gb=settings.root_volume_gb,
             root_device_name=settings.root_device_name,
-            agent_asset=agent_asset,
+            agent_asset=agent_asset
+            or agent_package_asset(python=settings.framework_python_version),
             framework_python=settings.framework_python,
             managed_by=home_name,
             role_name=instance_role_name(home_name, region),

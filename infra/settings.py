@@ -24,6 +24,8 @@ DEFAULT_AMI_PARAMETER = (
 # The Python that runs jobs on that AMI (where the framework lives); the agent's venv and
 # every job's venv are made from it.
 DEFAULT_FRAMEWORK_PYTHON = "/opt/pytorch/bin/python"
+# Its version (the PyTorch DLAMIs on Ubuntu 24.04: 3.12): the agent package is built for it only.
+DEFAULT_FRAMEWORK_PYTHON_VERSION = "3.12"
 DEFAULT_INSTANCE_TYPES = ("g5.xlarge", "g4dn.xlarge")
 DEFAULT_ROOT_VOLUME_GB = 200
 DEFAULT_ROOT_DEVICE = "/dev/sda1"  # Ubuntu AMIs; Amazon Linux uses /dev/xvda
@@ -55,6 +57,7 @@ CONTEXT_KEYS = (
     "allowed_instance_types",
     "extra_regions",
     "session_manager",
+    "framework_python_version",
 )
 
 _TEXT_KEYS = {
@@ -63,6 +66,7 @@ _TEXT_KEYS = {
     "ami_id",
     "ami_parameter",
     "framework_python",
+    "framework_python_version",
     "root_device_name",
     "slack_channel",
     "slack_token_parameter",
@@ -89,6 +93,7 @@ _ARN = re.compile(r"arn:aws[a-z-]*:\S+")
 _PARAMETER = re.compile(r"/[A-Za-z0-9_./-]{1,1000}")
 _ABS_PATH = re.compile(r"/[A-Za-z0-9_./+-]{1,255}")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d")
+_PY_VERSION = re.compile(r"3\.(1[1-9]|[2-9]\d)")
 
 
 class DeploySettingsError(ValueError):
@@ -130,6 +135,9 @@ class DeploySettings:
     # Shell access to instances through Session Manager (infra/constructs/session_manager.py):
     # the instance role gets the SSM Agent's session permissions; no inbound port either way.
     session_manager: bool = False
+    # The version of `framework_python`: the agent package is built for that Python only
+    # (infra/bundling.py); the bootstrap names this setting if the AMI's differs.
+    framework_python_version: str = DEFAULT_FRAMEWORK_PYTHON_VERSION
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.fullmatch(self.stage):
@@ -173,6 +181,11 @@ class DeploySettings:
             raise DeploySettingsError(
                 f"framework_python {self.framework_python!r}: give the absolute path of the "
                 "AMI's framework Python, e.g. /opt/pytorch/bin/python"
+            )
+        if not _PY_VERSION.fullmatch(self.framework_python_version):
+            raise DeploySettingsError(
+                f"framework_python_version {self.framework_python_version!r}: give the AMI's "
+                "framework Python as major.minor, 3.11 or newer (the PyTorch DLAMIs: 3.12)"
             )
         if not 8 <= self.root_volume_gb <= MAX_ROOT_VOLUME_GB:
             raise DeploySettingsError(

@@ -93,7 +93,8 @@ class RespotStack(Stack):
             data_buckets=settings.data_bucket_arns,
             root_volume_gb=settings.root_volume_gb,
             root_device_name=settings.root_device_name,
-            agent_asset=agent_asset or agent_package_asset(),
+            agent_asset=agent_asset
+            or agent_package_asset(python=settings.framework_python_version),
             framework_python=settings.framework_python,
         )
 

@@ -126,7 +126,10 @@ fi
 rm -rf "$HOME_DIR/agent"
 "$PYTHON" -m zipfile -e "$HOME_DIR/agent.zip" "$HOME_DIR/agent"
 rm -f "$HOME_DIR/agent.zip"
-[ -d "$HOME_DIR/agent/site-$version" ] || fail "the agent package has no site-$version"
+if [ ! -d "$HOME_DIR/agent/site-$version" ]; then
+  built=$(cd "$HOME_DIR/agent" && ls -d site-* 2>/dev/null | sed 's/^site-//' | tr '\n' ' ')
+  fail "the agent package is built for Python ${built:-none} (framework_python_version), but $FRAMEWORK_PYTHON is Python $version: deploy with -c framework_python_version=$version"
+fi
 
 # 3. The agent's own environment: a venv of the framework Python WITHOUT its site-packages,
 #    whose only addition is the agent package (a .pth runs site.addsitedir on it). The agent
