@@ -26,6 +26,14 @@ PRICES: dict[str, Price] = {
     "lambda_request": Price(0.20 / 1e6, "request", "https://aws.amazon.com/lambda/pricing/"),
     # x86; arm64 (Graviton) is 0.0000133334, 20% less.
     "lambda_gb_second": Price(0.0000166667, "GB-second", "https://aws.amazon.com/lambda/pricing/"),
+    "lambda_gb_second_arm64": Price(
+        0.0000133334, "GB-second (arm64)", "https://aws.amazon.com/lambda/pricing/"
+    ),
+    # Events EventBridge delivers to a bus in another region (a satellite's forwarded EC2
+    # events) are billed as custom events; AWS service events on the default bus are free.
+    "eventbridge_cross_region": Price(
+        1.00 / 1e6, "event", "https://aws.amazon.com/eventbridge/pricing/"
+    ),
     # Standard queue; every 64 KB chunk of a payload is one request.
     "sqs_request": Price(0.40 / 1e6, "request", "https://aws.amazon.com/sqs/pricing/"),
     # Standard topic publish; deliveries to SQS subscriptions are free.
