@@ -56,11 +56,13 @@ class ControlPlaneTrials:
         """Record the trial job and request its capacity (create-only by job id)."""
         self.cp.submit(submission)
 
-    def cancel(self, job_id: str, reason: str) -> None:
-        """Cancel a trial job; its instance is terminated.
+    def cancel(self, job_id: str, reason: str) -> str | None:
+        """Cancel a trial job (its instance is terminated); the job's state afterwards.
 
         Applied directly, not through `ControlPlane.cancel`'s owner check: the sweep function
-        is the control plane acting on a job it submitted itself for the sweep's owner.
+        is the control plane acting on a job it submitted itself for the sweep's owner. The
+        cancel is a compare-and-set on the job's record: a job that ended first keeps its end
+        and its state says so (`COMPLETED`, `FAILED`).
         """
         from respot.core.events import CancelRequested
 
@@ -70,7 +72,8 @@ class ControlPlaneTrials:
             requested_at=datetime.now(UTC),
             requested_by="respot:sweep",
         )
-        self.cp.apply(job_id, CancelRequested(command))
+        applied = self.cp.apply(job_id, CancelRequested(command))
+        return applied.state
 
     def copy_code(self, code: CodeArtifact, job_id: str) -> CodeArtifact:
         """The sweep's code zip, copied under the trial job's own prefix."""

@@ -48,6 +48,7 @@ class FakeJobs:
         self.submitted: dict[str, JobSubmission] = {}
         self.cancelled: list[tuple[str, str]] = []
         self.refuse_first = 0  # refuse this many submissions, the first ones
+        self.ended: dict[str, str] = {}  # job id -> the end it reached before a cancel
 
     def submit(self, submission: JobSubmission) -> None:
         if self.refuse_first > 0:
@@ -55,8 +56,9 @@ class FakeJobs:
             raise RuntimeError("RunInstances said no")
         self.submitted.setdefault(submission.job_id, submission)
 
-    def cancel(self, job_id: str, reason: str) -> None:
+    def cancel(self, job_id: str, reason: str) -> str | None:
         self.cancelled.append((job_id, reason))
+        return self.ended.get(job_id, "CANCELLED")  # compare-and-set: an earlier end stays
 
     def copy_code(self, code: CodeArtifact, job_id: str) -> CodeArtifact:
         return code.model_copy(update={"s3_uri": f"s3://b/jobs/{job_id}/code/{code.sha256}.zip"})

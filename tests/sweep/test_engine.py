@@ -188,6 +188,16 @@ def test_stop_cancels_running_trials_and_ends_the_sweep(
     record = table.require(sweep_id)
     assert record.state is SweepState.STOPPED
     assert sorted(j for j, _ in jobs.cancelled) == sorted(t.job_id for t in record.trials)
+    # AND its running trials show as stopped (PRUNED: Optuna's nearest state), not FAIL
+    assert [t.state for t in record.trials] == [TrialState.PRUNED] * 2
+    assert all(t.reason == "stopped with the sweep: enough" for t in record.trials)
+    study = studies.open_study(table.journal(sweep_id), record.spec)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.PRUNED] * 2
+    from respot.notify.sweep_thread import trial_reply
+
+    assert trial_reply(record, record.trials[0]).text.startswith(
+        "Trial 0 stopped with the sweep: enough"
+    )
     # AND a report from a trial still running afterwards gets that trial cancelled too
     jobs.cancelled.clear()
     engine.handle(event(sweep_id, 0, step=5, metrics={"val_loss": 1.0}))
@@ -301,3 +311,27 @@ def test_a_sampler_that_cannot_draw_stops_the_sweep_with_the_reason(
     assert record.state is SweepState.STOPPED
     assert "the sampler cannot draw a trial: OverflowError" in (record.reason or "")
     assert record.trials == [] and jobs.submitted == {}
+
+
+def test_a_prune_verdict_that_loses_to_the_jobs_completion_leaves_the_trial_complete(
+    engine: SweepEngine, jobs: FakeJobs, table: SweepTable
+) -> None:
+    # Issue 23, item 15: trial 1 was PRUNED while its job COMPLETED (the verdict raced an
+    # interrupted trial's completion). The job's record decides, by compare-and-set.
+    sweep_id = started(engine, n_trials=3, parallelism=2)
+    for step in (10, 20):
+        engine.handle(event(sweep_id, 0, step=step, metrics={"val_loss": 0.1}))
+    engine.handle(event(sweep_id, 0, "COMPLETED", step=20, metrics={"val_loss": 0.1}))
+    # GIVEN trial 1's job completed before the verdict's cancel reached it
+    jobs.ended[trial_job_id(sweep_id, 1)] = "COMPLETED"
+    # WHEN a late report (step 10, far worse) makes the pruner say stop
+    done = engine.handle(event(sweep_id, 1, step=10, metrics={"val_loss": 5.0}))
+    # THEN the trial is not pruned: the cancel found the job completed
+    assert "not pruned" in done.outcome
+    assert table.require(sweep_id).trials[1].state is TrialState.RUNNING
+    # AND the job's completion, which follows on the queue, decides the trial
+    engine.handle(event(sweep_id, 1, "COMPLETED", step=20, metrics={"val_loss": 4.0}))
+    record = table.require(sweep_id)
+    assert record.trials[1].state is TrialState.COMPLETE and record.trials[1].value == 4.0
+    study = studies.open_study(table.journal(sweep_id), record.spec)
+    assert study.trials[1].state is optuna.trial.TrialState.COMPLETE

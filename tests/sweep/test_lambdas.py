@@ -288,3 +288,27 @@ def test_ids_taken_before_the_sweep_do_not_fail_its_trials(env: Env) -> None:
     commands.handler(env.sqs_event(env.sns(forged.model_dump_json(), "submit")), CONTEXT)
     assert env.control.jobs.get(taken) is None
     assert "reserved for sweep trials" in env.dead[-1][1]
+
+
+def test_a_trials_cancel_is_a_compare_and_set_on_its_job(env: Env) -> None:
+    # Issue 23, item 15: the sweep's prune verdict cancels first and prunes only if the cancel
+    # landed. The control plane says which: a live job is CANCELLED, one that ended first keeps
+    # its end (here COMPLETED) and the cancel changes nothing.
+    from respot.core.states import JobState
+
+    sub = with_code(env, submission(n_trials=2, parallelism=2, pruner={"name": "none"}))
+    commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
+    sweep_lambda.handler(env.sqs_event(json.dumps(env.drain_sweep_queue()[0]), fifo=True), CONTEXT)
+    live, ended = (t.job_id for t in engine_table(env).require(sub.sweep_id).trials)
+
+    def completed(record: Any) -> Any:
+        return record.model_copy(update={"state": JobState.COMPLETED})
+
+    env.control.jobs.update(ended, completed)
+    trials = sweep_lambda.ControlPlaneTrials(env.control)
+    assert trials.cancel(ended, "trial 1 pruned at step 10") == "COMPLETED"
+    after = env.control.jobs.get(ended)
+    assert after is not None and after.state is JobState.COMPLETED
+    assert trials.cancel(live, "trial 0 pruned at step 10") == "CANCELLED"
+    cancelled = env.control.jobs.get(live)
+    assert cancelled is not None and cancelled.state is JobState.CANCELLED

@@ -66,8 +66,46 @@ def start(
             f"  respot sweep status {handle.sweep_id}"
         )
     if wait:
-        final = handle.wait(poll_seconds=5.0)
+        # A line per change as it happens, on a terminal or not (a CI log, `| tee`): nothing
+        # is held back until the end.
+        final = handle.wait(poll_seconds=5.0, on_change=_print_progress)
         _print_status(final)
+
+
+def progress_lines(before: SweepStatus | None, now: SweepStatus) -> list[str]:
+    """Plain lines saying what changed between two polls of a sweep (`--wait`)."""
+    def plain(value: Any) -> str:
+        return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+    seen = {t.number: t.state.value for t in before.trials} if before else {}
+    metric = now.record.spec.metric if now.record is not None else "value"
+    lines = []
+    for trial in now.trials:
+        state = trial.state.value
+        if seen.get(trial.number) == state:
+            continue
+        if state == "RUNNING":
+            params = ", ".join(f"{k}={plain(v)}" for k, v in trial.params.items())
+            lines.append(f"trial {trial.number} started ({params}) as job {trial.job_id}")
+        else:
+            value = f" {metric}={plain(trial.value)}" if trial.value is not None else ""
+            why = f": {trial.reason}" if trial.reason else ""
+            lines.append(f"trial {trial.number} {state}{value}{why}")
+    ended = sum(1 for t in now.trials if t.state.value != "RUNNING")
+    running = len(now.trials) - ended
+    best = now.best
+    best_text = f"; best trial {best.number} ({plain(best.value)})" if best else ""
+    lines.append(
+        f"sweep {now.sweep_id} {now.state}: {ended}/{now.n_trials} trials ended, "
+        f"{running} running{best_text}"
+    )
+    return lines
+
+
+def _print_progress(before: SweepStatus | None, now: SweepStatus) -> None:
+    out = console()
+    for line in progress_lines(before, now):
+        out.print(_esc(line), soft_wrap=True)
 
 
 @app.command("status")

@@ -85,6 +85,8 @@ def trial_reply(record: SweepRecord, trial: Trial) -> SlackPost:
     metric = record.spec.metric
     if trial.state is TrialState.COMPLETE:
         head = f"Trial {trial.number} complete: {metric}={_value(trial.value)}"
+    elif trial.state is TrialState.PRUNED and (trial.reason or "").startswith("stopped with"):
+        head = f"Trial {trial.number} {trial.reason}"  # PRUNED in Optuna: its nearest state
     elif trial.state is TrialState.PRUNED:
         head = f"Trial {trial.number} pruned: {trial.reason or ''}"
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,11 +86,26 @@ class SweepHandle:
             record=rec,
         )
 
-    def wait(self, timeout: float | None = None, *, poll_seconds: float = 2.0) -> SweepStatus:
-        """Block until the sweep has ended; `TimeoutError` after `timeout` seconds."""
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        poll_seconds: float = 2.0,
+        on_change: Callable[[SweepStatus | None, SweepStatus], None] | None = None,
+    ) -> SweepStatus:
+        """Block until the sweep has ended; `TimeoutError` after `timeout` seconds.
+
+        `on_change(before, now)` is called whenever the sweep's state or a trial's changed
+        since the last poll (`before` is None the first time): `respot sweep start --wait`
+        prints a line per change from it.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
+        before: SweepStatus | None = None
         while True:
             status = self.status()
+            if on_change is not None and (before is None or _moved(before, status)):
+                on_change(before, status)
+            before = status
             if status.is_terminal:
                 return status
             if deadline is not None and time.monotonic() > deadline:
@@ -144,6 +160,15 @@ class SweepHandle:
             Message=encode(signed),
             MessageAttributes={"command": {"DataType": "String", "StringValue": command.command}},
         )
+
+
+def _moved(before: SweepStatus, now: SweepStatus) -> bool:
+    """True if the sweep's state, or any trial's state, changed between two polls."""
+
+    def states(status: SweepStatus) -> tuple[str, list[tuple[int, str]]]:
+        return status.state, [(t.number, t.state.value) for t in status.trials]
+
+    return states(before) != states(now)
 
 
 def load_sweep_file(path: Path) -> SweepSpec:

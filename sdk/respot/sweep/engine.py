@@ -61,8 +61,10 @@ class TrialJobs(Protocol):
     def submit(self, submission: JobSubmission) -> None:
         """Record the trial job and request its capacity (idempotent by job id)."""
 
-    def cancel(self, job_id: str, reason: str) -> None:
-        """Cancel the trial job: its instance is terminated."""
+    def cancel(self, job_id: str, reason: str) -> str | None:
+        """Cancel the trial job (its instance is terminated), compare-and-set on its record:
+        the job's state afterwards (`CANCELLED`, or the end it reached first), None if
+        unknown."""
 
     def copy_code(self, code: CodeArtifact, job_id: str) -> CodeArtifact:
         """The sweep's code, copied under the trial job's own prefix."""
@@ -239,12 +241,20 @@ class SweepEngine:
             trial.last_step = event.step
             if not live.should_prune():
                 return f"reported {metric}={value:g} at step {event.step}"
+            reason = f"pruned at step {event.step} ({metric}={value:g})"
+            # The verdict and the job's own end race (an interrupted trial's completion may
+            # already be on its way): the job's record decides, by compare-and-set. The cancel
+            # goes first; only if it landed (the job is CANCELLED) is the trial PRUNED. A job
+            # that ended first keeps its end, and its end decides the trial (docs/sweeps.md).
+            ended = self.jobs.cancel(trial.job_id, f"trial {trial.number} {reason}")
+            if ended is not None and ended != "CANCELLED" and ended in TERMINAL_JOB_STATES:
+                return f"trial {trial.number} not pruned: its job is {ended.lower()} already"
             study.tell(trial.number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
             trial.state = TrialState.PRUNED
             trial.value = value
             trial.finished_at = now
-            trial.reason = f"pruned at step {event.step} ({metric}={value:g})"
-            self._to_cancel.append((trial.job_id, f"trial {trial.number} {trial.reason}"))
+            trial.reason = reason
+            done.cancelled.append(trial.job_id)
             return f"pruned trial {trial.number}"
         if event.state == "COMPLETED" and value is not None:
             study.tell(trial.number, value, skip_if_finished=True)
@@ -261,9 +271,12 @@ class SweepEngine:
         return f"trial {trial.number} {trial.state.value.lower()}"
 
     def _stop(self, record: SweepRecord, study: optuna.Study, reason: str, done: Outcome) -> str:
+        # A trial stopped with its sweep did not fail: Optuna has no "stopped", and PRUNED
+        # (stopped early, its last value kept) is the closest it allows (docs/sweeps.md).
         for trial in record.running():
-            study.tell(trial.number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            trial.state, trial.reason, trial.finished_at = TrialState.FAIL, reason, self.clock()
+            study.tell(trial.number, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+            trial.state, trial.finished_at = TrialState.PRUNED, self.clock()
+            trial.reason = f"stopped with the sweep: {reason}"
             self._to_cancel.append((trial.job_id, f"sweep stopped: {reason}"))
         record.state, record.reason, record.finished_at = SweepState.STOPPED, reason, self.clock()
         return "stopped"
