@@ -138,8 +138,8 @@ class CategoricalParam(_Strict):
                     f"choices lists {value!r}; every choice must be a finite number or text "
                     "(not .nan or .inf)"
                 )
-            big = isinstance(value, int) and not isinstance(value, bool)
-            if big and abs(value) > MAX_INT_MAGNITUDE:
+            integer = isinstance(value, int) and not isinstance(value, bool)
+            if integer and abs(int(value)) > MAX_INT_MAGNITUDE:
                 raise ValueError(
                     f"a choice is an integer beyond +-{MAX_INT_MAGNITUDE:,} (2**53); "
                     "write it as text or a smaller number"
