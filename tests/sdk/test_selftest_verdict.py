@@ -40,9 +40,11 @@ def test_the_changeover_figures_come_from_the_two_attempts() -> None:
         requested_at=at(100.05),
         launched_at=at(101),
         started_at=at(160),
+        first_step_at=at(190),
         restored_step=57,
         restore_seconds=2.5,
     )
+    old = old.model_copy(update={"last_step_at": at(104)})
     c = measure(old, new)
     assert (c.step_at_notice, c.checkpoint_step, c.resumed_from_step, c.lost_steps) == (
         57,
@@ -54,6 +56,10 @@ def test_the_changeover_figures_come_from_the_two_attempts() -> None:
     assert c.notice_to_replacement_requested_s == 0.05
     assert c.notice_to_replacement_launched_s == 1.0
     assert c.notice_to_training_resumed_s == 60.0 and c.restore_s == 2.5
+    # the real boot's phases and the paused time, which the local runtime only models
+    assert c.launched_to_agent_started_s == 59.0
+    assert c.agent_started_to_first_step_s == 30.0
+    assert c.paused_s == 86.0
 
 
 @pytest.mark.parametrize(

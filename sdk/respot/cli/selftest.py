@@ -98,6 +98,9 @@ def _print(result: SelftestResult) -> None:
             ("notice -> replacement launched", _s(c.notice_to_replacement_launched_s)),
             ("notice -> training resumed", _s(c.notice_to_training_resumed_s)),
             ("restore", _s(c.restore_s)),
+            ("replacement launched -> agent started", _s(c.launched_to_agent_started_s)),
+            ("agent started -> first training step", _s(c.agent_started_to_first_step_s)),
+            ("training paused (last step -> first step)", _s(c.paused_s)),
             ("FIS experiment", f"{result.experiment_id} ({result.experiment_status})"),
         ]
         for key, value in rows:

@@ -88,6 +88,15 @@ class Changeover:
     notice_to_replacement_launched_s: float | None
     notice_to_training_resumed_s: float | None
     restore_s: float | None
+    # The replacement's boot on EC2, phase by phase (the figures the local runtime's modelled
+    # boot stands in for, infra/local/boot.py): RunInstances returned -> the agent started
+    # (spot fulfilment, the AMI's boot, the agent package's download, the agent's start);
+    # the agent started -> the session's first step (the job's code and data, `import torch`
+    # from a root volume still loading from its snapshot, the restore).
+    launched_to_agent_started_s: float | None = None
+    agent_started_to_first_step_s: float | None = None
+    # Training paused: the interrupted attempt's last step -> the replacement's first.
+    paused_s: float | None = None
 
 
 @dataclass
@@ -140,6 +149,9 @@ def measure(old: Attempt, new: Attempt) -> Changeover:
         notice_to_replacement_launched_s=_seconds(new.launched_at, old.notice_at),
         notice_to_training_resumed_s=_seconds(new.started_at, old.notice_at),
         restore_s=new.restore_seconds,
+        launched_to_agent_started_s=_seconds(new.started_at, new.launched_at),
+        agent_started_to_first_step_s=_seconds(new.first_step_at, new.started_at),
+        paused_s=_seconds(new.first_step_at, old.last_step_at),
     )
 
 
