@@ -171,6 +171,12 @@ def _read(body: str, validate: Callable[[str], Any]) -> tuple[Any, Received, Sns
         raise PoisonMessageError(str(exc)) from exc
     except ValidationError as exc:
         raise PoisonMessageError("; ".join(describe_validation_error(exc))) from exc
+    except (ArithmeticError, RecursionError) as exc:
+        # A check that broke on the input itself (an overflow) breaks the same way on every
+        # retry: dead-letter it with the reason rather than retry it until redrive.
+        raise PoisonMessageError(
+            f"the command cannot be read: {type(exc).__name__}: {exc}"
+        ) from exc
     if notification.message_id is None:
         notification = notification.model_copy(
             update={"message_id": hashlib.sha256(body.encode()).hexdigest()}

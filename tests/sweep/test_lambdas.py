@@ -312,3 +312,20 @@ def test_a_trials_cancel_is_a_compare_and_set_on_its_job(env: Env) -> None:
     assert trials.cancel(live, "trial 0 pruned at step 10") == "CANCELLED"
     cancelled = env.control.jobs.get(live)
     assert cancelled is not None and cancelled.state is JobState.CANCELLED
+
+
+def test_a_check_that_overflows_on_a_raw_command_dead_letters_it(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Defense behind the spec's checks: any validator that overflows on the input (as the
+    # grid's size did) is a poison message with its reason, not a retry until redrive.
+    from respot.sweep.model import SweepSubmission
+
+    def overflowing(text: str) -> Any:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(SweepSubmission, "model_validate_json", overflowing)
+    sub = submission()
+    response = commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
+    assert response["batchItemFailures"] == []
+    assert env.dead and "OverflowError" in env.dead[-1][1]
