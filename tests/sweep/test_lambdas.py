@@ -329,3 +329,14 @@ def test_a_check_that_overflows_on_a_raw_command_dead_letters_it(
     response = commands.handler(env.sqs_event(env.sns(sub.model_dump_json(), "sweep")), CONTEXT)
     assert response["batchItemFailures"] == []
     assert env.dead and "OverflowError" in env.dead[-1][1]
+
+
+def test_run_refuses_a_trial_shaped_job_id_on_the_laptop() -> None:
+    from respot.client.handle import run
+    from respot.exceptions import SpecError
+
+    with pytest.raises(SpecError) as err:
+        run({"name": "x", "entry_point": "m:S"}, job_id="s-20261123000000-abcdef-t000-0123456789")
+    assert any(
+        p.startswith("job_id:") and "reserved for sweep trials" in p for p in err.value.problems
+    )

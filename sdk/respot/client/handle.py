@@ -26,7 +26,7 @@ from respot.client.deployment import Deployment, discover
 from respot.client.status import JobStatus
 from respot.core.job import JobRecord, TimelineEntry
 from respot.exceptions import DuplicateJobError, JobNotFinishedError, JobNotFoundError, SpecError
-from respot.spec.jobid import InvalidJobIdError, check_job_id
+from respot.spec.jobid import InvalidJobIdError, check_job_id, is_trial_job_id
 from respot.spec.preflight import preflight
 from respot.spec.training import TrainingEnvVar, validate_spec
 from respot.storage import layout
@@ -241,6 +241,12 @@ def run(
             check_job_id(job_id)
         except InvalidJobIdError as exc:
             problems.append(f"job_id: {exc}")
+        else:
+            if is_trial_job_id(job_id):
+                problems.append(
+                    f"job_id: {job_id!r} has the shape reserved for sweep trials "
+                    "('<sweep>-t<number>-<10 hex>'); choose another, or leave it out"
+                )
     if problems:
         raise SpecError(problems)
     job_id = job_id or new_job_id(env.name, now)
