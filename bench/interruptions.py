@@ -1,6 +1,11 @@
 """Time to react, time paused and work lost per spot interruption: respot against "poll".
 
-    .venv/bin/python -m bench.interruptions [--jobs 3] [--interruptions 2] [--json]
+    .venv/bin/python -m bench.interruptions [--jobs 3] [--interruptions 2] [--boot ec2] [--json]
+
+`--boot ec2` runs the replacement's boot as modelled from EC2's phases (`infra/local/boot.py`:
+17 s to running, 83.5 s to the session's libraries read, each phase with its source) instead
+of the tests' 15 + 45 s; the paused time then shows what a boot that outlasts the old
+instance's hold costs.
 
 Runs the digits example (the demo's job) through the local runtime, one job after another,
 each attempt interrupted when the job's progress passes k/(n+1) of its steps (as `make demo`
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import _report
+from infra.local.boot import Ec2BootModel, modelled_ec2_timing
 from infra.local.demo import DATA_BUCKET, EXAMPLE, ProgressChaos, demo_spec, interruption_points
 from infra.local.fleet import FleetTiming, LocalInstance
 from infra.local.runtime import LocalRuntime, RuntimeOptions
@@ -246,8 +252,23 @@ def _prepare_data(rt: LocalRuntime, scratch: Path) -> None:
     s3.upload_file(str(npz), DATA_BUCKET, "digits/digits.npz")
 
 
+def fleet_timing(boot: str) -> FleetTiming:
+    """The tests' fast boot ("fast") or the one modelled from EC2's phases ("ec2")."""
+    if boot == "ec2":
+        return modelled_ec2_timing()
+    if boot == "fast":
+        return FleetTiming()
+    raise ValueError(f"--boot {boot!r}: give fast or ec2")
+
+
 def run_mode(
-    mode: str, *, jobs: int, interruptions: int, time_scale: float, echo: bool = True
+    mode: str,
+    *,
+    jobs: int,
+    interruptions: int,
+    time_scale: float,
+    echo: bool = True,
+    boot: str = "fast",
 ) -> tuple[list[Changeover], list[dict[str, Any]]]:
     """Run `jobs` digits jobs, one after another, each interrupted `interruptions` times."""
     spec_changes, react = MODES[mode]
@@ -257,6 +278,7 @@ def run_mode(
         work_root=scratch / "runtime",
         react_to_notices=react,
         poll_every_seconds=POLL_SECONDS,
+        timing=fleet_timing(boot),
         agent_env={
             "RESPOT_HEARTBEAT_SECONDS": str(
                 HEARTBEAT_REAL_SECONDS.get(mode, DEFAULT_HEARTBEAT_REAL_SECONDS)
@@ -396,7 +418,17 @@ def markdown(
         f"1/{1 / args.time_scale:.0f} (notice {120 * args.time_scale:.1f} s, poll "
         f"{POLL_SECONDS * args.time_scale:.2f} s real). 'poll' is the wait-for-termination "
         f"baseline (poll every {POLL_SECONDS:.0f} s simulated, no notice handling, periodic "
-        "checkpoints only).\n\n" + _report.table(headers, rows) + "\n\nPer interruption:\n\n" + per
+        "checkpoints only). Boot: "
+        + (
+            "modelled from EC2's phases (infra/local/boot.py): "
+            + ", ".join(f"{k} {v:g} s" for k, v in Ec2BootModel().phases().items())
+            if getattr(args, "boot", "fast") == "ec2"
+            else "the tests' 15 s fulfilment + 45 s boot (simulated)"
+        )
+        + ".\n\n"
+        + _report.table(headers, rows)
+        + "\n\nPer interruption:\n\n"
+        + per
     )
 
 
@@ -418,12 +450,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--results-name", default="interruptions", help="bench/results/<name>.json and .md"
     )
+    parser.add_argument(
+        "--boot", default="fast", choices=("fast", "ec2"), help="infra/local/boot.py for ec2"
+    )
     args = parser.parse_args(argv)
     found: list[Changeover] = []
     outcomes: list[dict[str, Any]] = []
     for mode in args.modes.split(","):
         f, o = run_mode(
-            mode, jobs=args.jobs, interruptions=args.interruptions, time_scale=args.time_scale
+            mode,
+            jobs=args.jobs,
+            interruptions=args.interruptions,
+            time_scale=args.time_scale,
+            boot=args.boot,
         )
         found += f
         outcomes += o
@@ -434,7 +473,9 @@ def main(argv: list[str] | None = None) -> int:
             "interruptions": args.interruptions,
             "time_scale": args.time_scale,
             "poll_seconds_simulated": POLL_SECONDS,
-            "fleet_timing_simulated": asdict(FleetTiming()),
+            "fleet_timing_simulated": asdict(fleet_timing(args.boot)),
+            "boot": args.boot,
+            **({"ec2_boot_phases": Ec2BootModel().phases()} if args.boot == "ec2" else {}),
         },
         "summary": stats,
         "jobs": outcomes,
