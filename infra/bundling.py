@@ -320,9 +320,9 @@ def dependency_closure(
     from packaging.markers import default_environment
     from packaging.requirements import Requirement
 
-    environments = []
+    environments: list[dict[str, str]] = []
     for target in _TARGETS:
-        env = dict(default_environment())
+        env: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
         env.update(
             target,
             python_full_version=f"{target['python_version']}.0",
