@@ -169,3 +169,27 @@ def test_the_timeline_says_it_keeps_only_the_newest_periodic_checkpoints(
     result = CliRunner().invoke(app, ["timeline", "job-1"])
     assert result.exit_code == 0, result.output
     assert f"only the newest {CHECKPOINT_NOTES_KEPT} periodic checkpoints" in result.stdout
+
+
+def test_a_deployment_refusal_names_the_override(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from respot.client.deployment import Deployment
+
+    # GIVEN a deployment that allows g5.xlarge only, and a job file overridden to ask for p5
+    deployment = Deployment(
+        topic_arn="arn:aws:sns:us-east-1:123456789012:t",
+        table_name="t",
+        bucket="b",
+        region="us-east-1",
+        instance_types=("g5.xlarge",),
+    )
+    conn = SimpleNamespace(deployment=deployment, session=None, local=True)
+    monkeypatch.setattr(jobs, "connect", lambda local: conn)
+    job = tmp_path / "job.yaml"
+    job.write_text("name: a\nentry_point: a.b:C\n")
+    override = "instance_types=[p5.48xlarge]"
+    result = CliRunner().invoke(app, ["run", str(job), "--set", override])
+    # THEN the refusal (made at submission, by the deployment) names the --set it concerns
+    assert result.exit_code == 1
+    assert f"--set {override}: instance_types: p5.48xlarge is not allowed" in result.stderr

@@ -154,8 +154,13 @@ def run(
             return
         conn = connect(local)
         from respot.client.handle import run as submit
+        from respot.exceptions import SpecError
+        from respot.spec.jobfile import name_overrides
 
-        handle = submit(job.spec, deployment=conn.deployment, session=conn.session)
+        try:
+            handle = submit(job.spec, deployment=conn.deployment, session=conn.session)
+        except SpecError as exc:  # the deployment's own checks: name the --set they concern
+            raise SpecError(name_overrides(exc.problems, overrides)) from None
     else:
         assert rerun is not None
         if check:

@@ -17,6 +17,7 @@ this module only adds what a file needs:
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -246,6 +247,28 @@ def _whole_spec_source(text: str, overrides: Sequence[Override], name: str) -> s
     if not named:
         return name
     return ", ".join(f"--set {o.text}" for o in named)
+
+
+def name_overrides(problems: list[str], overrides: Sequence[str]) -> list[str]:
+    """Problems found after the file was read (at submission: the deployment's allowed types,
+    what its instances may read), each prefixed with the `--set` it came from, if any."""
+    parsed = [parse_override(o) for o in overrides]
+    named = []
+    for problem in problems:
+        m = _PROBLEM.fullmatch(problem)
+        source = None
+        if m is not None and m.group("path") != "spec":
+            with contextlib.suppress(ValueError):
+                path = parse_path(m.group("path"))
+                source = next(
+                    (f"--set {o.text}" for o in reversed(parsed) if path[: len(o.path)] == o.path),
+                    None,
+                )
+        if source is None:
+            text = m.group("text") if m is not None and m.group("path") == "spec" else problem
+            source = _whole_spec_source(text, parsed, "")
+        named.append(f"{source}: {problem}" if source else problem)
+    return named
 
 
 MAX_JOB_FILE_BYTES = 1024 * 1024
