@@ -152,8 +152,10 @@ def test_launch_errors_are_classified() -> None:
     assert launch_error_kind("VcpuLimitExceeded") == "quota"
     assert launch_error_kind("MaxSpotInstanceCountExceeded") == "quota"
     assert launch_error_kind("InternalError") == "transient"
-    for code in ("InvalidParameterValue", "UnauthorizedOperation", "KMS.DisabledException"):
+    for code in ("InvalidParameterValue", "KMS.DisabledException"):
         assert launch_error_kind(code) == "refused"
+    # retried a bounded number of times (a deploy moves the image IAM names first)
+    assert launch_error_kind("UnauthorizedOperation") == "unauthorized"
 
 
 def _quota_error(d: Driver, market: Market, value: float | None, t: float) -> None:

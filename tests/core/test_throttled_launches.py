@@ -10,7 +10,11 @@ from botocore.exceptions import ClientError
 from respot.aws.capacity import THROTTLE_BACKOFF, Ec2Capacity
 from respot.core.effects import LaunchInstance
 from respot.core.events import CapacityLaunched, CapacityUnavailable, ReconcileTick, Submitted
-from respot.core.failures import MAX_THROTTLED_LAUNCHES, launch_error_kind
+from respot.core.failures import (
+    MAX_THROTTLED_LAUNCHES,
+    MAX_UNAUTHORIZED_LAUNCHES,
+    launch_error_kind,
+)
 from respot.core.states import JobState
 from tests.core.factories import SETTINGS, at, submission
 from tests.core.test_lifecycle import Driver
@@ -119,3 +123,48 @@ def test_the_capacity_adapter_backs_off_on_a_throttle_with_the_same_token() -> N
     result = capacity.launch(effect)
     assert isinstance(result, CapacityUnavailable) and result.error_code == THROTTLED
     assert len(slept) == len(THROTTLE_BACKOFF)
+
+
+def test_an_unauthorized_launch_is_retried_a_bounded_number_of_times_with_the_reason() -> None:
+    # A deploy that picks a new AMI: IAM names the new image before the functions launch the
+    # new template version. The same pool is asked again after each launch timeout.
+    assert launch_error_kind("UnauthorizedOperation") == "unauthorized"
+    d = Driver()
+    d.apply(Submitted(submission()))
+    first = d.launches()[-1]
+    t = 1.0
+    for n in range(1, MAX_UNAUTHORIZED_LAUNCHES):
+        last = d.launches()[-1]
+        d.apply(
+            CapacityUnavailable(last.attempt, last.client_token, "UnauthorizedOperation", "no"), t
+        )
+        assert d.state is JobState.REQUESTED, n
+        t += SETTINGS.launch_timeout.total_seconds()
+        d.apply(ReconcileTick(at(t)), t)
+        assert d.launches()[-1].placement == first.placement
+    assert d.job is not None and d.job.current is not None and d.job.current.tried == []
+    # the deploy finished in time: the next launch succeeds
+    ok = d.launches()[-1]
+    d.apply(CapacityLaunched(ok.attempt, ok.client_token, "i-1", "sir-1", None, 0.3), t + 1)
+    assert d.job.current.instance_id == "i-1"
+
+
+def test_an_unauthorized_launch_fails_the_job_at_the_bound_with_aws_text() -> None:
+    d = Driver()
+    d.apply(Submitted(submission()))
+    t = 1.0
+    for _ in range(MAX_UNAUTHORIZED_LAUNCHES):
+        last = d.launches()[-1]
+        d.apply(
+            CapacityUnavailable(
+                last.attempt, last.client_token, "UnauthorizedOperation", "Encoded message: x"
+            ),
+            t,
+        )
+        t += SETTINGS.launch_timeout.total_seconds()
+        d.apply(ReconcileTick(at(t)), t)
+    assert d.state is JobState.FAILED
+    assert len(d.launches()) == MAX_UNAUTHORIZED_LAUNCHES
+    assert d.job is not None and d.job.reason is not None
+    assert "UnauthorizedOperation: Encoded message: x" in d.job.reason
+    assert f"{MAX_UNAUTHORIZED_LAUNCHES} times in a row" in d.job.reason

@@ -84,8 +84,8 @@ def test_a_mistyped_instance_type_fails_at_submit_without_a_launch(env: Env) -> 
 
 def test_a_launch_ec2_refuses_for_good_fails_the_job_at_once(env: Env) -> None:
     # GIVEN EC2 refuses every launch for a reason no retry fixes
-    message = "You are not authorized to perform this operation. Encoded message: abc"
-    _refuse_runinstances(env, "UnauthorizedOperation", message)
+    message = "The image id '[ami-0000]' does not exist"
+    _refuse_runinstances(env, "InvalidAMIID.NotFound", message)
     sub = submission()
     # WHEN the job is submitted
     response = commands.handler(
@@ -96,7 +96,25 @@ def test_a_launch_ec2_refuses_for_good_fails_the_job_at_once(env: Env) -> None:
     record = env.control.jobs.get(sub.job_id)
     assert record is not None and record.state is JobState.FAILED
     assert record.reason is not None and message in record.reason
-    assert "UnauthorizedOperation" in record.reason
+    assert "InvalidAMIID.NotFound" in record.reason
+
+
+def test_an_unauthorized_launch_is_retried_later_in_the_same_pool(env: Env) -> None:
+    # GIVEN IAM refuses the launch (a deploy that picked a new AMI: the role names the new
+    # image while this function still launches the previous template version)
+    message = "You are not authorized to perform this operation. Encoded message: abc"
+    _refuse_runinstances(env, "UnauthorizedOperation", message)
+    sub = submission()
+    response = commands.handler(
+        env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
+    )
+    # THEN the job is not failed: it waits for the tick to launch the same pool again
+    assert response == {"batchItemFailures": []}
+    record = env.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.REQUESTED
+    assert record.current is not None and record.current.tried == []
+    (note,) = [e for e in record.timeline if e.kind == "launch-refused"]
+    assert "UnauthorizedOperation" in note.text and "1 of 4" in note.text
 
 
 def test_an_aws_internal_error_is_retried_not_fatal(env: Env) -> None:

@@ -114,10 +114,10 @@ class Ec2Capacity:
             kind = launch_error_kind(code)
             if kind == "transient":
                 raise
-            if kind == "throttle":
+            if kind in ("throttle", "unauthorized"):
                 # Not the pool's fault: the lifecycle retries this pool later, never marks it
-                # tried (respot.core.lifecycle.launches._throttled).
-                log.warning("job %s: RunInstances throttled: %s", effect.job_id, message)
+                # tried, bounded (respot.core.lifecycle.launches._retry_same_pool).
+                log.warning("job %s: RunInstances %s: %s", effect.job_id, code, message)
             if kind == "refused":
                 log.error("job %s: EC2 refused the launch: %s: %s", effect.job_id, code, message)
                 return LaunchRefused(effect.attempt, effect.client_token, code, message)

@@ -33,6 +33,13 @@ THROTTLE_ERRORS = frozenset({"RequestLimitExceeded"})
 # Launches of one attempt EC2 throttled before the job fails (each after Ec2Capacity's own
 # backoff, then one launch timeout: about a quarter of an hour of throttling in all).
 MAX_THROTTLED_LAUNCHES = 5
+# IAM refused the launch. During a deploy that picks a new AMI, the functions' role already
+# names the new image while they still launch the previous launch template version (the
+# previous image): refused until CloudFormation has updated the functions, a few minutes. So
+# the same pool is asked again after `launch_timeout`, at most this many launches of one
+# attempt (about 9 minutes), then the job fails with AWS's text (docs/decisions.md).
+DEPLOY_WINDOW_ERRORS = frozenset({"UnauthorizedOperation"})
+MAX_UNAUTHORIZED_LAUNCHES = 4
 # Errors of AWS itself: the call is retried (the handler fails, the event comes back).
 TRANSIENT_ERRORS = frozenset(
     {"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "Throttling"}
@@ -40,8 +47,8 @@ TRANSIENT_ERRORS = frozenset(
 
 
 def launch_error_kind(code: str) -> str:
-    """'capacity', 'quota', 'throttle', 'transient' or 'refused' (anything else: fail the job
-    at once).
+    """'capacity', 'quota', 'throttle', 'unauthorized', 'transient' or 'refused' (anything
+    else: fail the job at once).
 
     'refused' covers InvalidParameterValue (a mistyped instance type such as g5.xlarg),
     UnauthorizedOperation, KMS key errors, a missing AMI...: the same request fails again.
@@ -52,6 +59,8 @@ def launch_error_kind(code: str) -> str:
         return "capacity"
     if code in THROTTLE_ERRORS:
         return "throttle"
+    if code in DEPLOY_WINDOW_ERRORS:
+        return "unauthorized"
     if code in TRANSIENT_ERRORS:
         return "transient"
     return "refused"

@@ -16,7 +16,11 @@ from respot.core.events import (
     PlaceNow,
     Submitted,
 )
-from respot.core.failures import MAX_THROTTLED_LAUNCHES, launch_error_kind
+from respot.core.failures import (
+    MAX_THROTTLED_LAUNCHES,
+    MAX_UNAUTHORIZED_LAUNCHES,
+    launch_error_kind,
+)
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Market, Placement
 from respot.core.lifecycle.attempts import _launch_effect, _new_attempt
 from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, client_token
@@ -177,8 +181,8 @@ def _unavailable(
         or job.state is not JobState.REQUESTED
     ):
         return _unchanged("ignored: stale capacity error")
-    if launch_error_kind(event.error_code) == "throttle":
-        return _throttled(d, att, event)
+    if launch_error_kind(event.error_code) in ("throttle", "unauthorized"):
+        return _retry_same_pool(d, att, event)
     att.tried.append(f"{att.placement.key}: {event.error_code}")
     pools = _in_order(job, candidates(job, att.placement.market, settings))
     if event.quota is not None:
@@ -231,34 +235,44 @@ def _unavailable(
     return d.decision()
 
 
-def _throttled(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
-    """EC2 throttled RunInstances (the account's API rate, not the pool): the same pool is
-    launched again by the tick after `launch_timeout` (same client token), never marked tried;
-    after `MAX_THROTTLED_LAUNCHES` throttled launches of this attempt the job fails."""
+def _retry_same_pool(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
+    """A refusal that says nothing of the pool: EC2 throttled RunInstances (the account's API
+    rate), or IAM refused it while a deploy moves the functions to a new launch template
+    version (`UnauthorizedOperation`). The same pool is launched again by the tick after
+    `launch_timeout` (same client token), never marked tried; after the bound of its kind
+    (`MAX_THROTTLED_LAUNCHES`, `MAX_UNAUTHORIZED_LAUNCHES`) the job fails with AWS's text."""
     job = d.job
     p = att.placement
-    key = f"throttled-{att.number}"
+    throttle = launch_error_kind(event.error_code) == "throttle"
+    limit = MAX_THROTTLED_LAUNCHES if throttle else MAX_UNAUTHORIZED_LAUNCHES
+    key = f"{'throttled' if throttle else 'unauthorized'}-{att.number}"
     count = int(job.policy.get(key, 0)) + 1
     job.policy[key] = count
-    what = (
-        f"EC2 throttled the launch of {p.market.value} {p.instance_type} in "
-        f"{p.availability_zone} ({event.error_code}: {event.message})".replace(": )", ")")
-    )
-    if count >= MAX_THROTTLED_LAUNCHES:
+    said = f"{event.error_code}: {event.message}" if event.message else event.error_code
+    verb = "throttled" if throttle else "refused"
+    what = f"EC2 {verb} the launch of {p.market.value} {p.instance_type} in {p.availability_zone} "
+    what += f"({said})"
+    if count >= limit:
+        why = (
+            "the account's EC2 API request rate is spent (CloudTrail shows by whom): submit "
+            "again later"
+            if throttle
+            else "longer than a deploy that changes the AMI takes: check the control "
+            "functions' ec2:RunInstances grant (docs/decisions.md)"
+        )
         _finish(
             d,
             Transition.FAIL,
             AttemptEnd.FAILED,
-            f"{what} {count} times in a row (at most {MAX_THROTTLED_LAUNCHES}); the account's EC2 "
-            "API request rate is spent (CloudTrail shows by whom): submit again later",
+            f"{what} {count} times in a row (at most {limit}); {why}",
         )
         return d.decision()
     att.requested_at = d.now  # the tick launches again once launch_timeout has passed
     wait = int(d.settings.launch_timeout.total_seconds())
     d.note(
-        "throttled",
-        f"{what}; the same pool is tried again in {wait}s ({count} of "
-        f"{MAX_THROTTLED_LAUNCHES} before the job fails)",
+        "throttled" if throttle else "launch-refused",
+        f"{what}; the same pool is tried again in {wait}s ({count} of {limit} before the "
+        "job fails)",
         attempt=att.number,
         error=event.error_code,
     )
