@@ -26,6 +26,7 @@ from infra.constructs import (
     ControlFunctions,
     FixedImage,
     Fleet,
+    JobCredentials,
     JobStore,
     Messaging,
     Network,
@@ -39,12 +40,13 @@ from infra.grants import GrantError, GrantPolicy, GrantTargets, policy_for
 from infra.nag import suppress
 from infra.regions import satellite_parameter_name
 from infra.settings import DeploySettings
-from infra.wiring import WIRING, Grant, Wiring
+from infra.wiring import WIRING, Grant, Wiring, agent_function_name
 from respot.control import config
 from respot.identity.proofs import ENV_ADMINS, ENV_STS_URL
 
 NOTIFY_QUEUE = "notifications"
 SWEEP_QUEUE = "sweep-events"
+CREDENTIALS_FUNCTION = "credentials"  # vends each job's credentials (lambdas/credentials.py)
 POWERTOOLS_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME": "respot",
     "POWERTOOLS_METRICS_NAMESPACE": "respot",
@@ -96,6 +98,10 @@ class RespotStack(Stack):
             agent_asset=agent_asset
             or agent_package_asset(python=settings.framework_python_version),
             framework_python=settings.framework_python,
+            # Each job's credentials come from this function (infra/constructs/credentials.py).
+            credentials_function=agent_function_name(self.stack_name, CREDENTIALS_FUNCTION)
+            if any(f.name == CREDENTIALS_FUNCTION for f in wiring.functions)
+            else None,
         )
 
         # The Slack bot token: a SecureString parameter, referenced by name. CloudFormation
@@ -119,6 +125,15 @@ class RespotStack(Stack):
         )
         self._grant(wiring, notify_queue)
         wire_activity(self.functions, self.messaging.queues, wiring)
+        if CREDENTIALS_FUNCTION in self.functions.functions:
+            self.job_credentials = JobCredentials(
+                self,
+                "Credentials",
+                bucket=self.store.bucket,
+                function=self.functions.functions[CREDENTIALS_FUNCTION],
+                function_role=self.functions.roles[CREDENTIALS_FUNCTION],
+                instance_roles=[self.fleet.role],
+            )
 
         if settings.session_manager:  # opt-in shell access, no inbound port
             SessionManagerAccess(self, "SessionManager", role=self.fleet.role)

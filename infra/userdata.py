@@ -31,13 +31,17 @@ def agent_environment(
     asset_key: str,
     framework_python: str,
     queue_region: str | None = None,
+    credentials_function: str | None = None,
 ) -> dict[str, str]:
     """The deployment's values in the env file (the agent's systemd `EnvironmentFile=`).
 
     `queue_region`: the agent queue's region when it is not `region` (a satellite region's
-    instances report to the home region's queue).
+    instances report to the home region's queue). `credentials_function`: the function the
+    agent asks for its job's credentials (`respot.credentials.vending`).
     """
     extra = {"RESPOT_AGENT_QUEUE_REGION": queue_region} if queue_region else {}
+    if credentials_function:
+        extra["RESPOT_CREDENTIALS_FUNCTION"] = credentials_function
     return {
         "RESPOT_BUCKET": bucket,
         "RESPOT_AGENT_QUEUE_URL": agent_queue_url,

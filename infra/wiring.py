@@ -13,6 +13,8 @@ local runtime's resources say the same thing. It is plain data: importing it cos
         EC2 Instance Rebalance Recommendation            --> lambdas.spot_interruption
         EC2 Instance State-change Notification           --> lambdas.instance_state
     schedule every minute                                --> lambdas.reconcile
+    agent  --Lambda Invoke (instance role, this function only)--> lambdas.credentials
+        (a job's credentials, scoped to jobs/<job>/, for that job's live instances only)
     control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
         (message group = job id: one job's news is posted in order, never concurrently)
     commands (sweep: record and kick; sweep-stop: stop), control plane (a trial job's metric
@@ -65,11 +67,19 @@ class Function:
     memory_mb: int = 256
     timeout_seconds: int = 60
     description: str = ""
+    # Invoked directly by the agents (no queue, rule or schedule): it gets a fixed name,
+    # `agent_function_name`, which the launch template's user data carries.
+    agent_invoked: bool = False
 
     @property
     def handler(self) -> str:
         """The Lambda handler string."""
         return f"{self.module}.handler"
+
+
+def agent_function_name(stack_name: str, function: str) -> str:
+    """The physical name of a function the agents invoke (Lambda: at most 64 characters)."""
+    return f"{stack_name}-{function}"[-64:].lstrip("-")
 
 
 @dataclass(frozen=True)
@@ -200,6 +210,16 @@ WIRING = Wiring(
             frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_TOKEN_READ, Grant.DLQ_SEND}),
             timeout_seconds=30,
             description="Posts each job's news to its Slack thread",
+        ),
+        Function(
+            "credentials",
+            "lambdas.credentials",
+            # The table: the instance's attempt, and the proof ledger. sts:AssumeRole on the
+            # job role is granted by infra/constructs/credentials.py, which makes that role.
+            frozenset({Grant.JOBS_TABLE_READ_WRITE}),
+            timeout_seconds=30,
+            description="Vends each job's instances credentials for that job's objects alone",
+            agent_invoked=True,
         ),
         Function(
             "sweep",

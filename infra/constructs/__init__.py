@@ -1,5 +1,6 @@
 """The constructs the respot stack is composed of, one per concern."""
 
+from infra.constructs.credentials import JobCredentials
 from infra.constructs.fleet import FixedImage, Fleet
 from infra.constructs.functions import ControlFunctions
 from infra.constructs.messaging import Messaging
@@ -12,6 +13,7 @@ __all__ = [
     "ControlFunctions",
     "FixedImage",
     "Fleet",
+    "JobCredentials",
     "JobStore",
     "Messaging",
     "Network",

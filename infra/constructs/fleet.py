@@ -38,6 +38,33 @@ AGENT_WRITES = ("checkpoints", "handoff", "outputs", "logs", "tensorboard")
 AGENT_WRITES_OBJECTS = ("outputs.json",)
 
 
+def agent_job_statements(bucket: s3.IBucket) -> list[iam.PolicyStatement]:
+    """What the agent does on jobs' objects: read, write its sub-prefixes, prune checkpoints.
+
+    With job credentials (the home region) these are the job role's, narrowed per job by the
+    session policy (`respot.credentials.policy`); a satellite region's instance role still
+    holds them itself, for every job (docs/security.md).
+    """
+    jobs = layout.JOBS_PREFIX
+    return [
+        job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
+        iam.PolicyStatement(
+            sid="WriteJobResults",
+            actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+            resources=[
+                *(bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES),
+                *(bucket.arn_for_objects(f"{jobs}*/{name}") for name in AGENT_WRITES_OBJECTS),
+            ],
+        ),
+        iam.PolicyStatement(
+            # Pruning: blobs and manifests of checkpoints no longer kept (storage.checkpoints).
+            sid="PruneCheckpoints",
+            actions=["s3:DeleteObject"],
+            resources=[bucket.arn_for_objects(f"{jobs}*/checkpoints/*")],
+        ),
+    ]
+
+
 def _data_bucket_resources(bucket: str) -> tuple[str, str, str | None]:
     """(bucket ARN, object ARN pattern, key prefix or None) of a data bucket ARN or name."""
     if not bucket.startswith("arn:"):
@@ -84,17 +111,20 @@ class Fleet(Construct):
         managed_by: str | None = None,
         role_name: str | None = None,
         queue_region: str | None = None,
+        credentials_function: str | None = None,
     ) -> None:
         """`managed_by`: the deployment whose control plane launches and terminates these
         instances (default: this stack; a satellite stack names its home stack). `role_name`:
         a fixed name for the instance role (a satellite's, which the home stack may pass).
         `queue_region`: the home region when it is not this stack's (a satellite's): the agent
         queue is there, and so are the job secrets and ECR images the instances read, which
-        a satellite's instances read there, under the home instance role's statements."""
+        a satellite's instances read there, under the home instance role's statements.
+        `credentials_function`: the name of the function that vends each job's credentials
+        (`lambdas/credentials.py`): the instance role then may invoke it and has no access
+        to any job's objects itself; None (a satellite region): the role holds them."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         managed_by = managed_by or stack.stack_name
-        jobs = layout.JOBS_PREFIX  # "jobs/"
         # Where job secrets and ECR images are: the home region (this one, or a satellite's home).
         home_region = queue_region or Aws.REGION
 
@@ -115,26 +145,32 @@ class Fleet(Construct):
             "InstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             role_name=role_name,
-            description="respot GPU instances: read jobs/, write checkpoints and outputs",
+            description="respot GPU instances: their job's credentials, data, agent queue, logs",
         )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
         policy = iam.Policy(self, "InstancePolicy", roles=[self.role])
+        if credentials_function is None:
+            policy.add_statements(*agent_job_statements(bucket))
+        else:
+            policy.add_statements(
+                iam.PolicyStatement(
+                    # The only way to a job's objects: that job's credentials, vended to the
+                    # job's live instances (respot.credentials).
+                    sid="GetJobCredentials",
+                    actions=["lambda:InvokeFunction"],
+                    resources=[
+                        stack.format_arn(
+                            service="lambda",
+                            resource="function",
+                            resource_name=credentials_function,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    ],
+                )
+            )
         policy.add_statements(
-            job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
-            iam.PolicyStatement(
-                sid="WriteJobResults",
-                actions=["s3:PutObject", "s3:AbortMultipartUpload"],
-                resources=[
-                    *(bucket.arn_for_objects(f"{jobs}*/{kind}/*") for kind in AGENT_WRITES),
-                    *(bucket.arn_for_objects(f"{jobs}*/{name}") for name in AGENT_WRITES_OBJECTS),
-                ],
-            ),
-            iam.PolicyStatement(
-                # Pruning: blobs and manifests of checkpoints no longer kept (storage.checkpoints).
-                sid="PruneCheckpoints",
-                actions=["s3:DeleteObject"],
-                resources=[bucket.arn_for_objects(f"{jobs}*/checkpoints/*")],
-            ),
+            # Listing the bucket (names, no contents): S3 answers a missing wheelhouse object
+            # with 404 only to a caller allowed s3:ListBucket (respot.agent.environment).
             list_job_objects(bucket),
             # Job environments: wheels cached by requirements hash (docs/environments.md).
             iam.PolicyStatement(
@@ -210,13 +246,15 @@ class Fleet(Construct):
         suppress(
             policy,
             "IAM5",
-            "An instance learns its job at boot (from its tags), so its role covers every "
-            "job's prefix: read under jobs/, write only the agent's sub-prefixes (checkpoints, "
+            "In the home region the instance role reaches no job's objects: the agent gets "
+            "its job's own credentials from the credentials function (docs/security.md). A "
+            "satellite region's role (no such function there) covers every job's prefix: "
+            "read under jobs/, write only the agent's sub-prefixes (checkpoints, "
             "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
-            "checkpoints/ for pruning) and list the bucket, which holds only jobs/. "
+            "checkpoints/ for pruning). Both list the bucket, which holds only jobs/ and "
+            "wheelhouse/ (names, no contents). "
             "wheelhouse/ holds wheels keyed by the hash of a job's requirements, shared by "
-            "reruns (no job's secrets: packages from the index). "
-            "docs/security.md says how this could be narrowed to one job. Job secrets: only "
+            "reruns (no job's secrets: packages from the index). Job secrets: only "
             "those named respot/jobs/... in the home region, the names job specs reference "
             "by ARN.",
             applies_to=[
@@ -263,6 +301,7 @@ class Fleet(Construct):
             asset_key=self.agent_package.s3_object_key,
             framework_python=framework_python,
             queue_region=queue_region,
+            credentials_function=credentials_function,
         )
         user_data = ec2.UserData.for_linux()
         # The same function renders what the local runtime boots (infra/local/sandbox.py).

@@ -23,7 +23,7 @@ from constructs import Construct
 
 from infra.constructs.naming import pascal_id
 from infra.nag import suppress
-from infra.wiring import WIRING, Wiring
+from infra.wiring import WIRING, Wiring, agent_function_name
 
 RUNTIME = lambda_.Runtime.PYTHON_3_12
 # arm64 (Graviton): ~20% less per GB-second than x86_64 for the same I/O-bound handlers, and
@@ -85,6 +85,9 @@ class ControlFunctions(Construct):
                 runtime=RUNTIME,
                 architecture=ARCHITECTURE,
                 handler=spec.handler,
+                function_name=agent_function_name(Stack.of(self).stack_name, spec.name)
+                if spec.agent_invoked
+                else None,
                 code=code,
                 memory_size=spec.memory_mb,
                 timeout=Duration.seconds(spec.timeout_seconds),

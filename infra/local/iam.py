@@ -118,6 +118,8 @@ def principal_policies(template: dict[str, Any]) -> dict[str, list[dict[str, Any
         role = _logical_id(template, f"Functions{pascal_id(spec.name)}Role")
         out[f"function:{spec.name}"] = by_role.get(role or "", [])
     out["instance"] = by_role.get(_logical_id(template, "FleetInstanceRole") or "", [])
+    # The role each job's credentials are sessions of (infra/constructs/credentials.py).
+    out["job"] = by_role.get(_logical_id(template, "CredentialsJobRole") or "", [])
     researcher = _logical_id(template, "ResearchersResearcherPolicy")
     out["researcher"] = (
         [resources[researcher]["Properties"]["PolicyDocument"]] if researcher else []
@@ -156,6 +158,11 @@ def _statements(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # ---- resolving intrinsics to local names -------------------------------------------------------
+
+
+def job_role_arn(prefix: str) -> str:
+    """The local stand-in of the job role (`CredentialsJobRole`)."""
+    return f"arn:aws:iam::{ACCOUNT}:role/{prefix}-job"
 
 
 def local_attributes(
@@ -209,6 +216,7 @@ def local_attributes(
             attrs[lid] = {"Ref": uuid}
     put("FleetLaunchTemplate", Ref=local.launch_template_id)
     put("FleetInstanceRole", Arn=instance_role_arn)
+    put("CredentialsJobRole", Arn=job_role_arn(local.name))
     put("ResearchersDeployment", Ref=local.parameter_name)
     for n, subnet in enumerate(local.subnets, start=1):
         put(f"NetworkVpcpublicSubnet{n}Subnet", Ref=subnet.subnet_id)
@@ -298,6 +306,8 @@ def for_moto(
     return {"Version": "2012-10-17", "Statement": statements}
 
 
+# moto's action name -> the IAM action AWS authorizes (Lambda's Invoke API).
+_IAM_ACTIONS = {"lambda:Invoke": "lambda:InvokeFunction"}
 # The request headers that carry an IAM condition key respot's policies name.
 _HEADER_KEYS = {"if-none-match": "s3:if-none-match", "if-match": "s3:if-match"}
 
@@ -415,6 +425,7 @@ class LocalIam:
     function_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     researcher_credentials: dict[str, str] = field(default_factory=dict)
     instance_role_arn: str = ""
+    job_role_arn: str = ""
     # "user:<name>" / "role:<name>" -> Deny statements with conditions (evaluated per request)
     conditional_denies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _researcher: tuple[list[dict[str, Any]], list[dict[str, Any]]] = field(
@@ -442,11 +453,15 @@ class LocalIam:
             local_attributes(self.template, self.local, self.instance_role_arn), self.local.region
         )
         policies = principal_policies(self.template)
+        jobs_docs: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], [])
         for principal, docs in policies.items():
             denies: list[dict[str, Any]] = []
             resolved = [
                 for_moto(resolver(doc), self.dropped_conditions, principal, denies) for doc in docs
             ]
+            if principal == "job":
+                jobs_docs = (resolved, denies)
+                continue
             if principal == "instance":
                 self.conditional_denies[f"role:{prefix}-instance"] = denies
                 for i, doc in enumerate(resolved):
@@ -471,6 +486,32 @@ class LocalIam:
                     )
                 creds = sts.assume_role(RoleArn=arn, RoleSessionName=function)["Credentials"]
                 self.function_credentials[function] = _session_credentials(creds)
+        # The job role, which only the credentials function's session may assume (the
+        # template's trust names that function's role; moto compares the session's ARN).
+        documents, denies = jobs_docs
+        vendor = f"arn:aws:sts::{ACCOUNT}:assumed-role/{prefix}-fn-credentials/credentials"
+        iam.create_role(
+            RoleName=f"{prefix}-job",
+            AssumeRolePolicyDocument=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"AWS": vendor},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            MaxSessionDuration=3600,
+        )
+        self.conditional_denies[f"role:{prefix}-job"] = denies
+        for i, doc in enumerate(documents):
+            iam.put_role_policy(
+                RoleName=f"{prefix}-job", PolicyName=f"job-{i}", PolicyDocument=json.dumps(doc)
+            )
+        self.job_role_arn = job_role_arn(prefix)
         self.unresolved = resolver.unresolved
         return self
 
@@ -542,11 +583,13 @@ class LocalIam:
         local_iam = self
 
         def check_action_permitted(request: Any, resource: str) -> None:
+            # moto names a few actions by their API operation, not their IAM action
+            request._action = _IAM_ACTIONS.get(request._action, request._action)
             moto_check(request, resource)  # the identity policies, as moto evaluates them
             if not local_iam.also_permitted(request, resource):
                 request._raise_access_denied()
 
-        IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign]
+        IAMRequestBase.check_action_permitted = check_action_permitted  # type: ignore[method-assign,assignment]
 
         def restore() -> None:
             settings.INITIAL_NO_AUTH_ACTION_COUNT = previous

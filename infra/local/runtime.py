@@ -29,6 +29,7 @@ from typing import Any
 import lambdas._activity as activity_lambda
 import lambdas._commands as lambda_commands
 import lambdas._runtime as lambda_runtime
+import lambdas.credentials as credentials_lambda
 import lambdas.notify as notify_lambda
 import lambdas.sweep as sweep_lambda
 from infra.local import cloud
@@ -38,12 +39,14 @@ from infra.local.fis import FaultInjection
 from infra.local.fleet import FleetTiming, InstanceAgent, InstanceFleet
 from infra.local.iam import LocalIam, agent_asset_location, synthesized_template
 from infra.local.interrupts import Interrupted, JobInterrupts
+from infra.local.invoke import agent_functions
 from infra.local.market import ChaosSchedule, SpotMarket, Trace
 from infra.local.poller import TerminationPoller
 from infra.local.satellite import LocalSatellite, provision_satellite, satellite_env
 from infra.local.slack import LocalSlack
 from infra.settings import DeploySettings
-from infra.wiring import WIRING
+from infra.wiring import WIRING, agent_function_name
+from respot.aws.jobs import JobTable
 from respot.aws.satellites import RegionalCapacity
 from respot.client.deployment import Deployment
 from respot.client.handle import JobHandle, run
@@ -52,8 +55,10 @@ from respot.control import config as cfg
 from respot.control.config import ControlPlaneConfig, NotifyConfig
 from respot.control.service import ControlPlane
 from respot.core.job import JobRecord
+from respot.credentials.broker import Broker
+from respot.credentials.policy import ENV_CREDENTIALS_FUNCTION
 from respot.identity.proofs import DEFAULT_MAX_AGE, sts_url
-from respot.identity.verify import Verifier
+from respot.identity.verify import DynamoProofLedger, Verifier
 from respot.notify import SlackNotifier
 from respot.notify.sweep_thread import SlackSweepNews
 from respot.notify.token import SlackTokenSource
@@ -66,6 +71,8 @@ AGENT_START_SECONDS = 3.0  # real: a Python process, the job's imports, the rest
 HEARTBEAT_SECONDS = 60.0  # simulated; the agent's default on EC2
 IMDS_POLL_SECONDS = 2.0
 HANDOFF_WAIT_SECONDS = 150.0
+# The credentials function's name in the synthesized template (stack "Respot").
+CREDENTIALS_FUNCTION_NAME = agent_function_name("Respot", "credentials")
 
 
 @dataclass
@@ -155,6 +162,7 @@ class LocalRuntime:
         self._control_plane: ControlPlane | None = None
         self.slack: LocalSlack | None = None
         self.iam: LocalIam | None = None
+        self._invoke: Any = None  # Lambda Invoke of the agents' functions (IAM on)
         self.satellites: list[LocalSatellite] = []
 
     # ---- life ------------------------------------------------------------------------------
@@ -242,6 +250,10 @@ class LocalRuntime:
             assert template is not None
             self.iam = LocalIam(self.deployment, template).create()
             self.fleet.credentials = self.iam.instance_credentials
+            # Agents get their job's credentials from the credentials function, as on AWS
+            # (the synthesized template's function name; respot.credentials.vending).
+            self.fleet.agent_env[ENV_CREDENTIALS_FUNCTION] = CREDENTIALS_FUNCTION_NAME
+            credentials_lambda.install(self._build_broker)
         lambda_runtime.install(
             self._build_control_plane, self._dead_letter, per_function=self.iam is not None
         )
@@ -272,6 +284,10 @@ class LocalRuntime:
         )
         if self.iam is not None:
             self.iam.enforce()
+            self._invoke = agent_functions(
+                {CREDENTIALS_FUNCTION_NAME: "credentials"}, self.dispatcher.invoke
+            )
+            self._invoke.__enter__()
         self.dispatcher.start()
         if not opts.react_to_notices:
             self.poller = TerminationPoller(
@@ -298,6 +314,10 @@ class LocalRuntime:
             self.timers.stop()
         lambda_runtime.install(None)
         lambda_commands.uninstall_verifier()
+        credentials_lambda.install(None)
+        if self._invoke is not None:
+            self._invoke.__exit__(None, None, None)
+            self._invoke = None
         notify_lambda.install(None)
         sweep_lambda.install(None)
         activity_lambda.install(None)
@@ -427,6 +447,26 @@ class LocalRuntime:
         }
         return SlackNotifier.from_config(
             NotifyConfig.from_env(self.env()), session=session, clients=clients
+        )
+
+    def _build_broker(self) -> Broker:
+        """The credentials function's broker, on its own role's clients (IAM on only)."""
+        assert self.deployment is not None and self.iam is not None
+        session = self.function_session("credentials")
+        endpoint = self.deployment.endpoint_url
+        dynamodb = cloud.client_of(session, "dynamodb", endpoint)
+        table = self.deployment.table_name
+        return Broker(
+            verifier=Verifier(
+                sts_url=sts_url(self.deployment.region, endpoint),
+                region=self.deployment.region,
+                ledger=DynamoProofLedger(table, dynamodb),
+            ),
+            jobs=JobTable(table, dynamodb),
+            sts=cloud.client_of(session, "sts", endpoint),
+            job_role_arn=self.iam.job_role_arn,
+            bucket=self.deployment.bucket,
+            instance_role_names=frozenset({self.iam.instance_role_arn.rsplit("/", 1)[-1]}),
         )
 
     def _build_sweep_news(self) -> SlackSweepNews:

@@ -18,10 +18,17 @@ from botocore.exceptions import ClientError
 
 from infra.local import cloud
 from infra.local.market import ChaosSchedule
-from infra.local.runtime import LocalRuntime, RuntimeOptions
+from infra.local.runtime import CREDENTIALS_FUNCTION_NAME, LocalRuntime, RuntimeOptions
 from respot.core.states import JobState
+from respot.credentials.vending import (
+    CredentialsSource,
+    JobCredentialsError,
+    job_session,
+    lambda_invoker,
+)
+from respot.identity.proofs import sts_url
 from respot.storage import layout
-from tests.e2e.helpers import counting_spec, expected_total, output
+from tests.e2e.helpers import counting_spec, expected_total, output, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -44,6 +51,9 @@ def _denied(call: Any) -> str:
         status == 403 and code == "403"
     ), error
     return code
+
+
+FIRST: dict[str, str] = {}  # the job of the first test, which later tests probe
 
 
 def test_a_job_survives_an_interruption_under_the_stacks_policies(rt: LocalRuntime) -> None:
@@ -70,6 +80,11 @@ def test_a_job_survives_an_interruption_under_the_stacks_policies(rt: LocalRunti
     assert record.interruptions == 1
     assert int(output(rt, job.job_id, "weights.sha256")) == expected_total(steps, 2)
     assert rt.dispatcher is not None and rt.dispatcher.failures == []
+    # Every attempt reached the job's objects with the job's own credentials only: the
+    # instance role has none (the e2e below proves it), and the replacement restored the
+    # interrupted attempt's checkpoint and wrote its own
+    assert record.attempts[1].restored_step is not None, record.timeline[-5:]
+    FIRST["job_id"] = job.job_id
 
 
 def test_one_role_cannot_do_another_roles_work(rt: LocalRuntime) -> None:
@@ -141,3 +156,84 @@ def test_a_researcher_cannot_replace_another_researchers_code(rt: LocalRuntime) 
     # AND new code still goes up create-only (the Deny is about the header, not the key)
     other = layout.code_key("iam-code-second", hashlib.sha256(b"PK second").hexdigest())
     second.put_object(Bucket=local.bucket, Key=other, Body=b"PK second", IfNoneMatch="*")
+
+
+def _isolation_probe_spec() -> Any:
+    # Trains until cancelled (at most 10 000 steps of 0.05 s): the probe needs it live.
+    return counting_spec(
+        "iam-second", hyperparameters={"steps": 10_000, "step_seconds": 0.05}, warm_start=False
+    )
+
+
+def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: LocalRuntime) -> None:
+    # GIVEN the first job's objects (the test above ran it to completion) ...
+    assert rt.iam is not None and rt.deployment is not None and "job_id" in FIRST
+    local = rt.deployment
+    first = FIRST["job_id"]
+    admin = rt.client("s3")
+    keys = [o["Key"] for o in admin.list_objects_v2(Bucket=local.bucket, Prefix=f"jobs/{first}/")
+            .get("Contents", [])]  # fmt: skip
+    record = rt.job_record(first)
+    assert record is not None and record.submission.code is not None
+    code = layout.code_key(first, record.submission.code.sha256)
+    manifests = [k for k in keys if k.startswith(layout.manifests_prefix(first))]
+    blobs = [k for k in keys if k.startswith(f"{layout.checkpoints_prefix(first)}blobs/")]
+    outputs = [k for k in keys if k.startswith(layout.outputs_prefix(first))]
+    assert manifests and blobs and outputs and code in keys, keys
+    targets = [layout.submission_key(first), code, manifests[-1], blobs[0], outputs[0],
+               layout.outputs_manifest_key(first)]  # fmt: skip
+    # ... AND a second job, training, whose instance asks for its credentials as its agent
+    # does (an identity proof signed with the instance role's credentials)
+    second = rt.run(_isolation_probe_spec())
+
+    def training() -> bool:
+        now = rt.job_record(second.job_id)
+        return bool(now and now.state is JobState.RUNNING and now.progress.step)
+
+    wait_for(training, 240, "the second job training")
+    now = rt.job_record(second.job_id)
+    assert now is not None
+    instance = now.attempts[-1].instance_id
+    assert instance is not None
+    raw = {k.lower(): v for k, v in rt.iam.instance_credentials(instance).items()}
+    instance_session = cloud.session_for(raw)
+
+    def source(job_id: str) -> CredentialsSource:
+        return CredentialsSource(
+            function=CREDENTIALS_FUNCTION_NAME,
+            job_id=job_id,
+            instance_id=instance,
+            region=local.region,
+            sts_url=sts_url(local.region, local.endpoint_url),
+            instance_credentials=instance_session.get_credentials(),
+            invoke=lambda_invoker(cloud.client_of(instance_session, "lambda", local.endpoint_url)),
+            bind_wait_seconds=0,
+        )
+
+    job_s3 = cloud.client_of(job_session(source(second.job_id), local.region), "s3",
+                             local.endpoint_url)  # fmt: skip
+    instance_s3 = cloud.client_of(instance_session, "s3", local.endpoint_url)
+    try:
+        # WHEN its code uses either THEN nothing of the first job can be read, replaced or
+        # deleted: not its submission (environment values), code, checkpoints or outputs
+        for s3 in (job_s3, instance_s3):
+            for key in targets:
+                _denied(lambda s3=s3, key=key: s3.get_object(Bucket=local.bucket, Key=key))
+                _denied(lambda s3=s3, key=key: s3.put_object(Bucket=local.bucket, Key=key,
+                                                            Body=b"planted"))  # fmt: skip
+                _denied(lambda s3=s3, key=key: s3.delete_object(Bucket=local.bucket, Key=key))
+        # AND its instance cannot get the first job's credentials (nor any job's, once its own
+        # attempt is over)
+        with pytest.raises(JobCredentialsError, match="was not launched for job"):
+            source(first).fetch()
+        # AND the first job's objects are as they were
+        assert admin.get_object(Bucket=local.bucket, Key=layout.outputs_manifest_key(first))[
+            "Body"].read() != b"planted"  # fmt: skip
+        # AND the second job's own credentials work on its own objects (the denials above are
+        # the scoping's, not broken keys); its instance role's reach none of them
+        own = layout.submission_key(second.job_id)
+        assert job_s3.get_object(Bucket=local.bucket, Key=own)["Body"].read()
+        _denied(lambda: instance_s3.get_object(Bucket=local.bucket, Key=own))
+    finally:
+        second.cancel("isolation probe done")
+    second.wait(timeout=240)

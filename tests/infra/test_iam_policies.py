@@ -13,6 +13,7 @@ import pytest
 
 from infra.iam_eval import allowed
 from infra.local.iam import Resolver, _logical_id, action_count, principal_policies
+from respot.credentials.policy import session_policy
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 
@@ -66,16 +67,94 @@ def arns(template: dict[str, Any]) -> dict[str, str]:
         "template": f"{ec2}:launch-template/{lid('FleetLaunchTemplate')}",
         "instance": f"{ec2}:instance/i-0123456789abcdef0",
         "volume": f"{ec2}:volume/vol-0123456789abcdef0",
+        "job_role": f"arn:aws:test:{REGION}:{ACCOUNT}:{lid('CredentialsJobRole')}",
     }
 
 
-def test_the_instance_role_may_prune_checkpoints_and_delete_nothing_else(policies, arns):
+def test_the_job_role_may_prune_checkpoints_and_delete_nothing_else(policies, arns):
+    job = policies["job"]
+    bucket = arns["bucket"]
+    assert allowed(job, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/blobs/ab12")
+    assert allowed(job, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
+    for key in ("jobs/j-1/outputs/model.pt", "jobs/j-1/submission.json", "other/x"):
+        assert not allowed(job, "s3:DeleteObject", f"{bucket}/{key}")
+
+
+JOB_KEYS = (
+    "submission.json",
+    f"code/{'ab' * 32}.zip",
+    "checkpoints/manifests/000000000040-0001.json",
+    f"checkpoints/blobs/{'cd' * 32}",
+    "handoff/0001.json",
+    "outputs/model.pt",
+    "outputs.json",
+    "logs/0001/session.log",
+)
+
+
+def test_the_instance_role_reaches_no_jobs_objects_only_the_credentials_function(policies, arns):
     instance = policies["instance"]
     bucket = arns["bucket"]
-    assert allowed(instance, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/blobs/ab12")
-    assert allowed(instance, "s3:DeleteObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
-    for key in ("jobs/j-1/outputs/model.pt", "jobs/j-1/submission.json", "other/x"):
-        assert not allowed(instance, "s3:DeleteObject", f"{bucket}/{key}")
+    for key in JOB_KEYS:
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            assert not allowed(instance, action, f"{bucket}/jobs/j-1/{key}"), (action, key)
+    vendor = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:Respot-credentials"
+    assert allowed(instance, "lambda:InvokeFunction", vendor)
+    assert not allowed(instance, "lambda:InvokeFunction", vendor.replace("credentials", "commands"))
+    assert not allowed(instance, "sts:AssumeRole", arns["job_role"])
+
+
+def test_a_jobs_credentials_reach_its_own_objects_and_no_other_jobs(policies, arns):
+    """A session's rights are its role's policy AND its session policy (both must allow)."""
+    job, bucket = policies["job"], arns["bucket"]
+    name = bucket.removeprefix("arn:aws:s3:::")
+    session = session_policy(name, "j-1")
+
+    def can(action: str, key: str) -> bool:
+        resource = f"{bucket}/{key}"
+        return allowed(job, action, resource) and allowed([session], action, resource)
+
+    # Its own: read everything, write what the agent writes, prune checkpoints
+    for key in JOB_KEYS:
+        assert can("s3:GetObject", f"jobs/j-1/{key}"), key
+    for key in JOB_KEYS[2:]:
+        assert can("s3:PutObject", f"jobs/j-1/{key}"), key
+    assert not can("s3:PutObject", "jobs/j-1/submission.json")
+    assert not can("s3:PutObject", f"jobs/j-1/code/{'ab' * 32}.zip")
+    assert can("s3:DeleteObject", "jobs/j-1/checkpoints/manifests/000000000040-0001.json")
+    # Another job's (even one whose id starts like it): nothing at all
+    for other in ("j-2", "j-10", "j-1x"):
+        for key in JOB_KEYS:
+            for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+                assert not can(action, f"jobs/{other}/{key}"), (action, other, key)
+    assert allowed(job, "s3:ListBucket", bucket) and allowed([session], "s3:ListBucket", bucket)
+
+
+def test_earlier_jobs_outputs_named_as_data_are_readable_and_nothing_else_of_them(arns):
+    name = arns["bucket"].removeprefix("arn:aws:s3:::")
+    session = session_policy(name, "j-2", reads=["jobs/j-1/outputs/", "jobs/j-0/outputs/w.pt"])
+
+    def read(key: str) -> bool:
+        return allowed([session], "s3:GetObject", f"{arns['bucket']}/{key}")
+
+    assert read("jobs/j-1/outputs/model.pt") and read("jobs/j-0/outputs/w.pt")
+    assert not read("jobs/j-1/submission.json") and not read("jobs/j-1/checkpoints/blobs/x")
+    assert not read("jobs/j-0/outputs/other.pt")
+    # a wildcard or a key outside jobs/ grants nothing
+    wide = session_policy(name, "j-2", reads=["jobs/*/outputs/", "wheelhouse/x"])
+    assert not allowed([wide], "s3:GetObject", f"{arns['bucket']}/jobs/j-1/outputs/a")
+
+
+def test_only_the_credentials_function_may_assume_the_job_role(policies, arns, template):
+    role = arns["job_role"]
+    for principal, docs in policies.items():
+        may = allowed(docs, "sts:AssumeRole", role)
+        assert may == (principal == "function:credentials"), principal
+    trust = template["Resources"][_logical_id(template, "CredentialsJobRole")]
+    statements = trust["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert [s["Principal"]["AWS"]["Fn::GetAtt"][0] for s in statements] == [
+        _logical_id(template, "FunctionsCredentialsRole")
+    ]
 
 
 def test_run_instances_only_from_the_template_and_only_allowed_types(policies, arns):

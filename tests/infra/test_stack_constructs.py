@@ -602,6 +602,7 @@ def test_researcher_policy_is_what_the_sdk_needs_and_no_more(researchers):
         "FindDeployment": "ssm:GetParameter",
         "ReadJobRecords": ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"],
         "UploadJobCode": "s3:PutObject",
+        "CodeIsCreateOnly": "s3:PutObject",  # a Deny without If-None-Match: * (create-only)
         "ReadJobObjects": "s3:GetObject",
         "ListJobObjects": "s3:ListBucket",
         "ReadJobLogs": ["logs:DescribeLogStreams", "logs:GetLogEvents"],

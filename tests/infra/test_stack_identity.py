@@ -29,9 +29,16 @@ def test_used_proofs_expire_by_ttl(resources: dict[str, Any]) -> None:
 
 
 def test_researchers_cannot_read_stored_submissions(resources: dict[str, Any]) -> None:
-    (policy,) = [r for r in resources.values() if r["Type"] == "AWS::IAM::ManagedPolicy"]
+    (policy,) = [
+        r
+        for r in resources.values()
+        if r["Type"] == "AWS::IAM::ManagedPolicy"
+        and r["Properties"].get("ManagedPolicyName") == "RespotResearcherPolicy"
+    ]
     (deny,) = [
-        s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"
+        s
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+        if s["Effect"] == "Deny" and s["Sid"] == "NoSubmissions"
     ]
     assert deny["Action"] == "s3:GetObject"
     assert deny["Resource"]["Fn::Join"][1][-1] == "/jobs/*/submission.json"

@@ -27,6 +27,9 @@ ENV_IMDS_ENDPOINT = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 ENV_FRAMEWORK_PYTHON = "RESPOT_FRAMEWORK_PYTHON"
 # A directory standing for "/" (the local runtime's sandbox); unset on EC2.
 ENV_ROOT = "RESPOT_ROOT"
+# The function that vends the job's own credentials (respot.credentials); unset: the agent
+# reaches the job's objects with the instance role (a satellite region's instances).
+ENV_CREDENTIALS_FUNCTION = "RESPOT_CREDENTIALS_FUNCTION"
 
 DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
 DEFAULT_WORK_DIR = "/var/lib/respot"
@@ -55,6 +58,7 @@ class AgentConfig:
     framework_python: Path | None = None  # None: the agent's own interpreter (tests)
     root: Path = Path("/")
     gpu_sample_seconds: float = 10.0
+    credentials_function: str | None = None  # ENV_CREDENTIALS_FUNCTION
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AgentConfig:
@@ -108,5 +112,6 @@ class AgentConfig:
             handoff_wait_seconds=seconds(ENV_HANDOFF_WAIT, 150.0),
             shutdown="poweroff" if shutdown == "poweroff" else "exit",
             log_group=env.get(ENV_LOG_GROUP, "").strip() or None,
+            credentials_function=env.get(ENV_CREDENTIALS_FUNCTION, "").strip() or None,
             gpu_sample_seconds=seconds(ENV_GPU_SAMPLE, 10.0),
         )

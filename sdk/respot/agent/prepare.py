@@ -58,7 +58,12 @@ class PrepareSteps(AttemptState):
         t0 = time.monotonic()
         if submission.code is not None:
             fetch_code(self.s3, submission.code, self.dirs.code, self.dirs.root)
-        fetched = fetch_data(self.s3, list(spec.data), self.dirs.data) if spec.data else 0
+        # The deployment bucket's data (earlier jobs' outputs) with the job's credentials,
+        # whose session policy names them; data buckets with the instance role's.
+        ours = [s for s in spec.data if s.bucket == self.config.bucket]
+        theirs = [s for s in spec.data if s.bucket != self.config.bucket]
+        fetched = fetch_data(self.s3, ours, self.dirs.data) if ours else 0
+        fetched += fetch_data(self.agent.instance_s3, theirs, self.dirs.data) if theirs else 0
         logger.info("code and %d bytes of data in place", fetched)
         self.phases["code_and_data"] = time.monotonic() - t0
         t0 = time.monotonic()
@@ -74,7 +79,7 @@ class PrepareSteps(AttemptState):
                 framework_python=self.job_python.python,
                 code_dir=self.dirs.code,
                 env_dir=self.dirs.root / "env",
-                s3=self.s3,
+                s3=self.agent.instance_s3,  # wheelhouse/: the instance role's, shared by jobs
                 bucket=self.config.bucket,
                 framework_name=os.environ.get(ENV_FRAMEWORK_PYTHON),
             )

@@ -91,6 +91,9 @@ class Agent:
     ) -> None:
         self.config = config
         self._s3 = s3
+        # The instance role's own S3 client: wheels and data buckets. `s3` holds the job's
+        # credentials when the deployment vends them (respot.credentials), else it is this.
+        self._instance_s3: S3Client | None = s3
         self._sqs = sqs
         self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
         # Clients by region for what the job names elsewhere: its secrets, its ECR image.
@@ -107,12 +110,19 @@ class Agent:
         return self._s3
 
     @property
+    def instance_s3(self) -> S3Client:
+        """S3 with the instance role: the wheelhouse and the data buckets, not jobs/."""
+        assert self._instance_s3 is not None, "clients are made once the region is known"
+        return self._instance_s3
+
+    @property
     def sqs(self) -> SQSClient:
         assert self._sqs is not None, "clients are made once the region is known"
         return self._sqs
 
-    def _make_clients(self, region: str) -> None:
-        """S3 and SQS clients in the configured region, else the instance's own."""
+    def _make_clients(self, region: str, job_id: str, instance_id: str) -> None:
+        """S3 and SQS clients in the configured region, else the instance's own; S3 for the
+        job's objects with the job's own credentials where the deployment vends them."""
         self.regional.default_region = self.config.region or region
         if self._s3 is not None and self._sqs is not None:
             return
@@ -122,7 +132,12 @@ class Agent:
         retry = Config(retries={"mode": "standard", "max_attempts": 5})
         session = boto3.session.Session(region_name=self.config.region or region)
         url = self.config.endpoint_url
-        self._s3 = self._s3 or session.client("s3", endpoint_url=url, config=retry)
+        self._instance_s3 = session.client("s3", endpoint_url=url, config=retry)
+        if self.config.credentials_function is not None and self._s3 is None:
+            self._s3 = self._job_session(session, job_id, instance_id).client(
+                "s3", endpoint_url=url, config=retry
+            )
+        self._s3 = self._s3 or self._instance_s3
         # The agent queue is in the home region, which an instance in a satellite region is
         # not in (docs/deploy.md, "Extra regions"): its client goes to the queue's region.
         queue_region = self.config.queue_region or queue_region_of(self.config.agent_queue_url)
@@ -131,6 +146,26 @@ class Agent:
         )
         if self.config.log_group and self.logs is None:
             self.logs = session.client("logs", endpoint_url=url, config=retry)
+
+    def _job_session(self, instance: Any, job_id: str, instance_id: str) -> Any:
+        """A session holding this job's credentials, refreshed before they expire."""
+        from respot.credentials.vending import CredentialsSource, job_session, lambda_invoker
+        from respot.identity.proofs import sts_url
+
+        assert self.config.credentials_function is not None
+        home = self.config.queue_region or queue_region_of(self.config.agent_queue_url)
+        home = home or instance.region_name
+        url = self.config.endpoint_url
+        source = CredentialsSource(
+            function=self.config.credentials_function,
+            job_id=job_id,
+            instance_id=instance_id,
+            region=home,
+            sts_url=sts_url(home, url),
+            instance_credentials=instance.get_credentials(),
+            invoke=lambda_invoker(instance.client("lambda", endpoint_url=url, region_name=home)),
+        )
+        return job_session(source, instance.region_name)
 
     def request_stop(self) -> None:
         """A "stop" notice from outside (SIGTERM, Ctrl-C); safe to call from a signal handler."""
@@ -159,7 +194,7 @@ class Agent:
             check_job_id(job_id)  # before it becomes a key, a path or a message
         except InvalidJobIdError as exc:
             raise AgentError(f"this instance's respot:job-id tag is invalid: {exc}") from None
-        self._make_clients(identity.region)
+        self._make_clients(identity.region, job_id, identity.instance_id)
         logger.info(
             "job %s attempt %d on %s (%s, %s)",
             job_id,
