@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from lambdas import _activity
 from lambdas._runtime import control_plane, logger
 from respot.aws.ec2events import EventShapeError, parse_ec2_event
+from respot.core.states import JobState
+
+LIVE_STATES = frozenset(s.value for s in JobState if not s.is_terminal())
 
 
 def handle_ec2_event(event: dict[str, Any]) -> dict[str, Any]:
@@ -29,4 +33,6 @@ def handle_ec2_event(event: dict[str, Any]) -> dict[str, Any]:
         "ec2 event",
         extra={"job_id": result.job_id, "outcome": result.outcome, "event": result.event},
     )
+    if result.state in LIVE_STATES:
+        _activity.keep_on()  # a deploy may have disabled the pollers this job needs
     return {"job_id": result.job_id, "outcome": result.outcome, "state": result.state}

@@ -3,9 +3,12 @@
 `commands` and `reconcile` get, in their environment, the name of each idle_off schedule's
 rule and the ids of each idle_off queue's event source mapping, and exactly the rights to
 switch those: events:EnableRule/DisableRule on that rule, lambda:UpdateEventSourceMapping
-on those mappings. `reconcile` also reads those queues' message counts (it turns off only
-when nothing waits on them). The marker item lives in the job table, which both already
-write.
+on those mappings, and to read their state (events:DescribeRule,
+lambda:GetEventSourceMapping: a deploy re-applies the template's "disabled" while the marker
+says "on", so "on" is checked, not believed). `reconcile` also reads those queues' message
+counts (it turns off only when nothing waits on them). The EC2 event functions (`KEEPERS`)
+may only read and enable: a deploy can disable the schedule that runs the tick, and their
+rules stay on. The marker item lives in the job table, which all of them already write.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from infra.wiring import WIRING, Wiring
 from respot.control.activity import ENV_MAPPINGS, ENV_QUEUES, ENV_RULE
 
 SWITCHERS = ("commands", "reconcile")  # a submission ensures "on"; the tick turns off
+# An EC2 event of a live job ensures "on" too (at most every few minutes; never turns off).
+KEEPERS = ("instance_state", "spot_interruption", "spot_fulfillment")
 DRAIN_CHECKER = "reconcile"
 
 
@@ -48,16 +53,24 @@ def wire_activity(
         ENV_MAPPINGS: Fn.join(",", [m.event_source_mapping_id for m in mappings]),
         ENV_QUEUES: Fn.join(",", [queues[name].queue_url for name in idle_queues]),
     }
-    for name in SWITCHERS:
+    for name in (*SWITCHERS, *KEEPERS):
+        if name not in functions.functions:
+            continue
+        switches = name in SWITCHERS
         function = functions.functions[name]
         for key, value in env.items():
-            function.add_environment(key, value)
+            if switches or key != ENV_QUEUES:
+                function.add_environment(key, value)
         role = functions.roles[name]
         if rule_arns:
             role.add_to_policy(
                 iam.PolicyStatement(
                     sid="ActivitySwitchSchedule",
-                    actions=["events:EnableRule", "events:DisableRule"],
+                    actions=[
+                        "events:EnableRule",
+                        *(["events:DisableRule"] if switches else []),
+                        "events:DescribeRule",
+                    ],
                     resources=rule_arns,
                 )
             )
@@ -65,7 +78,7 @@ def wire_activity(
             role.add_to_policy(
                 iam.PolicyStatement(
                     sid="ActivitySwitchPollers",
-                    actions=["lambda:UpdateEventSourceMapping"],
+                    actions=["lambda:UpdateEventSourceMapping", "lambda:GetEventSourceMapping"],
                     resources=[m.event_source_mapping_arn for m in mappings],
                 )
             )

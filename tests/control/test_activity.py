@@ -271,3 +271,32 @@ def test_a_failed_re_enable_after_a_race_leaves_the_switch_off_for_the_next_on(r
     rig.board.set = real_set  # type: ignore[method-assign]
     assert rig.switch.ensure_on() is True
     assert rig.on() == ALL_ON
+
+
+def _deploy_disables(rig: Rig) -> None:
+    """What a deploy does to a running deployment: the template says disabled, CloudFormation
+    applies it to the rule and the mappings; the marker item is not CloudFormation's."""
+    rig.events.disable_rule(Name=rig.rule)
+    for uuid in rig.ids:
+        rig.mappings.update_event_source_mapping(UUID=uuid, Enabled=False)
+
+
+def test_a_deploy_that_disables_the_pollers_under_live_jobs_is_undone_by_the_next_tick(
+    rig: Rig,
+) -> None:
+    rig.switch.ensure_on()
+    _deploy_disables(rig)
+    assert rig.on() == ALL_OFF and rig.switch.marker().state == "on"
+    # WHEN a tick sees a live job (the marker says on: today's code believed it)
+    assert rig.switch.tick(live_jobs=1) is Verdict.TURN_ON
+    # THEN the real state was read and everything is on again
+    assert rig.on() == ALL_ON
+    assert rig.switch.tick(live_jobs=1) is Verdict.STAY_ON  # nothing left to repair
+
+
+def test_a_submission_after_a_deploy_that_disabled_the_pollers_turns_them_on(rig: Rig) -> None:
+    rig.switch.ensure_on()
+    _deploy_disables(rig)
+    assert rig.switch.ensure_on() is True
+    assert rig.on() == ALL_ON
+    assert rig.switch.ensure_on() is False

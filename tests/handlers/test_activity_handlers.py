@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import lambdas._activity as activity_lambda
-from lambdas import commands, reconcile
+from lambdas import commands, instance_state, reconcile
 from respot.control.activity import ActivitySwitch, Switchboard
 from respot.core.states import JobState
 from tests.handlers.test_handlers import CONTEXT, Env, submission, submit_job
@@ -105,3 +105,28 @@ def test_a_refused_submission_turns_the_pollers_on_for_its_news_then_a_tick_turn
     reconcile.handler(TICK, CONTEXT)
     assert not deployment.local.mappings.polling("notifications")
     assert switch.marker().state != "on"
+
+
+def test_an_ec2_event_of_a_live_job_turns_on_pollers_a_deploy_disabled(
+    env: tuple[Env, ActivitySwitch],
+) -> None:
+    # GIVEN a live job, then a deploy that re-applied the template: the reconcile schedule and
+    # the switched mappings are disabled, while the marker still says "on"
+    deployment, switch = env
+    job_id, instance_id = submit_job(deployment)
+    local = deployment.local
+    rule = local.schedule_rule_names["reconcile"]
+    local.client("events").disable_rule(Name=rule)
+    for queue in ("agent-events", "notifications"):
+        local.mappings.update_event_source_mapping(
+            UUID=str(local.mappings.uuid_of(queue)), Enabled=False
+        )
+    assert not _on(deployment) and switch.marker().state == "on"
+    # WHEN the next EC2 event of the job arrives (no tick runs: its schedule is off)
+    event = deployment.ec2_event("instance-state-change", instance_id, state="running")
+    instance_state.handler(event, CONTEXT)
+    # THEN the schedule and the pollers are on again
+    assert _on(deployment) and local.mappings.polling("notifications")
+    assert local.client("events").describe_rule(Name=rule)["State"] == "ENABLED"
+    record = deployment.control.jobs.get(job_id)
+    assert record is not None and not record.state.is_terminal()

@@ -214,7 +214,9 @@ def test_every_principal_has_policies_and_counts_are_small(policies):
     counts = {p: action_count(docs) for p, docs in policies.items()}
     print(counts)
     assert set(counts) >= {"instance", "researcher", "function:commands", "function:notify"}
-    assert all(0 < n <= 30 for n in counts.values())
+    # commands and reconcile read the switched pollers' state (events:DescribeRule,
+    # lambda:GetEventSourceMapping: a deploy can disable them under live jobs): 32
+    assert all(0 < n <= 32 for n in counts.values())
 
 
 def test_the_slack_token_is_decrypted_only_through_ssm_and_only_for_that_parameter(policies, arns):

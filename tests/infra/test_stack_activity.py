@@ -17,6 +17,12 @@ from tests.infra.test_stack_template import (
 )
 
 SWITCHERS = {"lambdas.commands.handler", "lambdas.reconcile.handler"}
+# The EC2 event functions may read and enable (a deploy can disable the tick's own schedule).
+KEEPERS = {
+    "lambdas.instance_state.handler",
+    "lambdas.spot_interruption.handler",
+    "lambdas.spot_fulfillment.handler",
+}
 SWITCH_ACTIONS = {
     "events:EnableRule",
     "events:DisableRule",
@@ -74,22 +80,26 @@ def test_only_submit_and_reconcile_may_switch_and_only_those_resources(
         mine = [s for s in role_statements(resources, _role(fn)) if s in [x for _, x in switched]]
         if mine:
             holders[handler] = mine
-    assert set(holders) == SWITCHERS
+    assert set(holders) == SWITCHERS | KEEPERS
     esm = of_type(resources, "AWS::Lambda::EventSourceMapping")
     idle_esm_ids = {mid for mid, m in esm.items() if m["Properties"].get("Enabled", True) is False}
     for handler, mine in holders.items():
         rule = [s for s in mine if "events:EnableRule" in as_list(s["Action"])]
         (rule_statement,) = rule
-        assert sorted(as_list(rule_statement["Action"])) == [
-            "events:DisableRule",
-            "events:EnableRule",
-        ]
+        # only the switchers may turn off; every holder reads the real state ("on" is checked)
+        assert sorted(as_list(rule_statement["Action"])) == sorted(
+            ["events:EnableRule", "events:DescribeRule"]
+            + (["events:DisableRule"] if handler in SWITCHERS else [])
+        )
         (rule_arn,) = as_list(rule_statement["Resource"])
         assert "rule/Respot-reconcile" in json.dumps(rule_arn), handler
         (mapping_statement,) = [
             s for s in mine if "lambda:UpdateEventSourceMapping" in as_list(s["Action"])
         ]
-        assert as_list(mapping_statement["Action"]) == ["lambda:UpdateEventSourceMapping"]
+        assert as_list(mapping_statement["Action"]) == [
+            "lambda:UpdateEventSourceMapping",
+            "lambda:GetEventSourceMapping",
+        ]
         resources_named = json.dumps(mapping_statement["Resource"])
         assert len(as_list(mapping_statement["Resource"])) == len(idle_esm_ids) == 3
         for mid in idle_esm_ids:
@@ -108,6 +118,10 @@ def test_the_switching_functions_know_the_rule_mappings_and_queues(
             assert env[activity.ENV_RULE] == "Respot-reconcile"
             assert "Fn::Join" in env[activity.ENV_MAPPINGS]
             assert "Fn::Join" in env[activity.ENV_QUEUES]
+        elif handler in KEEPERS:
+            assert env[activity.ENV_RULE] == "Respot-reconcile"
+            assert "Fn::Join" in env[activity.ENV_MAPPINGS]
+            assert activity.ENV_QUEUES not in env
         else:
             assert activity.ENV_RULE not in env and activity.ENV_MAPPINGS not in env, handler
 

@@ -9,7 +9,14 @@ Who switches:
 - every submission calls `ensure_on()` (the submit path always ensures "on");
 - every reconcile tick calls `tick(live_jobs)`: with live jobs it ensures "on"; with none,
   no respot instance left, nothing waiting on the switched queues and the last "on" older
-  than `grace`, it turns everything off.
+  than `grace`, it turns everything off;
+- the EC2 event handlers, for an event of a live job, call `ensure_on()` (at most every few
+  minutes per container, `lambdas._activity.keep_on`): a deploy can disable the schedule
+  that runs the tick itself.
+"On" is checked, not believed: a deploy re-applies the template, whose rule and mappings say
+disabled, while the marker still says "on". So whenever the marker says "on" and stays on,
+`ensure_on` and the tick read the rule's and the mappings' real state (`Switchboard.off_now`)
+and enable what is off.
 
 The race (a job submitted while the pollers are being turned off) is closed by a marker item
 in the job table, written only with conditional updates:
@@ -131,6 +138,30 @@ class Switchboard:
         for uuid in self.mapping_ids:
             self._update_mapping(uuid, enabled)
 
+    def off_now(self) -> list[str]:
+        """The switched resources that are off right now, as AWS says (rule name, mapping
+        UUIDs): a deploy re-applies the template's "disabled" whatever the marker says."""
+        off: list[str] = []
+        if self.rule_name:
+            state = self.events.describe_rule(Name=self.rule_name).get("State", "")
+            if state != "ENABLED":
+                off.append(self.rule_name)
+        for uuid in self.mapping_ids:
+            state = self.lambda_.get_event_source_mapping(UUID=uuid).get("State", "")
+            if state in ("Disabled", "Disabling"):
+                off.append(uuid)
+        return off
+
+    def repair(self) -> list[str]:
+        """Enable what `off_now` finds off; returns what it enabled."""
+        off = self.off_now()
+        if self.rule_name and self.rule_name in off:
+            self.events.enable_rule(Name=self.rule_name)
+        for uuid in self.mapping_ids:
+            if uuid in off:
+                self._update_mapping(uuid, True)
+        return off
+
     def _update_mapping(self, uuid: str, enabled: bool) -> None:
         wait = SWITCH_FIRST_WAIT_SECONDS
         for attempt in range(1, SWITCH_TRIES + 1):
@@ -232,7 +263,7 @@ class ActivitySwitch:
             raise
         old = Marker.from_item(answer.get("Attributes"))
         if old.state == "on":
-            return False
+            return self._repair()
         self._enable_or_undo(old.epoch + 1)
         log.info("pollers turned on", extra={"epoch": old.epoch + 1})
         return True
@@ -255,6 +286,19 @@ class ActivitySwitch:
                 if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                     raise
             raise
+
+    def _repair(self) -> bool:
+        """The marker says "on": check that the pollers really are (a deploy may have
+        disabled them again) and enable what is off. True if something was."""
+        enabled = self.board.repair()
+        if enabled:
+            log.warning(
+                "pollers found off while the marker says on (a deploy re-applied the "
+                "template?); enabled again: %s",
+                ", ".join(enabled),
+                extra={"enabled": enabled},
+            )
+        return bool(enabled)
 
     # ---- the tick ----------------------------------------------------------------------------
 
@@ -283,6 +327,8 @@ class ActivitySwitch:
             self.ensure_on()
         elif verdict is Verdict.TURN_OFF:
             return self.turn_off(marker)
+        elif verdict is Verdict.STAY_ON and self._repair():
+            return Verdict.TURN_ON  # the marker said on, the pollers were not
         return verdict
 
     def turn_off(self, marker: Marker) -> Verdict:
