@@ -3,7 +3,9 @@
 What makes it survive spot interruptions (docs/commands.md):
 - it saves into $RESPOT_CHECKPOINT_DIR (a local directory when run on a laptop) and, at
   start, resumes from what it finds there;
-- on SIGTERM (the notice) it finishes the step it is in, saves, and exits 0;
+- on SIGTERM (the notice) it finishes the step it is in, saves, and exits 0 (respot uploads
+  what a clean exit after the notice leaves; `respot.checkpoint_saved` there makes the upload
+  start at once instead of after Python's exit, which takes seconds with torch loaded);
 - every --save-every steps it saves and calls `respot.checkpoint_saved(step)`, so respot
   uploads a complete checkpoint while it trains (never one half-written).
 `respot.report` shows progress; both calls do nothing outside a respot job.
@@ -70,6 +72,8 @@ def main() -> int:
     while step < args.steps:
         if stop.is_set():
             save(ckpt_dir, step, model, opt)
+            if respot is not None:  # uploaded now, not after the interpreter's teardown
+                respot.checkpoint_saved(step)
             print(f"notice: saved step {step}", flush=True)
             return 0
         batch = torch.arange(step * 32, step * 32 + 32) % 512

@@ -23,7 +23,7 @@ from tests.e2e.helpers import job_story, output, wait_no_live_instances
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PLAIN = Path(__file__).resolve().parents[2] / "examples" / "plain"
-ARGS = ["--steps", "600", "--save-every", "250", "--step-seconds", "0.02"]
+ARGS = ["--steps", "400", "--save-every", "150", "--step-seconds", "0.02"]
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +56,10 @@ def test_a_plain_script_interrupted_twice_ends_with_an_uninterrupted_runs_weight
     )
     job_id = new_job_id(spec.name)
     handle = rt.run(spec, job_id=job_id)
-    # WHEN its instance is interrupted once it reported step 100, and its replacement's
-    # once the job reported step 300 (steps 250 and 500 are periodic checkpoints)
-    first = rt.interrupt_job(job_id, at_step=100, wait_seconds=300)
-    second = rt.interrupt_job(job_id, at_step=300, rebalance=True, wait_seconds=300)
+    # WHEN its instance is interrupted once it reported step 80, and its replacement's
+    # once the job reported step 200 (steps 150 and 300 are periodic checkpoints)
+    first = rt.interrupt_job(job_id, at_step=80, wait_seconds=300)
+    second = rt.interrupt_job(job_id, at_step=200, rebalance=True, wait_seconds=300)
     status = handle.wait(timeout=480, poll_seconds=0.3)
     record = status.record
     # THEN it completed on a third attempt, each one resumed where the one before stopped
@@ -70,8 +70,8 @@ def test_a_plain_script_interrupted_twice_ends_with_an_uninterrupted_runs_weight
     restored = [a.restored_step for a in record.attempts[1:]]
     stopped = [a.last_step for a in record.attempts[:2]]
     assert restored == stopped, (restored, stopped)  # no step lost at either notice
-    assert restored[0] is not None and 100 <= restored[0] < 600
-    assert restored[1] is not None and 300 <= restored[1] < 600
+    assert restored[0] is not None and 80 <= restored[0] < 400
+    assert restored[1] is not None and 200 <= restored[1] < 400
     # AND its weights are an uninterrupted run's, bit for bit
     assert output(rt, job_id, "weights.sha256") == uninterrupted_weights(tmp_path)
     wait_no_live_instances(rt, job_id)
