@@ -181,3 +181,69 @@ def exists_handoff(stage: Stage, job_id: str) -> bool:
 
 
 __all__ = ["start_agent"]
+
+
+def test_a_command_that_polls_the_notice_file_and_chose_sigusr1_hears_both(stage: Stage) -> None:
+    # GIVEN a command that ignores SIGTERM, counts SIGUSR1 (its stop_signal) and stops when
+    # the notice file appears, then says checkpoint_saved and exits 7
+    sub = command_job(stage, "--steps", "100000", "--mode", "poll", stop_signal="SIGUSR1")
+    agent = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) >= 5, timeout=60
+        )
+        reclaim = datetime.now(UTC) + timedelta(seconds=20)
+        agent.imds.schedule_interruption("terminate", reclaim)
+        assert agent.wait(60) == 0, agent.log()
+    finally:
+        agent.stop()
+    stage.mailbox.poll()
+    # THEN exit 7 after the notice is an interruption, from the checkpoint it said was saved,
+    # which recorded the notice file's content and the one SIGUSR1 the group got
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    got = restored(stage, sub.job_id, stage.work / "restore")
+    assert got["step"] == preempted.checkpoint_step == got["state"]["step"]
+    notice = got["state"]["notice"]
+    assert notice["notice"] == "spot-interruption"
+    assert abs((datetime.fromisoformat(notice["reclaim_at"]) - reclaim).total_seconds()) < 1
+    assert got["state"]["usr1"] == 1
+    assert "told the command: spot-interruption (SIGUSR1)" in agent.log()
+
+
+@pytest.mark.slow
+def test_a_command_under_torchrun_reports_from_every_rank_and_resumes(stage: Stage) -> None:
+    pytest.importorskip("torch")
+    # GIVEN `python cmdjob.py` with two processes per node: torchrun starts it twice
+    sub = command_job(
+        stage, "--steps", "300", "--sleep", "0.03", "--say-saved", processes_per_node=2
+    )
+    first = stage.boot(sub.job_id, 1)
+    try:
+        stage.mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) >= 10, timeout=90
+        )
+        first.imds.schedule_interruption("terminate")
+        assert first.wait(90) == 0, first.log()
+    finally:
+        first.stop()
+    stage.mailbox.poll()
+    preempted = stage.mailbox.of(1)[-1].body
+    assert isinstance(preempted, AgentPreempted), stage.mailbox.kinds(1)
+    # THEN the whole group heard the notice; rank 0's checkpoint_saved made the checkpoint
+    # (torchrun itself exits non-zero on SIGTERM: an interruption all the same)
+    assert preempted.checkpoint_step is not None and preempted.checkpoint_step >= 10
+    second = stage.boot(sub.job_id, 2, await_handoff=1)
+    try:
+        assert second.wait(120) == 0, second.log()
+    finally:
+        second.stop()
+    stage.mailbox.poll()
+    done = stage.mailbox.of(2)[-1].body
+    assert isinstance(done, AgentCompleted), stage.mailbox.kinds(2)
+    result = get_json(stage.s3, stage.bucket, done.outputs_prefix + "result.json")
+    assert result == {"step": 300, "total": sum(range(1, 301))}
+    for rank in (0, 1):  # both ranks ran, in a world of two
+        key = done.outputs_prefix + f"rank{rank}.txt"
+        body = stage.s3.get_object(Bucket=stage.bucket, Key=key)["Body"].read()
+        assert body == b"2"

@@ -5,6 +5,9 @@ $RESPOT_CHECKPOINT_DIR as a researcher's script would, and misbehaves on request
 --mode ignore:    ignore SIGTERM and keep training (killed at the last safe moment)
 --mode fail:      exit 3 after --fail-at steps, with a message
 --mode halfwrite: on SIGTERM, start writing a checkpoint, write half of it, and hang
+--mode poll:      ignore SIGTERM, count SIGUSR1, and stop when the notice file appears
+                  (keeping what it read and how many SIGUSR1 came in its checkpoint)
+Under torchrun (RANK set) every rank reports; rank 0 alone saves and says so.
 """
 
 import argparse
@@ -24,23 +27,38 @@ parser.add_argument("--sleep", type=float, default=0.02)
 parser.add_argument("--save-every", type=int, default=0)
 parser.add_argument("--mode", default="normal")
 parser.add_argument("--fail-at", type=int, default=3)
+parser.add_argument("--say-saved", action="store_true", help="checkpoint_saved on the notice")
 args = parser.parse_args()
 
 ckpt = Path(os.environ["RESPOT_CHECKPOINT_DIR"])
 out = Path(os.environ["RESPOT_OUTPUT_DIR"])
 stop = threading.Event()
+rank = int(os.environ.get("RANK", "0"))
+usr1 = []
+notice_file = Path(os.environ["RESPOT_NOTICE_FILE"])
+seen_notice = None
 
 
 def on_term(signum, frame):
     stop.set()
 
 
-signal.signal(signal.SIGTERM, signal.SIG_IGN if args.mode == "ignore" else on_term)
+if args.mode in ("ignore", "poll"):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, on_term)
+if args.mode == "poll":
+    signal.signal(signal.SIGUSR1, lambda signum, frame: usr1.append(signum))
 
 
 def save(step, total):
+    if rank != 0:
+        return
     partial = ckpt / "state.json.partial"
-    partial.write_text(json.dumps({"step": step, "total": total}))
+    state = {"step": step, "total": total}
+    if args.mode == "poll":
+        state |= {"notice": seen_notice, "usr1": len(usr1)}
+    partial.write_text(json.dumps(state))
     os.replace(partial, ckpt / "state.json")
 
 
@@ -53,6 +71,10 @@ print(f"start step={step} resumed={os.environ['RESPOT_RESUMED']}", flush=True)
     json.dumps({k: v for k, v in os.environ.items() if k.startswith("RESPOT_")})
 )
 while step < args.steps:
+    if args.mode == "poll" and notice_file.exists():
+        seen_notice = json.loads(notice_file.read_text())
+        time.sleep(0.2)  # the stop signal was sent with the file: it has arrived by now
+        stop.set()
     if stop.is_set():
         if args.mode == "halfwrite":
             with open(ckpt / "state.json", "w") as f:  # not atomic: half a checkpoint
@@ -60,6 +82,10 @@ while step < args.steps:
                 f.flush()
                 time.sleep(3600)
         save(step, total)
+        if rank == 0 and (args.mode == "poll" or args.say_saved):
+            respot.checkpoint_saved(step)
+        if args.mode == "poll":
+            sys.exit(7)  # any exit after the notice is an interruption
         print(f"saved step {step} on the notice", flush=True)
         sys.exit(0)
     step += 1
@@ -68,9 +94,11 @@ while step < args.steps:
     if args.mode == "fail" and step >= args.fail_at:
         print("boom: the script failed", flush=True)
         sys.exit(3)
-    if args.save_every and step % args.save_every == 0:
+    if args.save_every and step % args.save_every == 0 and rank == 0:
         save(step, total)
         respot.checkpoint_saved(step)
     time.sleep(args.sleep)
-(out / "result.json").write_text(json.dumps({"step": step, "total": total}))
+if rank == 0:
+    (out / "result.json").write_text(json.dumps({"step": step, "total": total}))
+(out / f"rank{rank}.txt").write_text(os.environ.get("WORLD_SIZE", "-"))
 print("done", flush=True)
