@@ -100,3 +100,26 @@ def test_session_log_is_in_s3_before_the_last_report(
     assert recorder.order.index(f"s3:{log_key}") < recorder.order.index(report), recorder.order
     body = s3.get_object(Bucket=bucket, Key=log_key)["Body"].read()
     assert body == b"step 1\nstep 10\nTraceback: the last words\n"
+
+
+def test_an_early_copy_never_lands_after_the_final_one(
+    s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    end = ending(s3, bucket, tmp_path, Recorder(s3))
+    key = layout.logs_prefix(JOB, ATTEMPT) + "session.log"
+
+    def stored() -> bytes:
+        body: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body
+
+    # GIVEN the early copy, made once train() returned on the notice
+    end._upload_session_log(final=False)
+    assert stored() == b"step 1\nstep 10\nTraceback: the last words\n"
+    # WHEN the process has printed its last lines and the attempt ends
+    with end.dirs.log.open("ab") as log:
+        log.write(b"torn down\n")
+    end._save_log()
+    # THEN the final copy is whole, and a late early copy does not replace it
+    end.dirs.log.write_bytes(b"something else\n")
+    end._upload_session_log(final=False)
+    assert stored() == b"step 1\nstep 10\nTraceback: the last words\ntorn down\n"

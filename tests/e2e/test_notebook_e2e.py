@@ -142,10 +142,11 @@ def test_a_notebook_survives_an_interruption_and_its_results_come_back(
     final = json.loads((dest / "outputs" / "result.json").read_text())
     assert final["resumed_from"] == resumed and final["steps"] == STEPS
     assert final["weights_sha256"] == expected_weights_sha256(STEPS, 0.05)
-    # AND the logs that are in S3 (the completed attempt's always; a preempted attempt's only
-    # if it uploaded it before its instance was terminated), and what the pull verified
+    # AND both attempts' session logs: the preempted attempt's is in S3 before its report
+    # lets the control plane terminate its instance (issue 23 item 14), and what pull verified
     pulled_logs = {p.parent.name for p in (dest / "logs").rglob("session.log")}
-    assert "0002" in pulled_logs and pulled_logs <= {"0001", "0002"}
+    assert pulled_logs == {"0001", "0002"}
+    assert "respot: executing train.ipynb" in (dest / "logs" / "0001" / "session.log").read_text()
     assert (
         "respot: executing train.ipynb with papermill"
         in (dest / "logs" / "0002" / "session.log").read_text()

@@ -5,6 +5,7 @@ uploaded, the checkpoint store sealed and the handoff marker written, the logs s
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Literal
 
@@ -22,6 +23,7 @@ logger = logging.getLogger("respot.agent")
 COMPLETED_UPLOAD_WAIT_SECONDS = 1800.0
 FAILED_UPLOAD_WAIT_SECONDS = 60.0
 LOG_SHIP_CLOSE_SECONDS = 10.0  # at the end, wait this long at most for the last log lines
+_SESSION_LOG_LOCK = threading.Lock()  # the early and the final upload of session.log
 
 
 class Endings(AttemptState):
@@ -181,15 +183,26 @@ class Endings(AttemptState):
             logger.info("shipped %d log line(s) to CloudWatch Logs", self.shipper.shipped)
 
     def _save_log(self) -> None:
-        """The last TensorBoard points and session.log (the durable copy) to S3."""
+        """session.log (the durable copy), then the last TensorBoard points, to S3."""
+        self._upload_session_log(final=True)
         try:
             self.scalars.sync(self.s3, self.config.bucket, self.job_id, final=True)
         except Exception as exc:  # the log matters more than the last points
             logger.warning("the last TensorBoard sync failed: %s", exc)
-        if not self.dirs.log.exists():
-            return
-        key = layout.logs_prefix(self.job_id, self.attempt) + "session.log"
-        try:
-            self.s3.upload_file(str(self.dirs.log), self.config.bucket, key)
-        except Exception as exc:
-            logger.warning("uploading the session log failed: %s", exc)
+
+    def _upload_session_log(self, *, final: bool) -> None:
+        """Upload session.log as it is now. An early copy (`final=False`: train() returned on
+        a notice, the process still tears down and EC2 may reclaim the instance first) never
+        lands after the final one."""
+        with _SESSION_LOG_LOCK:
+            if getattr(self, "_session_log_final", False):
+                return
+            if final:
+                self._session_log_final = True
+            if not self.dirs.log.exists():
+                return
+            key = layout.logs_prefix(self.job_id, self.attempt) + "session.log"
+            try:
+                self.s3.upload_file(str(self.dirs.log), self.config.bucket, key)
+            except Exception as exc:
+                logger.warning("uploading the session log failed: %s", exc)

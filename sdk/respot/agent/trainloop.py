@@ -159,6 +159,9 @@ class TrainingLoop(PrepareSteps, Endings):
                 checkpoint_step = _max(uploader.last_step, self.restored_step)
                 manifest = uploader.last_manifest_key
                 self._write_handoff(step, checkpoint_step, manifest, notice.notice)
+                # What the session printed, before the process has torn down: the instance
+                # may be reclaimed first. `_preempted` uploads the whole log again.
+                self._upload_session_log(final=False)
 
         threading.Thread(target=run, name="early-handoff", daemon=True).start()
 
