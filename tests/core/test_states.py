@@ -25,6 +25,9 @@ EXPECTED = {
     # and comes back to RUNNING on it when every pool refuses.
     (JobState.RUNNING, Transition.RETURN): JobState.REQUESTED,
     (JobState.REQUESTED, Transition.RETURN_REFUSED): JobState.RUNNING,
+    # The team's queue (issue 26): a submission is held until admitted, then waits for capacity.
+    (JobState.QUEUED, Transition.HOLD): JobState.HELD,
+    (JobState.HELD, Transition.ADMIT): JobState.QUEUED,
 }
 for live in set(JobState) - TERMINAL_STATES:
     EXPECTED[(live, Transition.COMPLETE)] = JobState.COMPLETED

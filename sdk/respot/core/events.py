@@ -121,6 +121,21 @@ class CancelRequested:
 
 
 @dataclass(frozen=True)
+class Admitted:
+    """The team's queue admitted a HELD job (its lease is in the queue ledger first)."""
+
+    reason: str = "admitted"
+
+
+@dataclass(frozen=True)
+class AdmissionRefused:
+    """The team's queue can never admit a HELD job (a job its `after:` names failed, it needs
+    more GPUs than a limit allows): it fails with the reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class ReconcileTick:
     """The scheduled look at every live job."""
 
@@ -139,4 +154,6 @@ JobEvent = (
     | AgentReport
     | CancelRequested
     | ReconcileTick
+    | Admitted
+    | AdmissionRefused
 )

@@ -146,6 +146,8 @@ class JobRecord(BaseModel):
     attempts: list[Attempt] = Field(default_factory=list)
     interruptions: int = 0
     waiting_since: datetime | None = None  # when the job last began to wait for capacity
+    # When the team's queue admitted it (respot.queue; at submission when no queue holds it).
+    admitted_at: datetime | None = None
     progress: Progress = Field(default_factory=Progress)
     checkpoint: CheckpointInfo | None = None
     last_heartbeat_at: datetime | None = None

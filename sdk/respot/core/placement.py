@@ -45,6 +45,9 @@ class ControlSettings:
     allowed_instance_types: tuple[str, ...] = ()
     on_demand_prices: dict[str, float] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
+    # The team's queue is on (stack setting `queue`): every submission is HELD until admitted
+    # (respot.queue). Off, only a spec naming `after:` or `queue:` is held.
+    admission: bool = False
 
 
 def disallowed_instance_types(requested: list[str] | None, allowed: tuple[str, ...]) -> str | None:

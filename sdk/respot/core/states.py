@@ -1,5 +1,7 @@
 """Job states and the one table of legal transitions between them.
 
+    HELD --admit--> QUEUED (the team's queue admitted it: respot.queue; QUEUED --hold--> HELD
+    on submission when the deployment's queue is on or the spec names `after:`/`queue:`)
     QUEUED --request--> REQUESTED --bind--> STARTING --start--> RUNNING --complete--> COMPLETED
       ^                   |  ^  |                |                 |
       |                   |  |  +----start-------|---------------->|
@@ -23,6 +25,9 @@ from respot.exceptions import IllegalTransitionError
 class JobState(enum.StrEnum):
     """Where a job is in its life."""
 
+    # Submitted, not admitted yet: it waits for the team's queue (its turn in fair share, a
+    # vCPU quota, a GPU limit, its named queue, the jobs its `after:` names). respot.queue.
+    HELD = "HELD"
     # Recorded; waiting for capacity to be requested (just submitted, or no capacity right now).
     QUEUED = "QUEUED"
     # Capacity asked for (spot or on-demand); no instance has come up for this attempt yet.
@@ -79,6 +84,10 @@ class Transition(enum.StrEnum):
     RETURN = "return"
     # Every spot pool refused that return: the job is RUNNING on its on-demand attempt again.
     RETURN_REFUSED = "return-refused"
+    # Submitted into the team's queue: it waits there until admitted.
+    HOLD = "hold"
+    # The team's queue admitted it (a lease in the queue ledger): capacity may be requested.
+    ADMIT = "admit"
 
 
 _LIVE = frozenset(LIVE_STATES)
@@ -101,6 +110,8 @@ TRANSITIONS: dict[Transition, tuple[frozenset[JobState], JobState]] = {
     Transition.CANCEL: (_LIVE, JobState.CANCELLED),
     Transition.RETURN: (frozenset({JobState.RUNNING}), JobState.REQUESTED),
     Transition.RETURN_REFUSED: (frozenset({JobState.REQUESTED}), JobState.RUNNING),
+    Transition.HOLD: (frozenset({JobState.QUEUED}), JobState.HELD),
+    Transition.ADMIT: (frozenset({JobState.HELD}), JobState.QUEUED),
 }
 
 

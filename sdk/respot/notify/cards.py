@@ -45,6 +45,7 @@ TEXT_CHARS = 3000  # the plain-text fallback; Slack refuses above 40,000 (msg_to
 LOG_LINES = 40  # of a failed job's log tail, at most
 
 STATE_EMOJI = {
+    JobState.HELD: ":double_vertical_bar:",
     JobState.QUEUED: ":hourglass_flowing_sand:",
     JobState.REQUESTED: ":mag:",
     JobState.STARTING: ":rocket:",

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from respot.exceptions import SpecError
+from respot.spec.jobid import is_job_id
 
 SCHEMA_VERSION: Literal[1] = 1
 
@@ -107,6 +108,8 @@ def parse_deadline(value: Any) -> datetime:
 Deadline = Annotated[datetime, BeforeValidator(parse_deadline)]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_QUEUE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+MAX_AFTER = 20
 _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 # A notebook, relative to source_dir: plain names, '/' between them, no '..', no leading '/'.
 _NOTEBOOK = re.compile(r"(?:[\w][\w .-]*/)*[\w][\w .-]*\.ipynb")
@@ -254,6 +257,18 @@ class TrainingEnvVar(BaseModel):
         "start the replacement's session only after the restore",
     )
     budget_usd: float | None = Field(default=None, gt=0)
+    # The team's queue (docs/queue.md): order among the researcher's own jobs, the jobs this
+    # one starts after, and the named queue it runs in (the platform team names them).
+    priority: Literal["low", "normal", "high"] = Field(
+        default="normal", description="order among your own queued jobs: low, normal or high"
+    )
+    after: list[str] = Field(
+        default_factory=list,
+        description="job ids this job starts after (it fails if one of them fails)",
+    )
+    queue: str | None = Field(
+        default=None, description="a named queue of this deployment (`respot queue` lists them)"
+    )
 
     def __init__(self, **data: Any) -> None:
         # Constructed by hand on a laptop: report problems the same way validate_spec does.
@@ -269,6 +284,34 @@ class TrainingEnvVar(BaseModel):
             raise ValueError(
                 f"{value!r} is not a job name; use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit, e.g. 'digits-mlp'"
+            )
+        return value
+
+    @field_validator("after")
+    @classmethod
+    def _check_after(cls, value: list[str]) -> list[str]:
+        if len(value) > MAX_AFTER:
+            raise ValueError(
+                f"{len(value)} jobs; at most {MAX_AFTER} "
+                "(chain them: each job names the one before)"
+            )
+        for i, job_id in enumerate(value):
+            if not is_job_id(job_id):
+                raise ValueError(
+                    f"item {i} ({str(job_id)[:120]!r}) is not a job id: lowercase letters, "
+                    "digits and '-', as `respot ls` shows them"
+                )
+        if len(set(value)) != len(value):
+            raise ValueError("a job id is named twice; name each job once")
+        return value
+
+    @field_validator("queue")
+    @classmethod
+    def _check_queue(cls, value: str | None) -> str | None:
+        if value is not None and not _QUEUE.fullmatch(value):
+            raise ValueError(
+                f"{value[:80]!r} is not a queue name: 1-64 lowercase letters, digits, '-' and "
+                "'_' (`respot queue` lists this deployment's queues)"
             )
         return value
 

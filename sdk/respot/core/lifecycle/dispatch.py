@@ -9,6 +9,8 @@ from datetime import datetime
 
 from respot.core.deadline import DeadlinePolicy
 from respot.core.events import (
+    AdmissionRefused,
+    Admitted,
     AgentReport,
     CancelRequested,
     CapacityLaunched,
@@ -25,7 +27,15 @@ from respot.core.events import (
 from respot.core.job import JobRecord
 from respot.core.lifecycle.draft import Decision, _Draft, _unchanged
 from respot.core.lifecycle.instances import _instance_down, _instance_up, _notice
-from respot.core.lifecycle.launches import _launched, _place_now, _refused, _submitted, _unavailable
+from respot.core.lifecycle.launches import (
+    _admission_refused,
+    _admitted,
+    _launched,
+    _place_now,
+    _refused,
+    _submitted,
+    _unavailable,
+)
 from respot.core.lifecycle.reports import _agent
 from respot.core.lifecycle.returns import _hand_over_return
 from respot.core.lifecycle.ticks import _cancel, _tick
@@ -75,4 +85,8 @@ def _apply(d: _Draft, event: JobEvent, settings: ControlSettings, policy: Market
             return _cancel(d, event)
         case ReconcileTick():
             return _tick(d, event, settings, policy)
+        case Admitted():
+            return _admitted(d, event)
+        case AdmissionRefused():
+            return _admission_refused(d, event)
     raise TypeError(f"unknown event {event!r}")

@@ -1,7 +1,8 @@
 """Submission, placement and EC2's answers to a launch: which attempt to open, where, or why not.
 
 Events: `Submitted`, `PlaceNow`, `CapacityLaunched`, `CapacityUnavailable` (with the quota
-that refused it, if any) and `LaunchRefused`.
+that refused it, if any) and `LaunchRefused`; the team's queue's `Admitted` and
+`AdmissionRefused` (a submission is HELD until admitted, `respot.queue`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from datetime import datetime
 
 from respot.core.deadline import record_availability
 from respot.core.events import (
+    AdmissionRefused,
+    Admitted,
     CapacityLaunched,
     CapacityUnavailable,
     LaunchRefused,
@@ -68,8 +71,46 @@ def _submitted(
         # could not read what the spec names): FAILED with each field and its fix.
         _finish(d, Transition.FAIL, AttemptEnd.FAILED, "; ".join(problems))
         return d.decision("created")
+    if settings.admission or spec.after or spec.queue:
+        # The team's queue decides when it may ask for capacity (respot.queue).
+        d.go(Transition.HOLD)
+        d.job.waiting_since = None
+        d.note("held", _held_text(spec.after, spec.queue), after=spec.after, queue=spec.queue)
+        return d.decision("created")
+    d.job.admitted_at = now
     d.follow_up = PlaceNow("submitted")
     return d.decision("created")
+
+
+def _held_text(after: list[str], queue: str | None) -> str:
+    parts = ["waiting in the team's queue"]
+    if queue:
+        parts.append(f"queue {queue}")
+    if after:
+        parts.append("after " + ", ".join(after))
+    return "; ".join(parts) + " (`respot queue` shows its position and what it waits for)"
+
+
+def _admitted(d: _Draft, event: Admitted) -> Decision:
+    """HELD -> QUEUED: the queue ledger holds its lease; capacity is asked for next.
+
+    Only from HELD: a repeated or late admission changes nothing (a job is admitted once)."""
+    if d.job.state is not JobState.HELD:
+        return _unchanged(f"ignored: {d.job.state.value} is not held")
+    d.go(Transition.ADMIT)
+    d.job.admitted_at = d.now
+    d.job.waiting_since = d.now  # max_spot_wait counts from here, not from the submission
+    d.note("admitted", f"admitted by the team's queue ({event.reason})")
+    d.follow_up = PlaceNow("admitted")
+    return d.decision()
+
+
+def _admission_refused(d: _Draft, event: AdmissionRefused) -> Decision:
+    """HELD -> FAILED: the queue can never admit it (its `after:` failed, a GPU limit)."""
+    if d.job.state is not JobState.HELD:
+        return _unchanged(f"ignored: {d.job.state.value} is not held")
+    _finish(d, Transition.FAIL, AttemptEnd.FAILED, event.reason)
+    return d.decision()
 
 
 def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason: str) -> None:

@@ -39,7 +39,12 @@ def _tick(
     spec = job.spec
     if job.state.is_terminal():
         return _unchanged("ignored: job is over")
-    if spec.max_runtime is not None and now - job.created_at > spec.max_runtime:
+    if job.state is JobState.HELD:
+        return _unchanged("ignored: held in the team's queue")  # respot.control.admission
+    if (
+        spec.max_runtime is not None
+        and now - (job.admitted_at or job.created_at) > spec.max_runtime
+    ):
         _finish(
             d,
             Transition.FAIL,

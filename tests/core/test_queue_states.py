@@ -1,0 +1,91 @@
+"""HELD and ADMIT in the lifecycle (issue 26): a held job asks for nothing until admitted,
+is admitted once, fails with the reason when the queue refuses it, and can be cancelled."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from respot.core import JobState, decide
+from respot.core.effects import LaunchInstance
+from respot.core.events import (
+    AdmissionRefused,
+    Admitted,
+    CancelRequested,
+    PlaceNow,
+    ReconcileTick,
+    Submitted,
+)
+from respot.core.job import JobRecord
+from respot.wire.messages import CancelCommand
+from tests.core.factories import SETTINGS, T0, at, submission
+
+QUEUED_ON = replace(SETTINGS, admission=True)
+
+
+def _held(**spec: object) -> JobRecord:
+    d = decide(None, Submitted(submission(**spec)), now=T0, settings=QUEUED_ON)
+    assert d.record is not None
+    return d.record
+
+
+def test_without_a_queue_a_submission_is_admitted_and_placed_at_once() -> None:
+    # GIVEN the deployment's queue off (the default) WHEN a job is submitted
+    d = decide(None, Submitted(submission()), now=T0, settings=SETTINGS)
+    # THEN it is QUEUED, admitted at submission, and placed by the follow-up, as before
+    assert d.record is not None and d.record.state is JobState.QUEUED
+    assert d.record.admitted_at == T0
+    assert isinstance(d.follow_up, PlaceNow)
+
+
+def test_a_held_job_asks_for_no_capacity_until_admitted() -> None:
+    # GIVEN the queue on WHEN a job is submitted
+    job = _held()
+    # THEN it is HELD with no follow-up, and neither a placement nor a tick launches anything
+    assert job.state is JobState.HELD and job.admitted_at is None
+    for event in (PlaceNow("tick"), ReconcileTick(at(3600))):
+        d = decide(job, event, now=at(3600), settings=QUEUED_ON)
+        assert d.record is None and not d.effects and d.follow_up is None, event
+    # WHEN it is admitted THEN it is QUEUED and its placement follows, launching one attempt
+    d = decide(job, Admitted("fits"), now=at(60), settings=QUEUED_ON)
+    assert d.record is not None and d.record.state is JobState.QUEUED
+    assert d.record.admitted_at == at(60) and d.record.waiting_since == at(60)
+    assert isinstance(d.follow_up, PlaceNow)
+    placed = decide(d.record, d.follow_up, now=at(60), settings=QUEUED_ON)
+    assert placed.record is not None and placed.record.state is JobState.REQUESTED
+    assert [type(e) for e in placed.effects] == [LaunchInstance]
+    # THEN a repeated or late admission, on the admitted or the placed record, changes nothing
+    for record in (d.record, placed.record):
+        again = decide(record, Admitted("again"), now=at(61), settings=QUEUED_ON)
+        assert again.record is None and again.follow_up is None and not again.effects
+
+
+def test_after_or_queue_holds_a_job_even_when_the_queue_is_off() -> None:
+    for spec in ({"after": ["job-0"]}, {"queue": "serial"}):
+        d = decide(None, Submitted(submission(**spec)), now=T0, settings=SETTINGS)
+        assert d.record is not None and d.record.state is JobState.HELD, spec
+        assert d.follow_up is None
+
+
+def test_a_refused_admission_fails_the_job_with_the_reason() -> None:
+    job = _held(after=["job-0"])
+    d = decide(job, AdmissionRefused("after: job job-0 ended FAILED"), now=at(5), settings=SETTINGS)
+    assert d.record is not None and d.record.state is JobState.FAILED
+    assert d.record.reason == "after: job job-0 ended FAILED"
+    # a refusal that comes after an admission changes nothing
+    admitted = decide(job, Admitted(), now=at(1), settings=SETTINGS).record
+    assert admitted is not None
+    late = decide(admitted, AdmissionRefused("late"), now=at(5), settings=SETTINGS)
+    assert late.record is None
+
+
+def test_a_held_job_can_be_cancelled_and_its_max_runtime_counts_from_admission() -> None:
+    job = _held(max_runtime=timedelta(hours=1))
+    cancel = CancelCommand(job_id=job.job_id, requested_at=at(1))
+    d = decide(job, CancelRequested(cancel), now=at(1), settings=QUEUED_ON)
+    assert d.record is not None and d.record.state is JobState.CANCELLED
+    # admitted after two hours in the queue: the tick does not fail it for max_runtime
+    admitted = decide(job, Admitted(), now=at(7200), settings=QUEUED_ON).record
+    assert admitted is not None
+    tick = decide(admitted, ReconcileTick(at(7300)), now=at(7300), settings=QUEUED_ON)
+    assert tick.record is None or tick.record.state is not JobState.FAILED
