@@ -3,6 +3,7 @@ when, what is refused and why, and the request files another shell talks through
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -107,3 +108,44 @@ def test_another_shell_asks_through_request_files(tmp_path: Path) -> None:
         tmp_path / "requests", "j", at_step=None, rebalance=False, wait_seconds=0.1,
         alive=gone.is_set,
     )["error"].startswith("the local runtime did not answer")  # fmt: skip
+
+
+def test_respot_local_interrupt_asks_the_runtime_that_local_up_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from infra.local.interrupts import requests_dir
+    from respot.cli import app
+    from respot.client.localstate import LocalState, write_state
+
+    # GIVEN the state file of a runtime up in this process, serving its request directory
+    monkeypatch.setenv("RESPOT_LOCAL_STATE", str(tmp_path / "local.json"))
+    write_state(
+        LocalState(
+            pid=os.getpid(),
+            endpoint_url="http://127.0.0.1:9",
+            deployment={},
+            started_at="2026-11-26T00:00:00+00:00",
+            time_scale=1 / 30,
+            work_root=str(tmp_path),
+        )
+    )
+    fleet = FakeFleet()
+    box = RequestBox(
+        requests_dir(tmp_path),
+        JobInterrupts(fleet, lambda _: record(7)),  # type: ignore[arg-type]
+    ).start()
+    try:
+        # WHEN another shell asks for job j's notice at step 5, then at step 50 (never reached)
+        done = CliRunner().invoke(app, ["local", "interrupt", "j", "--at-step", "5"])
+        never = CliRunner().invoke(
+            app, ["local", "interrupt", "j", "--at-step", "50", "--wait", "0.3"]
+        )
+    finally:
+        box.stop()
+    # THEN the first is sent and said; the second fails saying why, and sent nothing
+    assert done.exit_code == 0, done.output
+    assert "interrupted i-new (attempt 2 of j) at step 7" in done.stdout
+    assert never.exit_code == 1 and "did not reach step 50" in never.stderr
+    assert fleet.calls == [("interrupt", "i-new")]
