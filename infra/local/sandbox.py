@@ -109,19 +109,20 @@ class LocalImage:
                 check=True,
                 capture_output=True,
             )
-            purelib = subprocess.run(  # noqa: S603
-                [
-                    str(framework / "bin" / "python"),
-                    "-c",
-                    "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            # The framework's packages: this checkout's (torch, numpy, pip, boto3 ...), less respot.
-            shared = framework_site(root / "framework-site")
-            Path(purelib, "framework.pth").write_text(f'import site; site.addsitedir("{shared}")\n')
+        purelib = subprocess.run(  # noqa: S603
+            [
+                str(framework / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        # The framework's packages: this checkout's (torch, numpy, pip, boto3 ...), less respot;
+        # written on every build, so a kept --work-root gets this layout too.
+        shared = framework_site(root / "framework-site")
+        Path(purelib, "framework.pth").write_text(f'import site; site.addsitedir("{shared}")\n')
         package = _package_zip()
         key = key or f"agent/{hashlib.sha256(package).hexdigest()[:16]}.zip"
         with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):

@@ -65,3 +65,24 @@ def test_a_kernel_gets_respot_alone(framework: Path, tmp_path: Path) -> None:
     assert str(found["respot_file"]).startswith(pythonpath)
     # ... and numpy is still the framework's: nothing of the agent's site shadows it
     assert not str(found["numpy"]).startswith(pythonpath)
+
+
+def test_a_kept_work_root_gets_the_layout_too(tmp_path: Path) -> None:
+    import site
+
+    # GIVEN an image directory kept from a runtime of the old layout (it saw the checkout)
+    root = tmp_path / "image"
+    image = LocalImage.build(root, mock.MagicMock(), "agent-assets")
+    python = image.framework_dir / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    old = "".join(f'import site; site.addsitedir("{p}")\n' for p in site.getsitepackages())
+    Path(purelib, "framework.pth").write_text(old)
+    assert probe(python, tmp_path)["respot"] is True
+    # WHEN a new runtime builds its image there THEN its framework Python no longer sees respot
+    LocalImage.build(root, mock.MagicMock(), "agent-assets")
+    assert probe(python, tmp_path)["respot"] is False
