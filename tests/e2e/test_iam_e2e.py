@@ -84,6 +84,8 @@ def test_a_job_survives_an_interruption_under_the_stacks_policies(rt: LocalRunti
     # instance role has none (the e2e below proves it), and the replacement restored the
     # interrupted attempt's checkpoint and wrote its own
     assert record.attempts[1].restored_step is not None, record.timeline[-5:]
+    # (Whether the replacement overlapped the interrupted instance, warm, depends on how
+    # fast it booted: each instance asks for its own credentials either way.)
     FIRST["job_id"] = job.job_id
 
 
