@@ -130,3 +130,39 @@ def test_the_completeness_rule() -> None:
     assert not contract.snapshot_at_exit(noticed=True, exit_code=-9, changed=True)
     assert not contract.snapshot_at_exit(noticed=True, exit_code=1, changed=True)
     assert not contract.snapshot_at_exit(noticed=False, exit_code=0, changed=True)
+
+
+def test_snapshots_are_taken_off_the_agents_loop_and_acked_only_once_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from respot.agent import commandjob
+
+    # GIVEN a checkpoint directory whose snapshot is slow (held until released)
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    (ckpt / "state.bin").write_bytes(b"x" * 1000)
+    release = threading.Event()
+    real_take = commandjob.CheckpointSnapshots.take
+
+    def slow_take(self: object, step: int) -> Path:
+        release.wait(10)
+        return real_take(self, step)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(commandjob.CheckpointSnapshots, "take", slow_take)
+    submitted: list[tuple[int, str]] = []
+    uploader = type("U", (), {"submit": lambda self, p, s, r: submitted.append((s, r))})()
+    snapper = commandjob.Snapshotter(ckpt, tmp_path / "staging", uploader, None, lambda: False)  # type: ignore[arg-type]
+    reader = channel.ChannelReader(tmp_path / "ch")
+    request = reader.directory / "00000000000000000001-1-000001.json"
+    request.write_text(json.dumps({"type": "checkpoint", "step": 5}))
+    (message,) = reader.poll()
+    # WHEN the agent's loop hands it over, it goes on at once; the caller still waits
+    snapper.ask(message)
+    assert not snapper.close(0.2) and request.exists() and submitted == []
+    # THEN once taken, it is uploaded and acked; an older or equal step is not taken again
+    release.set()
+    snapper._thread.join(10)
+    assert submitted == [(5, "periodic")] and not request.exists()
+    assert not snapper.changed()
+    snapper.take(5, "notice")
+    assert submitted == [(5, "periodic")]

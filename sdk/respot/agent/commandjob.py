@@ -45,6 +45,7 @@ logger = logging.getLogger("respot.agent")
 LOG_TAIL_LINES = 50
 MAX_LOG_LINE_CHARS = 1000
 TENSORBOARD_SYNC_SECONDS = 30.0
+SNAPSHOT_WAIT_SECONDS = 600.0  # at the end without a notice: the snapshots asked for first
 _AGENT_ONLY = ("RESPOT_AGENT_QUEUE_URL", "RESPOT_SHUTDOWN", "RESPOT_HANDOFF_WAIT_SECONDS")
 
 
@@ -162,6 +163,64 @@ def respot_only(pylib: Path) -> Path:
     return pylib
 
 
+class Snapshotter:
+    """Takes the snapshots `checkpoint_saved` asks for, in order, in a thread of its own (a
+    big checkpoint's copy must not delay the notice), and hands each to the uploader; the
+    caller's `checkpoint_saved` returns once its snapshot is taken (or failed)."""
+
+    def __init__(
+        self,
+        source: Path,
+        staging: Path,
+        uploader: CheckpointUploader,
+        restored_step: int | None,
+        noticed: Callable[[], bool],
+    ) -> None:
+        self.source = source
+        self.snapshots = CheckpointSnapshots(source, staging)
+        self.uploader = uploader
+        self.noticed = noticed
+        self.taken = contract.signature(source)  # the restored checkpoint, or nothing
+        self.last_step = restored_step
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[ChannelMessage | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="command-snapshots", daemon=True)
+        self._thread.start()
+
+    def ask(self, message: ChannelMessage) -> None:
+        self._queue.put(message)
+
+    def close(self, timeout: float) -> bool:
+        """Take what was asked, then stop; False if that outlasted `timeout`."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while (message := self._queue.get()) is not None:
+            try:
+                self.take(message.step, "notice" if self.noticed() else "periodic")
+            except Exception:
+                logger.exception("snapshot of checkpoint step %d failed", message.step)
+            finally:
+                ChannelReader.done(message)
+
+    def take(self, step: int, reason: str) -> None:
+        with self._lock:
+            if self.last_step is not None and step <= self.last_step:
+                logger.info("checkpoint step %d: already have step %s", step, self.last_step)
+                return
+            self.taken = contract.signature(self.source)
+            path = self.snapshots.take(step)
+            self.last_step = step
+        self.uploader.submit(path, step, reason)
+
+    def changed(self) -> bool:
+        """Does the directory differ from the newest snapshot (or the restored checkpoint)?"""
+        with self._lock:
+            return contract.signature(self.source) != self.taken
+
+
 class CommandLoop(TrainingLoop):
     """Steps 5-6 of a command job; the endings and the notice rules are a session's."""
 
@@ -241,9 +300,10 @@ class CommandLoop(TrainingLoop):
                 "(e.g. './train.sh', executable)"
             )
             return self._failed(uploader, reason, None, [], None)
-        snapshots = CheckpointSnapshots(self.dirs.checkpoint, self.dirs.staging)
-        taken = contract.signature(self.dirs.checkpoint)  # the restored one, or nothing
-        last_snapshot_step = self.restored_step
+        told = False
+        snapper = Snapshotter(
+            self.dirs.checkpoint, self.dirs.staging, uploader, self.restored_step, lambda: told
+        )
         self.scalars.resume_step = self.restored_step
         self.scalars.start()
         telemetry = GpuTelemetry(
@@ -256,20 +316,8 @@ class CommandLoop(TrainingLoop):
         exit_code: int | None = None
         kill_at: float | None = None
         end_by: float | None = None
-        killed = told = False
+        killed = False
         synced_at = time.monotonic()
-
-        def take(message: ChannelMessage) -> None:
-            nonlocal taken, last_snapshot_step
-            if last_snapshot_step is not None and message.step <= last_snapshot_step:
-                logger.info("checkpoint step %d: already have step %s", message.step,
-                            last_snapshot_step)  # fmt: skip
-            else:
-                taken = contract.signature(self.dirs.checkpoint)
-                path = snapshots.take(message.step)
-                last_snapshot_step = message.step
-                uploader.submit(path, message.step, "notice" if told else "periodic")
-            channel.done(message)
 
         def drain() -> None:
             for message in channel.poll():
@@ -284,7 +332,7 @@ class CommandLoop(TrainingLoop):
                         heartbeat.nudge()
                     self.scalars.add(message.step, message.metrics, time.time())
                 else:
-                    take(message)
+                    snapper.ask(message)
 
         try:
             while exit_code is None:
@@ -315,7 +363,7 @@ class CommandLoop(TrainingLoop):
                     logger.error(
                         "the command still runs at the last safe moment: killing it; the "
                         "newest complete checkpoint (step %s) stays the job's",
-                        last_snapshot_step,
+                        snapper.last_step,
                     )
                     process.signal_group(signal.SIGKILL)
                 if now - synced_at > TENSORBOARD_SYNC_SECONDS:
@@ -327,23 +375,24 @@ class CommandLoop(TrainingLoop):
             telemetry.stop()
             if exit_code is None:  # the loop itself failed: do not leave the command running
                 process.signal_group(signal.SIGKILL)
+            limit = SNAPSHOT_WAIT_SECONDS if end_by is None else end_by - time.monotonic()
+            if not snapper.close(max(1.0, limit)):
+                logger.error("the snapshots asked for are not all taken in time; going on")
         train_seconds = time.monotonic() - train_started
         logger.info("command ended: %s", describe_exit(exit_code))
         self._sync_command_tensorboard()
         step = self.progress.step
         if told:
-            changed = contract.signature(self.dirs.checkpoint) != taken
+            changed = snapper.changed()
             if contract.snapshot_at_exit(noticed=True, exit_code=exit_code, changed=changed):
-                at = _max(step, last_snapshot_step) or 0
-                uploader.submit(snapshots.take(at), at, "notice")
-                last_snapshot_step = at
+                snapper.take(_max(step, snapper.last_step) or 0, "notice")
             elif changed:
                 logger.warning(
                     "the checkpoint directory changed but the command ended by %s after the "
                     "notice: not a complete checkpoint, not uploaded (docs/commands.md)",
                     describe_exit(exit_code),
                 )
-            return self._preempted(uploader, _max(step, last_snapshot_step), end_by)
+            return self._preempted(uploader, _max(step, snapper.last_step), end_by)
         if exit_code == 0:
             return self._completed(uploader, step, train_seconds)
         reason = f"the command failed ({describe_exit(exit_code)})"
