@@ -31,10 +31,10 @@ def stage(s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_p
 
 
 def command_job(stage: Stage, *args: str, **fields: Any) -> Any:
+    fields.setdefault("hyperparameters", {})
     return submit_job(
         stage.s3,
         stage.bucket,
-        hyperparameters={},
         entry_point=None,  # type: ignore[arg-type]
         command=["python", "cmdjob.py", *args],
         **fields,
@@ -51,7 +51,9 @@ def restored(stage: Stage, job_id: str, into: Path) -> dict[str, Any]:
 
 def test_a_command_is_interrupted_checkpoints_and_the_next_attempt_resumes(stage: Stage) -> None:
     # GIVEN a command that counts 400 steps of 0.02 s, saving on SIGTERM (the notice)
-    sub = command_job(stage, "--steps", "400", "--sleep", "0.02")
+    sub = command_job(
+        stage, "--steps", "400", "--sleep", "0.02", hyperparameters={"lr": 0.5, "name": "x y"}
+    )
     first = stage.boot(sub.job_id, 1)
     try:
         stage.mailbox.wait_for(
@@ -90,6 +92,7 @@ def test_a_command_is_interrupted_checkpoints_and_the_next_attempt_resumes(stage
     assert env["RESPOT_RESUMED"] == "1" and env["RESPOT_ATTEMPT"] == "2"
     assert env["RESPOT_RESUME_STEP"] == str(preempted.checkpoint_step)
     assert Path(env["RESPOT_CHECKPOINT_DIR"]).name == "checkpoint"
+    assert json.loads(env["RESPOT_HYPERPARAMETERS"]) == {"lr": 0.5, "name": "x y"}
 
 
 def test_a_command_that_ignores_the_signal_is_killed_and_its_last_saved_checkpoint_kept(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
 import queue
@@ -242,6 +243,7 @@ class CommandLoop(TrainingLoop):
             contract.ENV_JOB_ID: self.job_id,
             contract.ENV_ATTEMPT: str(self.attempt),
             "RESPOT_SEED": str(spec.seed),
+            contract.ENV_HYPERPARAMETERS: json.dumps(dict(spec.hyperparameters)),
             contract.ENV_CHECKPOINT_DIR: str(self.dirs.checkpoint),
             contract.ENV_RESUMED: "1" if self.restored_step is not None else "0",
             contract.ENV_OUTPUT_DIR: str(self.dirs.output),

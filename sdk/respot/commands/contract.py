@@ -7,6 +7,7 @@ Environment (set by the agent for the command's process group; docs/commands.md)
 - RESPOT_OUTPUT_DIR: uploaded when the job ends (`respot pull`); RESPOT_DATA_DIR: the data;
 - RESPOT_TENSORBOARD_DIR: event files written here are synced with the job's TensorBoard;
 - RESPOT_JOB_ID, RESPOT_ATTEMPT (1, 2, ...), RESPOT_SEED;
+- RESPOT_HYPERPARAMETERS: the spec's hyperparameters as JSON (a sweep trial's parameters);
 - RESPOT_NOTICE_FILE: appears, whole, on the notice: {"notice": ..., "reclaim_at": ISO-8601};
 - RESPOT_CHANNEL_DIR: where `respot.report` / `respot.checkpoint_saved` write.
 
@@ -37,6 +38,7 @@ ENV_JOB_ID = "RESPOT_JOB_ID"
 ENV_ATTEMPT = "RESPOT_ATTEMPT"
 ENV_NOTICE_FILE = "RESPOT_NOTICE_FILE"
 ENV_CHANNEL_DIR = "RESPOT_CHANNEL_DIR"
+ENV_HYPERPARAMETERS = "RESPOT_HYPERPARAMETERS"
 
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 
