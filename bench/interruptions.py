@@ -158,6 +158,14 @@ def changeovers(
         first = new.first_step_at
         # No step reported before the end: the session had not trained yet (still setting up).
         lost = max((old.last_step or 0) - (new.restored_step or 0), 0)
+        if (
+            new.started_at is None
+            and record.finished_at is not None
+            and (old.last_step or 0) >= (record.progress.step or 0)
+        ):
+            # The job finished on the old attempt during its notice hold: the replacement
+            # never ran, and nothing was lost.
+            lost = 0
         # Simulated stretches: EC2 starting the replacement; for the baseline also the notice
         # window (its session trains on, unaware, until killed) and the wait for the poll.
         simulated = [(launched, booted)]

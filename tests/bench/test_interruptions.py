@@ -127,3 +127,29 @@ def test_the_simulated_boot_ends_when_the_boot_script_starts_not_when_the_agent_
     assert c.paused_s == pytest.approx(3.5)
     assert c.paused_simulated_s == pytest.approx(0.0)  # the warm-up ran past it: respot's
     assert c.paused_share_s == pytest.approx(3.5)
+
+
+def test_a_job_that_finishes_in_its_notice_hold_lost_nothing() -> None:
+    # The notice comes, a replacement is requested and launched, but the old session trains
+    # to the last step within its hold and completes: the replacement never runs.
+    from respot.core.job import JobState
+    from respot.wire.messages import AgentCompleted
+
+    d = started_job()
+    assert d.job is not None
+    d.apply(InterruptionNotice("i-1", 1, "interruption", "terminate", at=at(20)), 20.3)
+    d.launch_ok("i-2", 20.3)
+    d.apply(
+        AgentReport(agent(d.job, 1, "i-1", AgentProgress(step=3150), seq=4)),
+        60.1,
+    )
+    done = AgentCompleted(step=3150, outputs_prefix="o/", train_seconds=50.0)
+    d.apply(AgentReport(agent(d.job, 1, "i-1", done, seq=5)), 61.0)
+    assert d.job.state is JobState.COMPLETED
+    instances = {
+        "i-1": _instance("i-1", 1, launched_at=0.0, noticed_at=20.0, ended_at=62.0),
+        "i-2": _instance("i-2", 2, launched_at=20.3),
+    }
+    [c] = changeovers("respot", d.job, instances, scale=1.0, mono_to_wall=T0.timestamp())
+    assert c.steps_lost == 0
+    assert c.paused_s is None
