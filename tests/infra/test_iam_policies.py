@@ -13,7 +13,7 @@ import pytest
 
 from infra.iam_eval import allowed
 from infra.local.iam import Resolver, _logical_id, action_count, principal_policies
-from respot.credentials.policy import session_policy
+from respot.credentials.policy import MAX_SESSION_POLICY_CHARS, packed_size, session_policy
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 
@@ -143,6 +143,18 @@ def test_earlier_jobs_outputs_named_as_data_are_readable_and_nothing_else_of_the
     # a wildcard or a key outside jobs/ grants nothing
     wide = session_policy(name, "j-2", reads=["jobs/*/outputs/", "wheelhouse/x"])
     assert not allowed([wide], "s3:GetObject", f"{arns['bucket']}/jobs/j-1/outputs/a")
+    # Twenty long keys (the spec's most) still fit STS's 2,048 characters, each still
+    # readable, no submission ever, and the job's own prefix as before
+    many = [f"jobs/earlier-{i:02d}-{'x' * 60}/outputs/{'y' * 60}.pt" for i in range(20)]
+    big = session_policy(name, "j-2", reads=many)
+    assert packed_size(big) <= MAX_SESSION_POLICY_CHARS
+    for key in many:
+        assert allowed([big], "s3:GetObject", f"{arns['bucket']}/{key}")
+    assert not allowed(
+        [big], "s3:GetObject", f"{arns['bucket']}/{many[0].split('/o')[0]}/submission.json"
+    )
+    assert allowed([big], "s3:PutObject", f"{arns['bucket']}/jobs/j-2/outputs/a")
+    assert not allowed([big], "s3:PutObject", f"{arns['bucket']}/{many[0]}")
 
 
 def test_only_the_credentials_function_may_assume_the_job_role(policies, arns, template):

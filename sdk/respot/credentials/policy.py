@@ -56,26 +56,43 @@ def session_policy(
         {"Sid": "ListJobsBucket", "Effect": "Allow", "Action": "s3:ListBucket",
          "Resource": bucket_arn},
     ]  # fmt: skip
-    data = sorted({r for key in reads for r in _read_resources(bucket_arn, key)})
-    if data:
-        statements.append(
-            {"Sid": "DataFromEarlierJobs", "Effect": "Allow", "Action": "s3:GetObject",
-             "Resource": data}
-        )  # fmt: skip
-        statements.append(
-            {"Sid": "NoSubmissions", "Effect": "Deny", "Action": "s3:GetObject",
-             "Resource": f"{bucket_arn}/{layout.JOBS_PREFIX}*/submission.json"}
-        )  # fmt: skip
-    return {"Version": "2012-10-17", "Statement": statements}
+    wanted = [key for key in reads if _grantable(key)]
+    if not wanted:
+        return {"Version": "2012-10-17", "Statement": statements}
+    no_submissions = {
+        "Sid": "NoSubmissions", "Effect": "Deny", "Action": "s3:GetObject",
+        "Resource": f"{bucket_arn}/{layout.JOBS_PREFIX}*/submission.json",
+    }  # fmt: skip
+    # Each named key as an object and as a prefix; if that is too long for STS, each earlier
+    # job's whole prefix; if still too long, every job's objects (reads only, never a
+    # submission: what the job's owner may read anyway). The spec allows 20 data sources.
+    for data in (
+        sorted({f"{bucket_arn}/{r}" for key in wanted for r in _key_resources(key)}),
+        sorted({f"{bucket_arn}/{layout.JOBS_PREFIX}{key.split('/')[1]}/*" for key in wanted}),
+        [f"{bucket_arn}/{layout.JOBS_PREFIX}*"],
+    ):
+        read = {"Sid": "DataFromEarlierJobs", "Effect": "Allow", "Action": "s3:GetObject",
+                "Resource": data}  # fmt: skip
+        policy = {"Version": "2012-10-17", "Statement": [*statements, read, no_submissions]}
+        if packed_size(policy) <= MAX_SESSION_POLICY_CHARS:
+            break
+    return policy
 
 
-def _read_resources(bucket_arn: str, key: str) -> list[str]:
+def _grantable(key: str) -> bool:
+    """A key under some job's prefix, without a character IAM would read as a wildcard."""
+    parts = key.split("/")
+    return (
+        key.startswith(layout.JOBS_PREFIX)
+        and len(parts) > 2
+        and bool(parts[1])
+        and not any(c in key for c in "*?$")
+    )
+
+
+def _key_resources(key: str) -> list[str]:
     """`key` as an object and as a prefix (what `respot.agent.workspace.fetch_data` reads)."""
-    if not key.startswith(layout.JOBS_PREFIX) or any(c in key for c in "*?"):
-        return []  # not under jobs/, or a wildcard IAM would widen: nothing granted
-    if key.endswith("/"):
-        return [f"{bucket_arn}/{key}*"]
-    return [f"{bucket_arn}/{key}", f"{bucket_arn}/{key}/*"]
+    return [f"{key}*"] if key.endswith("/") else [key, f"{key}/*"]
 
 
 def packed_size(policy: dict[str, Any]) -> int:
