@@ -11,9 +11,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from respot.core.placement import ControlSettings, SubnetRef
 from respot.exceptions import RespotError
+from respot.queue.model import QueueLimits
+from respot.queue.settings import QueueSettingsError, parse_settings
 
 # Names of the environment variables (the stack and the local runtime import these).
 ENV_TABLE = "RESPOT_TABLE"
@@ -58,6 +61,8 @@ ENV_DATA_BUCKETS = "RESPOT_DATA_BUCKETS"
 # SSM parameter each of them holds (launch template, subnets, bucket, instance role id).
 ENV_SATELLITE_REGIONS = "RESPOT_SATELLITE_REGIONS"
 ENV_SATELLITE_PARAMETER = "RESPOT_SATELLITE_PARAMETER"
+# The team's queue (JSON, respot.queue.settings): {"enabled": true, "researcher_gpus": 8, ...}
+ENV_QUEUE = "RESPOT_QUEUE"
 
 
 class ConfigError(RespotError):
@@ -91,6 +96,12 @@ class ControlPlaneConfig:
     # Satellite regions (ENV_SATELLITE_REGIONS) and the parameter each one publishes.
     satellite_regions: tuple[str, ...] = ()
     satellite_parameter: str = "/respot/satellite"
+    # The stack setting `queue` (respot.queue.settings); an admin's change in the ledger wins.
+    queue: dict[str, Any] = field(default_factory=dict)
+
+    def queue_limits(self) -> QueueLimits:
+        """The stack's queue limits (checked when the configuration was read)."""
+        return parse_settings(self.queue)[1]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ControlPlaneConfig:
@@ -156,6 +167,7 @@ class ControlPlaneConfig:
                 r.strip() for r in (env.get(ENV_SATELLITE_REGIONS) or "").split(",") if r.strip()
             ),
             satellite_parameter=env.get(ENV_SATELLITE_PARAMETER) or "/respot/satellite",
+            queue=_queue_settings(env.get(ENV_QUEUE)),
         )
 
     def settings(self) -> ControlSettings:
@@ -173,7 +185,22 @@ class ControlPlaneConfig:
             max_boot_failures=self.max_boot_failures,
             allowed_instance_types=self.allowed_instance_types,
             on_demand_prices=dict(self.on_demand_prices),
+            admission=parse_settings(self.queue)[0],
         )
+
+
+def _queue_settings(raw: str | None) -> dict[str, Any]:
+    """The queue settings' JSON object, checked (`ConfigError` naming the field)."""
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise QueueSettingsError("give a JSON object")
+        parse_settings(data)
+    except (ValueError, QueueSettingsError) as exc:
+        raise ConfigError(f"{ENV_QUEUE}: {exc}") from None
+    return data
 
 
 @dataclass(frozen=True)

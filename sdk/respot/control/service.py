@@ -23,12 +23,14 @@ from botocore.exceptions import ClientError
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
 from respot.aws.pools import PoolTable
+from respot.aws.queueledger import AccountUse, QueueLedger
 from respot.aws.satellites import (
     JobObjects,
     RegionalCapacity,
     load_satellites,
     with_satellite_subnets,
 )
+from respot.control.admission import Admission, PassResult
 from respot.control.config import ControlPlaneConfig
 from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
@@ -57,6 +59,7 @@ from respot.core.lifecycle import ATTEMPT_TAG, JOB_TAG, Decision, decide
 from respot.core.placement import ControlSettings, MarketPolicy, candidates
 from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, Sighting, sightings
+from respot.core.states import JobState
 from respot.core.transfer import checkpoint_region
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.identity.verify import principal_matches
@@ -138,6 +141,7 @@ class ControlPlane:
         clock: Callable[[], datetime] = utcnow,
         pools: PoolTable | None = None,
         objects: JobObjects | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.jobs = jobs
         # With satellite regions: where each job's objects are, and the copies that move
@@ -157,6 +161,18 @@ class ControlPlane:
         self.market_policy = market_policy or DeadlinePolicy()
         self.sweeps = sweeps or SweepFeed(None)
         self.clock = clock
+        # The team's queue (respot.control.admission): who is admitted when.
+        self.admission = admission or Admission(
+            jobs=jobs,
+            ledger=QueueLedger(jobs.table_name, jobs.client),
+            account=AccountUse(capacity.client, getattr(capacity, "quotas_client", None))
+            if getattr(capacity, "client", None) is not None
+            else None,
+            default_instance_types=settings.default_instance_types,
+            enabled=settings.admission,
+        )
+        self._admitting = False
+        self._admit_again = False
 
     @classmethod
     def from_config(
@@ -249,6 +265,14 @@ class ControlPlane:
             sweeps=SweepFeed(config.sweep_queue_url, clients["sqs"]),
             clock=clock,
             pools=PoolTable(config.table_name, clients["dynamodb"]),
+            admission=Admission(
+                jobs=JobTable(config.table_name, clients["dynamodb"]),
+                ledger=QueueLedger(config.table_name, clients["dynamodb"]),
+                account=AccountUse(clients["ec2"], clients["service-quotas"]),
+                default_instance_types=settings.default_instance_types,
+                enabled=settings.admission,
+                limits=config.queue_limits(),
+            ),
         )
         if config.satellite_regions:
             plane.satellite_role_ids = tuple(s.instance_role_id for s in satellites.values())
@@ -271,6 +295,7 @@ class ControlPlane:
         FAILED with them as its reason, and nothing is launched (`lifecycle.launches._submitted`).
         """
         job_id = submission.job_id
+        refused = [*refused, *self._queue_problems(submission)]
         event = Submitted(submission, tuple(refused))
         decision, record = self._commit(job_id, event)
         if decision.outcome == "duplicate":
@@ -279,7 +304,77 @@ class ControlPlane:
             self._store_submission(submission)  # a crash may have come between the two writes
             return Applied(job_id, "Submitted", "duplicate", record.state.value, record.version)
         self._store_submission(submission)
-        return self._carry_out(job_id, event, decision, record, depth=0)
+        applied = self._carry_out(job_id, event, decision, record, depth=0)
+        if record is not None and record.state is JobState.HELD:
+            self.admit("a job was submitted")
+            after = self.jobs.get(job_id)
+            if after is not None:
+                applied.state, applied.version = after.state.value, after.version
+        return applied
+
+    def _queue_problems(self, submission: JobSubmission) -> list[str]:
+        """A spec's `queue:` and `after:` against this deployment: a queue it does not name,
+        a job that does not exist or is not the submitter's (each line names the fix)."""
+        spec = submission.spec
+        problems = []
+        if spec.queue is not None:
+            names = self.admission.queue_names()
+            if spec.queue not in names:
+                known = ", ".join(sorted(names)) or "none (the platform team names them)"
+                problems.append(
+                    f"queue: {spec.queue!r} is not a queue of this deployment; known: {known} "
+                    "(`respot queue` lists them)"
+                )
+        for name in spec.after:
+            other = self.jobs.get(name)
+            if other is None:
+                problems.append(
+                    f"after: job {name} does not exist; name a job id `respot ls` shows"
+                )
+            elif other.submission.submitted_by != submission.submitted_by:
+                problems.append(
+                    f"after: job {name} is not yours (it belongs to "
+                    f"{other.submission.submitted_by or 'an unidentified submitter'}); a job may "
+                    "only wait for its own submitter's jobs"
+                )
+        return problems
+
+    def admit(self, reason: str) -> PassResult | None:
+        """Run admission passes until none is asked for during one (at most three).
+
+        A pass applies events to other jobs, which may end one and ask for another pass: that
+        request is folded into the running loop instead of nesting passes."""
+        if self._admitting:
+            self._admit_again = True
+            return None
+        self._admitting = True
+        result = None
+        try:
+            for _ in range(3):
+                self._admit_again = False
+                try:
+                    result = self.admission.run(self._apply_admission, self.clock())
+                except Exception:  # the tick runs the next pass
+                    log.exception("admission pass (%s) failed", reason)
+                    return None
+                log.info(
+                    "admission (%s): admitted %s, refused %s, released %s",
+                    reason,
+                    result.admitted,
+                    [j for j, _ in result.refused],
+                    result.released,
+                )
+                if not self._admit_again:
+                    break
+        finally:
+            self._admitting = False
+        return result
+
+    def _apply_admission(self, job_id: str, event: JobEvent) -> None:
+        try:
+            self.apply(job_id, event)
+        except Exception:  # one job's failure must not stop the others being admitted
+            log.exception("admission: applying %s to job %s failed", type(event).__name__, job_id)
 
     def _store_submission(self, submission: JobSubmission) -> None:
         """Write `jobs/<id>/submission.json` if it does not exist (S3 `If-None-Match: *`)."""
@@ -368,6 +463,8 @@ class ControlPlane:
             self.terminate_orphans()
         except Exception:
             log.exception("orphan clean-up failed; the next tick tries again")
+        if self.settings.admission or any(r.state == JobState.HELD.value for r in results):
+            self.admit("the reconcile tick")
         return results
 
     def terminate_orphans(self) -> list[str]:
@@ -448,6 +545,13 @@ class ControlPlane:
             self._run(job_id, effect, depth, record)
         if self.objects is not None and record is not None:
             self._objects_after(event, decision, record)
+        if (
+            decision.record is not None
+            and record is not None
+            and record.state.is_terminal()
+            and (self.settings.admission or record.spec.after or record.spec.queue)
+        ):
+            self.admit(f"job {job_id} ended")  # its lease frees room, its dependents may start
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
             after = self.apply(job_id, decision.follow_up, depth=depth + 1)
             if after.version is not None:

@@ -1,0 +1,227 @@
+"""The team's queue in the control plane: read who waits and what is held, plan (the pure
+`respot.queue.plan`), commit the admissions to the ledger (compare-and-set), then admit.
+
+A pass runs after a submission that was held, after a held-then-admitted job ends, on the
+reconcile tick, and after an admin changes the limits. Its order is fixed:
+1. read the ledger (leases, recent use, the admin's limits) and every live job;
+2. release the leases of jobs that ended (their GPU-time goes into recent use);
+3. read the account: the quotas' values (Service Quotas, cached) and every pending or
+   running instance (respot's and others'), so room is counted as EC2 will count it;
+4. plan; write the ledger with the new leases if its version is the one read (else go to 1);
+5. only then apply `Admitted` to each job whose lease is written and which is still HELD
+   (also one a crashed pass left), and `AdmissionRefused` to those the plan fails.
+Why this never admits a job twice nor exceeds a quota: docs/queue.md, "Why no job is
+admitted twice".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from respot.aws.jobs import JobTable
+from respot.aws.queueledger import AccountUse, LedgerState, QueueLedger
+from respot.core.events import AdmissionRefused, Admitted, JobEvent
+from respot.core.job import JobRecord, Market
+from respot.core.quotas import quota_for
+from respot.core.states import JobState
+from respot.exceptions import ConcurrentUpdateError
+from respot.queue import Lease, Priority, QueueLimits, QuotaRoom, WaitingJob, plan, settle
+from respot.queue.admission import Plan
+from respot.queue.model import quota_key_of
+from respot.queue.settings import parse_settings, team_of
+from respot.queue.shapes import shape
+
+log = logging.getLogger("respot.control.admission")
+
+LEDGER_ATTEMPTS = 6  # compare-and-set tries of one pass
+
+
+@dataclass
+class PassResult:
+    """What one admission pass did (for logs, tests and `respot queue`)."""
+
+    admitted: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    leases: dict[str, Lease] = field(default_factory=dict)
+
+
+class Admission:
+    """Runs admission passes over the job table and the account."""
+
+    def __init__(
+        self,
+        *,
+        jobs: JobTable,
+        ledger: QueueLedger,
+        account: AccountUse | None,
+        default_instance_types: tuple[str, ...],
+        enabled: bool = False,
+        limits: QueueLimits | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.ledger = ledger
+        self.account = account
+        self.default_instance_types = default_instance_types
+        self.enabled = enabled
+        self.limits = limits or QueueLimits()
+
+    def current(self, state: LedgerState) -> tuple[bool, QueueLimits]:
+        """(enabled, limits): the admin's, when one set them, else the stack's."""
+        if state.settings is not None:
+            return parse_settings(state.settings)
+        return self.enabled, self.limits
+
+    def queue_names(self) -> set[str]:
+        """The named queues a spec may name now."""
+        return set(self.current(self.ledger.read())[1].queues)
+
+    def set_settings(self, settings: dict[str, Any]) -> None:
+        """Store an admin's settings in the ledger (checked first; compare-and-set)."""
+        parse_settings(settings)  # raises QueueSettingsError naming the field
+        for _ in range(LEDGER_ATTEMPTS):
+            state = self.ledger.read()
+            try:
+                self.ledger.write(replace(state, settings=dict(settings)))
+                return
+            except ConcurrentUpdateError:
+                continue
+        raise ConcurrentUpdateError("the queue ledger kept changing; try again")
+
+    def run(self, apply: Callable[[str, JobEvent], Any], now: datetime) -> PassResult:
+        """One pass: plan, commit to the ledger, then admit (`apply` applies a job event)."""
+        result = PassResult()
+        live: list[JobRecord] = []
+        for _ in range(LEDGER_ATTEMPTS):
+            state = self.ledger.read()
+            _, limits = self.current(state)
+            live = [r for r in (self.jobs.get(i) for i in self.jobs.live_job_ids()) if r]
+            by_id = {r.job_id: r for r in live}
+            new = LedgerState(state.version, dict(state.leases), dict(state.usage), state.settings)
+            result.released = []
+            for job_id, lease in state.leases.items():
+                if job_id in by_id:
+                    continue
+                ended = self.jobs.get(job_id)
+                end = (ended.finished_at if ended else None) or now
+                new.leases.pop(job_id)
+                new.usage[lease.researcher] = settle(
+                    new.usage.get(lease.researcher),
+                    lease.gpus,
+                    lease.admitted_at,
+                    max(end, lease.admitted_at),
+                    limits.half_life_hours,
+                )
+                result.released.append(job_id)
+            held = [r for r in live if r.state is JobState.HELD]
+            types: dict[str, str] = {}  # quota key -> an instance type of its class
+            waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
+            states = self._after_states(waiting, by_id)
+            p = plan(
+                waiting,
+                new.leases.values(),
+                self._rooms(types, new.leases),
+                limits,
+                new.usage,
+                states,
+                now,
+            )
+            for job in p.admit:
+                new.leases[job.job_id] = Lease(
+                    job_id=job.job_id,
+                    researcher=job.researcher,
+                    team=job.team,
+                    quota_key=job.quota_key,
+                    vcpus=job.vcpus,
+                    gpus=job.gpus,
+                    admitted_at=now,
+                    queue=job.queue,
+                    ends_at=now + timedelta(hours=job.hours) if job.hours else None,
+                )
+            result.plan = p
+            if p.admit or result.released:
+                try:
+                    self.ledger.write(new)
+                except ConcurrentUpdateError:
+                    continue  # another pass wrote first: read again, plan again
+            result.leases = new.leases
+            break
+        else:
+            log.warning("admission pass gave up after %d ledger conflicts", LEDGER_ATTEMPTS)
+            return result
+        assert result.plan is not None
+        for record in held:
+            if record.job_id in result.leases:
+                apply(record.job_id, Admitted("its turn: it fits the quotas and the limits"))
+                result.admitted.append(record.job_id)
+        for job, reason in result.plan.fail:
+            apply(job.job_id, AdmissionRefused(reason))
+            result.refused.append((job.job_id, reason))
+        return result
+
+    def _waiting(self, record: JobRecord, limits: QueueLimits, types: dict[str, str]) -> WaitingJob:
+        spec = record.spec
+        allowed = list(spec.instance_types or self.default_instance_types) or ["g5.xlarge"]
+        sizes = [(self._shape(t), t) for t in allowed]
+        (vcpus, gpus), largest = max(sizes, key=lambda s: s[0])
+        quota = quota_for(largest, Market.SPOT)
+        key = quota_key_of(Market.SPOT.value, quota.quota_class if quota else None, largest)
+        types.setdefault(key, largest)
+        owner = record.submission.submitted_by
+        return WaitingJob(
+            job_id=record.job_id,
+            researcher=owner or "unidentified",
+            team=team_of(owner, limits),
+            submitted_at=record.created_at,
+            quota_key=key,
+            vcpus=vcpus,
+            gpus=gpus,
+            priority=Priority(spec.priority),
+            queue=spec.queue,
+            after=tuple(spec.after),
+            hours=spec.estimated_runtime.total_seconds() / 3600.0
+            if spec.estimated_runtime
+            else None,
+        )
+
+    def _shape(self, instance_type: str) -> tuple[int, int]:
+        known = shape(instance_type)
+        if known is not None:
+            return known
+        vcpus = self.account.type_vcpus(instance_type) if self.account else None
+        return (vcpus or 0, 1)  # a type the table does not know counts one GPU
+
+    def _after_states(
+        self, waiting: list[WaitingJob], by_id: dict[str, JobRecord]
+    ) -> dict[str, str]:
+        states: dict[str, str] = {}
+        for job in waiting:
+            for name in job.after:
+                if name in states:
+                    continue
+                record = by_id.get(name) or self.jobs.get(name)
+                if record is not None:
+                    states[name] = record.state.value
+        return states
+
+    def _rooms(self, types: dict[str, str], leases: dict[str, Lease]) -> dict[str, QuotaRoom]:
+        """Each waiting quota's value and what instances no lease covers use of it."""
+        if self.account is None or not types:
+            return {}
+        others: dict[str, int] = {}
+        for _, job_id, key, vcpus in self.account.instances():
+            if job_id is not None and job_id in leases:
+                continue  # its lease counts it
+            others[key] = others.get(key, 0) + vcpus
+        return {
+            key: QuotaRoom(
+                limit=self.account.quota_value(instance_type, Market(key.split("/", 1)[0])),
+                others=others.get(key, 0),
+            )
+            for key, instance_type in types.items()
+        }

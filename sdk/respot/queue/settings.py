@@ -1,0 +1,139 @@
+"""The queue's settings as the platform team writes them (stack setting `queue`, the admin
+command `respot queue limits`), checked with errors that name the field and the fix.
+
+    {"enabled": true, "researcher_gpus": 8, "team_gpus": 16, "team_gpus_by_team": {"nlp": 8},
+     "queues": {"serial": {"max_running": 1}, "big": {"max_gpus": 16}},
+     "team_weights": {"vision": 2}, "teams": {"arn:aws:iam::1:user/ann": "vision"},
+     "half_life_hours": 2, "aging_hours": 4, "starve_hours": 24}
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from respot.queue.model import NamedQueue, QueueLimits
+
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_KEYS = {
+    "enabled",
+    "researcher_gpus",
+    "team_gpus",
+    "team_gpus_by_team",
+    "queues",
+    "team_weights",
+    "teams",
+    "half_life_hours",
+    "aging_hours",
+    "starve_hours",
+}
+
+
+class QueueSettingsError(ValueError):
+    """A queue setting that cannot be used; the message names the field and the fix."""
+
+
+def _count(name: str, value: Any, *, optional: bool = True) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise QueueSettingsError(f"{name}: {value!r} is not a whole number of GPUs >= 0")
+    return value
+
+
+def _hours(name: str, value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 24 * 365:
+        raise QueueSettingsError(f"{name}: {value!r} is not a number of hours above 0")
+    return float(value)
+
+
+def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
+    """(enabled, limits) from the settings' JSON object; `QueueSettingsError` if malformed."""
+    data = dict(data or {})
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise QueueSettingsError(
+            f"unknown queue setting(s) {', '.join(unknown)}; known: {', '.join(sorted(_KEYS))}"
+        )
+    queues: dict[str, NamedQueue] = {}
+    for name, q in (data.get("queues") or {}).items():
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise QueueSettingsError(
+                f"queues: {name!r} is not a queue name (1-64 lowercase letters, digits, '-', '_')"
+            )
+        if not isinstance(q, dict) or set(q) - {"max_gpus", "max_running"}:
+            raise QueueSettingsError(
+                f"queues.{name}: give an object with max_gpus and/or max_running, e.g. "
+                '{"max_running": 1}'
+            )
+        queues[name] = NamedQueue(
+            max_gpus=_count(f"queues.{name}.max_gpus", q.get("max_gpus")),
+            max_running=_count(f"queues.{name}.max_running", q.get("max_running")),
+        )
+    weights = {}
+    for team, w in (data.get("team_weights") or {}).items():
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 < w <= 1000:
+            raise QueueSettingsError(f"team_weights.{team}: {w!r} is not a weight in (0, 1000]")
+        weights[str(team)] = float(w)
+    by_team = {
+        str(t): int(_count(f"team_gpus_by_team.{t}", v, optional=False) or 0)
+        for t, v in (data.get("team_gpus_by_team") or {}).items()
+    }
+    teams = data.get("teams") or {}
+    if not isinstance(teams, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in teams.items()
+    ):
+        raise QueueSettingsError('teams: give {"<principal ARN or name>": "<team>", ...}')
+    enabled = data.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise QueueSettingsError(f"enabled: {enabled!r} is not true or false")
+    defaults = QueueLimits()
+    return enabled, QueueLimits(
+        researcher_gpus=_count("researcher_gpus", data.get("researcher_gpus")),
+        team_gpus=_count("team_gpus", data.get("team_gpus")),
+        team_gpus_by_team=by_team,
+        queues=queues,
+        team_weights=weights,
+        teams=dict(teams),
+        half_life_hours=_hours(
+            "half_life_hours", data.get("half_life_hours"), defaults.half_life_hours
+        ),
+        aging_hours=_hours("aging_hours", data.get("aging_hours"), defaults.aging_hours),
+        starve_hours=_hours("starve_hours", data.get("starve_hours"), defaults.starve_hours),
+    )
+
+
+def settings_dict(enabled: bool, limits: QueueLimits) -> dict[str, Any]:
+    """The JSON object `parse_settings` reads back to the same (enabled, limits)."""
+    return {
+        "enabled": enabled,
+        "researcher_gpus": limits.researcher_gpus,
+        "team_gpus": limits.team_gpus,
+        "team_gpus_by_team": dict(limits.team_gpus_by_team),
+        "queues": {
+            n: {
+                k: v
+                for k, v in (("max_gpus", q.max_gpus), ("max_running", q.max_running))
+                if v is not None
+            }
+            for n, q in limits.queues.items()
+        },
+        "team_weights": dict(limits.team_weights),
+        "teams": dict(limits.teams),
+        "half_life_hours": limits.half_life_hours,
+        "aging_hours": limits.aging_hours,
+        "starve_hours": limits.starve_hours,
+    }
+
+
+def team_of(principal: str | None, limits: QueueLimits) -> str:
+    """The team of a submitter: the platform team's mapping by full ARN, then by its last
+    name (the user, or the role's session name), else "default"."""
+    if not principal:
+        return "default"
+    if principal in limits.teams:
+        return limits.teams[principal]
+    short = principal.rsplit("/", 1)[-1]
+    return limits.teams.get(short, "default")

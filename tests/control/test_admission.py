@@ -1,0 +1,220 @@
+"""The team's queue in the control plane (issue 26), on the moto server: held jobs are admitted
+within the quota as room frees, two passes racing never spend the same room or admit a job
+twice, `after:` fails a job whose dependency failed, and bad `queue:`/`after:` are refused.
+
+The account's side (instances by quota, the quota's value) is a stand-in: moto has no Service
+Quotas values for EC2; the ledger, the job records and the launches are the real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from lambdas import commands
+from respot.aws.queueledger import LedgerState, QueueLedger
+from respot.control.service import ControlPlane
+from respot.core.job import Market
+from respot.core.states import JobState
+from respot.wire.messages import CancelCommand
+from tests.handlers.test_handlers import CONTEXT, Env, env, submission
+
+__all__ = ["env"]
+
+QUOTA_VCPUS = 8.0  # two g5.xlarge (4 vCPUs each)
+
+
+class Account:
+    """Instances the account runs and one quota value. The moto server is shared by every test
+    of the session: only this deployment's instances are this account's."""
+
+    def __init__(self, env: Env, *, sees_instances: bool = True) -> None:
+        self.env = env
+        self.sees_instances = sees_instances
+
+    def instances(self) -> list[tuple[str, str | None, str, int]]:
+        out: list[tuple[str, str | None, str, int]] = []
+        if not self.sees_instances:
+            return out
+        mine = [{"Name": "tag:respot:managed", "Values": [self.env.local.name]}]
+        for r in self.env.clients["ec2"].describe_instances(Filters=mine)["Reservations"]:
+            for i in r["Instances"]:
+                if i["State"]["Name"] in ("pending", "running"):
+                    tags = {t["Key"]: t["Value"] for t in i.get("Tags", [])}
+                    out.append((i["InstanceId"], tags.get("respot:job-id"), "spot/G and VT", 4))
+        return out
+
+    def quota_value(self, instance_type: str, market: Market) -> float | None:
+        return QUOTA_VCPUS
+
+    def type_vcpus(self, instance_type: str) -> int | None:
+        return 4
+
+
+@pytest.fixture
+def queued(env: Env) -> Iterator[Env]:
+    """The deployment with its queue on and a G-class spot quota of 8 vCPUs."""
+    env.control.settings = replace(env.control.settings, admission=True)
+    env.control.admission.enabled = True
+    env.control.admission.account = Account(env)  # type: ignore[assignment]
+    yield env
+
+
+def _state(env: Env, job_id: str) -> JobState:
+    record = env.control.jobs.get(job_id)
+    assert record is not None
+    return record.state
+
+
+def _admitted_notes(env: Env, job_id: str) -> int:
+    record = env.control.jobs.get(job_id)
+    assert record is not None
+    return sum(1 for e in record.timeline if e.kind == "admitted")
+
+
+def test_jobs_beyond_the_quota_wait_held_and_start_when_room_frees(queued: Env) -> None:
+    env = queued
+    # GIVEN three one-GPU jobs and room for two
+    subs = [submission(instance_types=["g5.xlarge"]) for _ in range(3)]
+    for sub in subs:
+        env.control.submit(sub)
+    states = [_state(env, s.job_id) for s in subs]
+    # THEN the first two asked for capacity, the third is HELD and launched nothing
+    assert states == [JobState.REQUESTED, JobState.REQUESTED, JobState.HELD]
+    assert env.live_instances(subs[2].job_id) == []
+    assert set(QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().leases) == {
+        subs[0].job_id,
+        subs[1].job_id,
+    }
+    # WHEN one of the running ones is cancelled (its lease frees room)
+    env.control.cancel(CancelCommand(job_id=subs[0].job_id, requested_at=subs[0].submitted_at))
+    # THEN the held one is admitted and launched, once
+    assert _state(env, subs[2].job_id) is JobState.REQUESTED
+    assert (
+        len(env.live_instances(subs[2].job_id)) == 1 and _admitted_notes(env, subs[2].job_id) == 1
+    )
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert set(ledger.leases) == {subs[1].job_id, subs[2].job_id}
+    # AND a tick with nothing new admits nothing and launches nothing more
+    env.control.reconcile()
+    assert _admitted_notes(env, subs[2].job_id) == 1 and len(env.instances(subs[2].job_id)) == 1
+
+
+class RacingLedger(QueueLedger):
+    """A ledger whose first read lets another control plane run a whole pass before it
+    returns: the classic lost update, if the write were not conditional."""
+
+    def __init__(self, inner: QueueLedger, rival: Any) -> None:
+        super().__init__(inner.table_name, inner.client)
+        self.rival = rival
+        self.raced = False
+
+    def read(self) -> LedgerState:
+        state = super().read()
+        if not self.raced:
+            self.raced = True
+            self.rival()
+        return state
+
+
+def test_two_passes_racing_never_exceed_the_quota_nor_admit_a_job_twice(queued: Env) -> None:
+    env = queued
+    # GIVEN four held jobs (the queue's first pass is kept from running) and room for two
+    env.control._admitting = True
+    subs = [submission(instance_types=["g5.xlarge"]) for _ in range(4)]
+    for sub in subs:
+        env.control.submit(sub)
+    env.control._admitting = False
+    assert {_state(env, s.job_id) for s in subs} == {JobState.HELD}
+    # WHEN one pass reads the ledger, another whole pass runs, then the first goes on; and
+    # neither sees the other's instances (DescribeInstances is eventually consistent: a just
+    # launched instance may not be listed), so the ledger alone must keep the quota
+    env.control.admission.account = Account(env, sees_instances=False)  # type: ignore[assignment]
+    other = ControlPlane(
+        jobs=env.control.jobs,
+        capacity=env.control.capacity,
+        s3=env.control.s3,
+        bucket=env.control.bucket,
+        settings=env.control.settings,
+        admission=None,
+    )
+    other.admission.account = Account(env, sees_instances=False)  # type: ignore[assignment]
+    real = env.control.admission.ledger
+    env.control.admission.ledger = RacingLedger(real, lambda: other.admit("the rival"))
+    env.control.admit("the first")
+    # THEN exactly two jobs are admitted, each once, with one instance each
+    admitted = [s.job_id for s in subs if _state(env, s.job_id) is not JobState.HELD]
+    assert len(admitted) == 2
+    assert all(_admitted_notes(env, j) == 1 for j in admitted)
+    assert all(len(env.instances(j)) == 1 for j in admitted)
+    assert set(real.read().leases) == set(admitted)
+
+
+def test_after_a_failed_dependency_fails_the_job_with_the_reason(env: Env) -> None:
+    # GIVEN (queue off) a job, and one of the same submitter that starts after it
+    first = submission()
+    env.control.submit(first)
+    second = submission(after=[first.job_id])
+    env.control.submit(second)
+    assert _state(env, second.job_id) is JobState.HELD and env.instances(second.job_id) == []
+    # WHEN the first is cancelled and the tick looks
+    env.control.cancel(CancelCommand(job_id=first.job_id, requested_at=first.submitted_at))
+    env.control.reconcile()
+    # THEN the second failed, naming the first and how it ended
+    record = env.control.jobs.get(second.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert record.reason == f"after: job {first.job_id} ended CANCELLED, so this job cannot start"
+
+
+def test_after_a_completed_dependency_the_job_is_admitted(env: Env) -> None:
+    first = submission()
+    env.control.submit(first)
+    second = submission(after=[first.job_id])
+    env.control.submit(second)
+    # WHEN the first completes (its record says so) and the tick looks
+    env.control.jobs.update(
+        first.job_id,
+        lambda r: r.model_copy(update={"state": JobState.COMPLETED}) if r else None,
+    )
+    env.control.reconcile()
+    # THEN the second is admitted and asked for capacity
+    assert _state(env, second.job_id) is JobState.REQUESTED
+    assert len(env.live_instances(second.job_id)) == 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"queue": "nightly"}, "queue: 'nightly' is not a queue of this deployment"),
+        ({"after": ["job-nobody-ran"]}, "after: job job-nobody-ran does not exist"),
+    ],
+)
+def test_an_unknown_queue_or_after_is_refused_on_the_raw_message_path(
+    env: Env, spec: dict[str, Any], said: str
+) -> None:
+    # GIVEN a raw submit message (the path every client's submission takes)
+    sub = submission(**spec)
+    response = commands.handler(
+        env.sqs_event(env.sns_envelope(sub.model_dump_json(), "submit")), CONTEXT
+    )
+    assert response == {"batchItemFailures": []}
+    # THEN the job is FAILED with the field and the fix, and nothing was launched
+    record = env.control.jobs.get(sub.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert record.reason is not None and said in record.reason
+    assert env.instances(sub.job_id) == []
+
+
+def test_after_naming_another_submitter_s_job_is_refused(env: Env) -> None:
+    theirs = submission().model_copy(update={"submitted_by": "arn:aws:iam::1:user/bo"})
+    env.control.submit(theirs)
+    mine = submission(after=[theirs.job_id]).model_copy(
+        update={"submitted_by": "arn:aws:iam::1:user/ann"}
+    )
+    env.control.submit(mine)
+    record = env.control.jobs.get(mine.job_id)
+    assert record is not None and record.state is JobState.FAILED
+    assert f"after: job {theirs.job_id} is not yours" in (record.reason or "")
