@@ -59,7 +59,7 @@ def queued(env: Env) -> Iterator[Env]:
     """The deployment with its queue on and a G-class spot quota of 8 vCPUs."""
     env.control.settings = replace(env.control.settings, admission=True)
     env.control.admission.enabled = True
-    env.control.admission.account = Account(env)  # type: ignore[assignment]
+    env.control.admission.account = Account(env)
     yield env
 
 
@@ -132,7 +132,7 @@ def test_two_passes_racing_never_exceed_the_quota_nor_admit_a_job_twice(queued: 
     # WHEN one pass reads the ledger, another whole pass runs, then the first goes on; and
     # neither sees the other's instances (DescribeInstances is eventually consistent: a just
     # launched instance may not be listed), so the ledger alone must keep the quota
-    env.control.admission.account = Account(env, sees_instances=False)  # type: ignore[assignment]
+    env.control.admission.account = Account(env, sees_instances=False)
     other = ControlPlane(
         jobs=env.control.jobs,
         capacity=env.control.capacity,
@@ -141,7 +141,7 @@ def test_two_passes_racing_never_exceed_the_quota_nor_admit_a_job_twice(queued: 
         settings=env.control.settings,
         admission=None,
     )
-    other.admission.account = Account(env, sees_instances=False)  # type: ignore[assignment]
+    other.admission.account = Account(env, sees_instances=False)
     real = env.control.admission.ledger
     env.control.admission.ledger = RacingLedger(real, lambda: other.admit("the rival"))
     env.control.admit("the first")
