@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from lambdas import commands
 from respot.aws.queueledger import LedgerState, QueueLedger
+from respot.cli.queue import queue_view
 from respot.control.service import ControlPlane
 from respot.core.job import Market
 from respot.core.states import JobState
@@ -78,17 +80,27 @@ def _admitted_notes(env: Env, job_id: str) -> int:
 def test_jobs_beyond_the_quota_wait_held_and_start_when_room_frees(queued: Env) -> None:
     env = queued
     # GIVEN three one-GPU jobs and room for two
-    subs = [submission(instance_types=["g5.xlarge"]) for _ in range(3)]
+    subs = [
+        submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+        for _ in range(3)
+    ]
     for sub in subs:
         env.control.submit(sub)
     states = [_state(env, s.job_id) for s in subs]
     # THEN the first two asked for capacity, the third is HELD and launched nothing
     assert states == [JobState.REQUESTED, JobState.REQUESTED, JobState.HELD]
     assert env.live_instances(subs[2].job_id) == []
-    assert set(QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().leases) == {
-        subs[0].job_id,
-        subs[1].job_id,
-    }
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert set(ledger.leases) == {subs[0].job_id, subs[1].job_id}
+    # AND `respot queue` shows it first in line, waiting for the quota, starting when the
+    # first admitted job's estimated hour is over
+    held = env.control.jobs.get(subs[2].job_id)
+    assert held is not None
+    (row,) = queue_view([held], ledger, datetime.now(UTC))["held"]
+    assert row["position"] == 1 and row["waits_for"] == "quota"
+    assert "quota spot/G and VT: 0 of 8 vCPUs free" in row["reason"]
+    first_end = min(lease.ends_at for lease in ledger.leases.values() if lease.ends_at)
+    assert row["estimated_start"] == first_end.isoformat()
     # WHEN one of the running ones is cancelled (its lease frees room)
     env.control.cancel(CancelCommand(job_id=subs[0].job_id, requested_at=subs[0].submitted_at))
     # THEN the held one is admitted and launched, once

@@ -39,6 +39,10 @@ class LedgerState:
     leases: dict[str, Lease] = field(default_factory=dict)
     usage: dict[str, Usage] = field(default_factory=dict)
     settings: dict[str, Any] | None = None
+    # What the last pass said of each held job: kind, reason, position, estimate (ISO or
+    # None), for `respot queue`; and when it planned.
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    planned_at: str | None = None
 
 
 def _lease_doc(lease: Lease) -> dict[str, Any]:
@@ -91,6 +95,8 @@ class QueueLedger:
                 for r, u in doc.get("usage", {}).items()
             },
             settings=doc.get("settings"),
+            waits=doc.get("waits", {}),
+            planned_at=doc.get("planned_at"),
         )
 
     def write(self, state: LedgerState) -> LedgerState:
@@ -104,6 +110,8 @@ class QueueLedger:
                 for r, u in state.usage.items()
             },
             "settings": state.settings,
+            "waits": state.waits,
+            "planned_at": state.planned_at,
         }
         item = {**_KEY, "version": {"N": str(state.version + 1)}, "doc": {"S": json.dumps(doc)}}
         if state.version == 0:
@@ -121,7 +129,14 @@ class QueueLedger:
                     f"the queue ledger changed since version {state.version}"
                 ) from exc
             raise
-        return LedgerState(state.version + 1, dict(state.leases), dict(state.usage), state.settings)
+        return LedgerState(
+            state.version + 1,
+            dict(state.leases),
+            dict(state.usage),
+            state.settings,
+            dict(state.waits),
+            state.planned_at,
+        )
 
 
 class AccountUse:

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import typer
 
-from respot.cli import bench, doctor, jobs, local, observe, replay, results, selftest, sweep
+from respot.cli import (
+    bench,
+    doctor,
+    jobs,
+    local,
+    observe,
+    queue,
+    replay,
+    results,
+    selftest,
+    sweep,
+)
 
 app = typer.Typer(
     name="respot",
@@ -17,6 +28,7 @@ app.command()(jobs.ls)
 app.command()(jobs.status)
 app.command()(observe.logs)
 app.command()(jobs.cancel)
+app.command()(queue.queue)
 app.command()(results.pull)
 app.command()(observe.cost)
 app.command()(observe.tensorboard)

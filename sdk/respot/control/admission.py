@@ -31,6 +31,7 @@ from respot.core.states import JobState
 from respot.exceptions import ConcurrentUpdateError
 from respot.queue import Lease, Priority, QueueLimits, QuotaRoom, WaitingJob, plan, settle
 from respot.queue.admission import Plan
+from respot.queue.estimate import estimate_starts
 from respot.queue.model import quota_key_of
 from respot.queue.settings import parse_settings, team_of
 from respot.queue.shapes import shape
@@ -49,6 +50,19 @@ class PassResult:
     released: list[str] = field(default_factory=list)
     plan: Plan | None = None
     leases: dict[str, Lease] = field(default_factory=dict)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """True if the waits differ in more than their estimates' drift (a write per change)."""
+
+    def strip(w: dict[str, Any]) -> dict[str, Any]:
+        return {k: {f: v for f, v in d.items() if f != "estimate"} for k, d in w.items()}
+
+    return strip(before) != strip(after)
 
 
 class Admission:
@@ -102,7 +116,7 @@ class Admission:
             _, limits = self.current(state)
             live = [r for r in (self.jobs.get(i) for i in self.jobs.live_job_ids()) if r]
             by_id = {r.job_id: r for r in live}
-            new = LedgerState(state.version, dict(state.leases), dict(state.usage), state.settings)
+            new = replace(state, leases=dict(state.leases), usage=dict(state.usage))
             result.released = []
             for job_id, lease in state.leases.items():
                 if job_id in by_id:
@@ -122,15 +136,8 @@ class Admission:
             types: dict[str, str] = {}  # quota key -> an instance type of its class
             waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
             states = self._after_states(waiting, by_id)
-            p = plan(
-                waiting,
-                new.leases.values(),
-                self._rooms(types, new.leases),
-                limits,
-                new.usage,
-                states,
-                now,
-            )
+            rooms = self._rooms(types, new.leases)
+            p = plan(waiting, new.leases.values(), rooms, limits, new.usage, states, now)
             for job in p.admit:
                 new.leases[job.job_id] = Lease(
                     job_id=job.job_id,
@@ -144,7 +151,18 @@ class Admission:
                     ends_at=now + timedelta(hours=job.hours) if job.hours else None,
                 )
             result.plan = p
-            if p.admit or result.released:
+            starts = estimate_starts(waiting, p.waits, new.leases.values(), rooms, now)
+            new.waits = {
+                job_id: {
+                    "kind": w.kind,
+                    "reason": w.reason,
+                    "position": w.position,
+                    "estimate": _iso(starts.get(job_id)),
+                }
+                for job_id, w in p.waits.items()
+            }
+            if p.admit or result.released or _changed(state.waits, new.waits):
+                new.planned_at = now.isoformat()
                 try:
                     self.ledger.write(new)
                 except ConcurrentUpdateError:

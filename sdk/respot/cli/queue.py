@@ -1,0 +1,96 @@
+"""`respot queue`: the team's queue as the control plane last planned it.
+
+Each held job with its position (the order the queue's rules would admit them in, were there
+room), what it waits for (its turn, a vCPU quota, a GPU limit, its named queue, the jobs its
+`after:` names) and an estimate of its start (from the estimated runtimes of what runs; none
+when those are unknown). Also the named queues and the GPUs each researcher has admitted.
+Reads the job table (the queue ledger item and the live jobs); sends nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from respot.cli.context import JsonOption, LocalOption, connect, console, print_json, reports_errors
+
+if TYPE_CHECKING:
+    from respot.aws.queueledger import LedgerState
+    from respot.core.job import JobRecord
+
+
+def queue_view(held: list[JobRecord], ledger: LedgerState, now: datetime) -> dict[str, Any]:
+    """What `respot queue` shows, as data (the JSON output)."""
+    rows = []
+    for record in sorted(held, key=lambda r: (r.created_at, r.job_id)):
+        said = ledger.waits.get(record.job_id) or {}
+        rows.append(
+            {
+                "job_id": record.job_id,
+                "owner": record.submission.submitted_by,
+                "priority": record.spec.priority,
+                "queue": record.spec.queue,
+                "after": list(record.spec.after),
+                "position": said.get("position"),
+                "waits_for": said.get("kind"),
+                "reason": said.get("reason")
+                or "not planned yet: the next admission pass (at most one tick) plans it",
+                "estimated_start": said.get("estimate"),
+                "held_for_seconds": int((now - record.created_at).total_seconds()),
+            }
+        )
+    rows.sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["job_id"]))
+    admitted: dict[str, int] = {}
+    for lease in ledger.leases.values():
+        admitted[lease.researcher] = admitted.get(lease.researcher, 0) + lease.gpus
+    return {
+        "held": rows,
+        "admitted_gpus_by_researcher": admitted,
+        "queues": sorted(((ledger.settings or {}).get("queues") or {}).keys()),
+        "planned_at": ledger.planned_at,
+    }
+
+
+@reports_errors
+def queue(local: LocalOption = False, json_output: JsonOption = False) -> None:
+    """The team's queue: each held job's position, what it waits for, when it may start."""
+    from respot.aws.jobs import JobTable
+    from respot.aws.queueledger import QueueLedger
+    from respot.core.states import JobState
+
+    conn = connect(local)
+    table = conn.deployment.table_name
+    client = conn.client("dynamodb")
+    jobs = JobTable(table, client)
+    held = [r for r in (jobs.get(i) for i in jobs.live_job_ids()) if r and r.state is JobState.HELD]
+    view = queue_view(held, QueueLedger(table, client).read(), datetime.now(UTC))
+    if json_output:
+        print_json(view)
+        return
+    out = console()
+    if not view["held"]:
+        out.print("no job is held: every live job is admitted (`respot ls --live` lists them)")
+    else:
+        from rich.table import Table
+
+        t = Table(box=None, header_style="bold", pad_edge=False)
+        for col in ("#", "job", "owner", "prio", "waits for", "estimated start"):
+            t.add_column(col)
+        for row in view["held"]:
+            t.add_row(
+                str(row["position"] or "-"),
+                row["job_id"],
+                (row["owner"] or "-").rsplit("/", 1)[-1],
+                row["priority"],
+                row["reason"],
+                row["estimated_start"] or "unknown",
+            )
+        out.print(t)
+    if view["admitted_gpus_by_researcher"]:
+        admitted = ", ".join(
+            f"{r.rsplit('/', 1)[-1]}: {g}"
+            for r, g in sorted(view["admitted_gpus_by_researcher"].items())
+        )
+        out.print(f"GPUs admitted now: {admitted}")
+    if view["queues"]:
+        out.print(f"named queues: {', '.join(view['queues'])}")
