@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from respot.queue.settings import QueueSettingsError, parse_settings
+
 # The PyTorch Deep Learning AMI (NVIDIA driver, CUDA, PyTorch in the Python at
 # /opt/pytorch/bin/python). Public SSM parameter named as the DLAMI guide says ("Finding the
 # ID of a DLAMI": /aws/service/deeplearning/ami/$architecture/$ami_type/latest/ami-id, the
@@ -58,6 +60,7 @@ CONTEXT_KEYS = (
     "extra_regions",
     "session_manager",
     "framework_python_version",
+    "queue",
 )
 
 _TEXT_KEYS = {
@@ -138,6 +141,10 @@ class DeploySettings:
     # The version of `framework_python`: the agent package is built for that Python only
     # (infra/bundling.py); the bootstrap names this setting if the AMI's differs.
     framework_python_version: str = DEFAULT_FRAMEWORK_PYTHON_VERSION
+    # The team's queue (docs/queue.md): {"enabled": true, "researcher_gpus": 8, "queues":
+    # {"serial": {"max_running": 1}}, ...}; an admin changes it without a deploy
+    # (`respot queue --set-limits`). Empty: off (only `after:`/`queue:` jobs are held).
+    queue: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.fullmatch(self.stage):
@@ -234,6 +241,10 @@ class DeploySettings:
                 "ami_id is one region's image id; with extra_regions give ami_parameter "
                 "instead (a public SSM parameter each region resolves to its own image)"
             )
+        try:
+            parse_settings(dict(self.queue))
+        except QueueSettingsError as exc:
+            raise DeploySettingsError(f"queue: {exc}") from None
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
         for name, price in self.on_demand_prices.items():
@@ -308,6 +319,8 @@ class DeploySettings:
                 ) from exc
         if "session_manager" in raw:
             values["session_manager"] = _flag(raw["session_manager"], "session_manager")
+        if "queue" in raw:
+            values["queue"] = dict(_mapping(raw["queue"], "queue"))
         if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")
             try:

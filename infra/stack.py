@@ -196,6 +196,8 @@ class RespotStack(Stack):
             env[config.ENV_SLACK_CHANNEL] = settings.slack_channel
         if settings.on_demand_prices:
             env[config.ENV_ON_DEMAND_PRICES] = self.to_json_string(dict(settings.on_demand_prices))
+        if settings.queue:
+            env[config.ENV_QUEUE] = self.to_json_string(dict(settings.queue))
         if notify_queue is not None:
             env[config.ENV_NOTIFY_QUEUE_URL] = notify_queue.queue_url
         sweep_queue = self.messaging.queues.get(SWEEP_QUEUE)

@@ -131,6 +131,7 @@ class LocalDeployment:
     vpc_id: str | None = None  # the VPC of `subnets`
     ami_id: str = LOCAL_AMI
     fis_template_id: str | None = None  # the self-test's experiment (infra/local/fis.py acts)
+    queue: dict[str, Any] = field(default_factory=dict)  # the stack's `queue` setting
 
     def doctor_facts(self) -> dict[str, Any]:
         """What `respot doctor --local` checks the emulator for (the deploy settings' part)."""
@@ -184,6 +185,7 @@ class LocalDeployment:
             cfg.ENV_SLACK_TOKEN_PARAMETER: self.slack_token_parameter,
             cfg.ENV_DEPLOYMENT_NAME: self.name,
             cfg.ENV_ALLOWED_INSTANCE_TYPES: ",".join(self.allowed_instance_types),
+            **({cfg.ENV_QUEUE: json.dumps(self.queue)} if self.queue else {}),
         }
 
 

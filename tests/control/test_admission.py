@@ -230,3 +230,21 @@ def test_after_naming_another_submitter_s_job_is_refused(env: Env) -> None:
     record = env.control.jobs.get(mine.job_id)
     assert record is not None and record.state is JobState.FAILED
     assert f"after: job {theirs.job_id} is not yours" in (record.reason or "")
+
+
+def test_the_stack_s_queue_setting_turns_admission_on_and_bad_ones_are_named() -> None:
+    from respot.control.config import ENV_QUEUE, ConfigError, ControlPlaneConfig
+
+    base = {
+        "RESPOT_TABLE": "t",
+        "RESPOT_BUCKET": "b",
+        "RESPOT_LAUNCH_TEMPLATE_ID": "lt-1",
+        "RESPOT_SUBNETS": "[]",
+        "RESPOT_INSTANCE_TYPES": "g5.xlarge",
+        "RESPOT_AGENT_QUEUE_URL": "q",
+    }
+    assert ControlPlaneConfig.from_env(base).settings().admission is False
+    on = ControlPlaneConfig.from_env({**base, ENV_QUEUE: '{"enabled": true, "team_gpus": 8}'})
+    assert on.settings().admission is True and on.queue_limits().team_gpus == 8
+    with pytest.raises(ConfigError, match="RESPOT_QUEUE: team_gpus"):
+        ControlPlaneConfig.from_env({**base, ENV_QUEUE: '{"team_gpus": "eight"}'})

@@ -59,6 +59,11 @@ def test_string_context_from_the_command_line():
     assert s.on_demand_prices == {"g5.xlarge": 1.006}
 
 
+def test_the_queue_setting_reaches_the_functions_as_one_json_value():
+    s = settings(queue='{"enabled": true, "queues": {"serial": {"max_running": 1}}}')
+    assert s.queue == {"enabled": True, "queues": {"serial": {"max_running": 1}}}
+
+
 @pytest.mark.parametrize(
     ("context", "message"),
     [
@@ -84,6 +89,9 @@ def test_string_context_from_the_command_line():
         ({"stage": "has space"}, "stage"),
         ({"deployment_parameter": "no-leading-slash"}, "deployment_parameter"),
         ({"slack_token_parameter": "xoxb-a-token-not-a-name"}, "slack_token_parameter"),
+        ({"queue": {"researcher_gpus": -1}}, "queue: researcher_gpus"),
+        ({"queue": '{"queues": {"Night Q": {"max_running": 1}}}'}, "queue: queues"),
+        ({"queue": {"max_gpus": 4}}, "queue: unknown queue setting"),
     ],
 )
 def test_bad_context_is_refused_with_the_key_named(context, message):
