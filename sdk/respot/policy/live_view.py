@@ -105,7 +105,7 @@ class _Sightings:
 class LiveView:
     """`policy` placed as live would place it, seeing only its own sightings."""
 
-    name = "respot-live-view"
+    name = "respot"  # the figure of record of `respot bench placement`
 
     def __init__(
         self,

@@ -28,7 +28,6 @@ from respot.policy.model import (
     Job,
     on_demand_cost,
 )
-from respot.policy.multipool import MultiPoolPolicy
 from respot.policy.omniscient_pools import optimal_pool_normalized_costs
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pools import (
@@ -173,7 +172,9 @@ class ReplayPlan:
 
 # ---- the prediction ----------------------------------------------------------------------------
 
-REFERENCE_POLICIES = ("up-round-robin", "greedy-any")
+# respot-omniscient-view: the same policy shown every pool, which live never is (an upper
+# bound); the prediction live is held to is "respot", the policy fed live's own sightings.
+REFERENCE_POLICIES = ("up-round-robin", "greedy-any", "respot-omniscient-view")
 
 
 @dataclass(frozen=True)
@@ -185,16 +186,21 @@ class Prediction:
 
     @property
     def respot(self) -> PoolsOutcome:
-        """respot's multi-pool policy on the window."""
+        """respot's multi-pool policy on the window, as live places one job (`LiveView`)."""
         return self.outcomes["respot"]
 
 
 def predict(plan: ReplayPlan) -> Prediction:
-    """Run the simulator exactly as `respot bench placement` does, on this one window."""
+    """Run the simulator exactly as `respot bench placement` does, on this one window.
+
+    "respot" is the benchmark's figure of record: the multi-pool policy fed only the job's
+    own sightings (`respot.policy.live_view.LiveView`), which is what the live control plane
+    feeds it (`respot.core.pool_placement`); a replay that drifts from it fails.
+    """
     window = plan.window()
     outcomes = {
         name: simulate_pools(
-            MultiPoolPolicy() if name == "respot" else make_pools_policy(name),
+            make_pools_policy(name),
             plan.pool_set.pools,
             window,
             plan.job,
