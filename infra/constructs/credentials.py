@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Duration
+from aws_cdk import Aws, Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.constructs.fleet import agent_job_statements
+from infra.constructs.fleet import agent_job_statements, job_secrets_statement
 from infra.grants import list_job_objects
 from infra.nag import suppress
 from respot.credentials.policy import ENV_INSTANCE_ROLE_NAMES, ENV_JOB_ROLE_ARN
@@ -51,7 +51,11 @@ class JobCredentials(Construct):
             self,
             "JobPolicy",
             roles=[self.role],
-            statements=[*agent_job_statements(bucket), list_job_objects(bucket)],
+            statements=[
+                *agent_job_statements(bucket),
+                list_job_objects(bucket),
+                job_secrets_statement(Aws.REGION),
+            ],
         )
         suppress(
             policy,
@@ -60,12 +64,15 @@ class JobCredentials(Construct):
             "to one job's prefix by the session policy the credentials function passes to "
             "AssumeRole (respot.credentials.policy). Write only the agent's sub-prefixes "
             "(checkpoints, handoff, outputs, logs, tensorboard, outputs.json), delete only "
-            "under checkpoints/ (pruning).",
+            "under checkpoints/ (pruning). Job secrets: those named respot/jobs/... in the "
+            "home region; the session policy names the job's own.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",
+                r"^Resource::arn:<AWS::Partition>:secretsmanager:<AWS::Region>:"
+                r"<AWS::AccountId>:secret:respot/jobs/\*$",
             ],
         )
         function_role.add_to_policy(

@@ -65,6 +65,19 @@ def agent_job_statements(bucket: s3.IBucket) -> list[iam.PolicyStatement]:
     ]
 
 
+def job_secrets_statement(home_region: str) -> iam.PolicyStatement:
+    """`secrets: {NAME: ARN}` of a job spec, read by the agent (respot.agent.secrets): only
+    secrets named respot/jobs/... in the home region (a session policy narrows it per job)."""
+    return iam.PolicyStatement(
+        sid="ReadJobSecrets",
+        actions=["secretsmanager:GetSecretValue"],
+        resources=[
+            f"arn:{Aws.PARTITION}:secretsmanager:{home_region}:{Aws.ACCOUNT_ID}:secret:"
+            f"{JOB_SECRET_PREFIX}*"
+        ],
+    )
+
+
 def _data_bucket_resources(bucket: str) -> tuple[str, str, str | None]:
     """(bucket ARN, object ARN pattern, key prefix or None) of a data bucket ARN or name."""
     if not bucket.startswith("arn:"):
@@ -196,16 +209,9 @@ class Fleet(Construct):
                 actions=["logs:CreateLogStream", "logs:PutLogEvents"],
                 resources=[self.log_group.log_group_arn],
             ),
-            # `secrets: {NAME: ARN}` of a job spec, read by the agent (respot.agent.secrets).
-            iam.PolicyStatement(
-                sid="ReadJobSecrets",
-                actions=["secretsmanager:GetSecretValue"],
-                resources=[
-                    f"arn:{Aws.PARTITION}:secretsmanager:{home_region}:{Aws.ACCOUNT_ID}:secret:"
-                    f"{JOB_SECRET_PREFIX}*"
-                ],
-            ),
         )
+        if credentials_function is None:  # else the job role's, per job (credentials.py)
+            policy.add_statements(job_secrets_statement(home_region))
         # Jobs with `image:` (docs/environments.md): log in to ECR and pull, this account only.
         policy.add_statements(
             iam.PolicyStatement(

@@ -160,10 +160,14 @@ def test_a_researcher_cannot_replace_another_researchers_code(rt: LocalRuntime) 
     second.put_object(Bucket=local.bucket, Key=other, Body=b"PK second", IfNoneMatch="*")
 
 
-def _isolation_probe_spec() -> Any:
-    # Trains until cancelled (at most 10 000 steps of 0.05 s): the probe needs it live.
+def _isolation_probe_spec(secret: str) -> Any:
+    # Trains until cancelled (at most 10 000 steps of 0.05 s): the probe needs it live. Its
+    # agent reads its secret with the job's credentials before the session starts.
     return counting_spec(
-        "iam-second", hyperparameters={"steps": 10_000, "step_seconds": 0.05}, warm_start=False
+        "iam-second",
+        hyperparameters={"steps": 10_000, "step_seconds": 0.05},
+        warm_start=False,
+        secrets={"PROBE_TOKEN": secret},
     )
 
 
@@ -184,9 +188,14 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
     assert manifests and blobs and outputs and code in keys, keys
     targets = [layout.submission_key(first), code, manifests[-1], blobs[0], outputs[0],
                layout.outputs_manifest_key(first)]  # fmt: skip
-    # ... AND a second job, training, whose instance asks for its credentials as its agent
-    # does (an identity proof signed with the instance role's credentials)
-    second = rt.run(_isolation_probe_spec())
+    # ... AND a secret another job names (respot/jobs/..., readable by the role, not by them)
+    secrets = rt.client("secretsmanager")
+    theirs = secrets.create_secret(Name="respot/jobs/iam-first-token", SecretString="first")["ARN"]
+    ours = secrets.create_secret(Name="respot/jobs/iam-second-token", SecretString="second")["ARN"]
+    # ... AND a second job, training (its agent read its own secret with the job's
+    # credentials), whose instance asks for its credentials as its agent does (an identity
+    # proof signed with the instance role's credentials)
+    second = rt.run(_isolation_probe_spec(ours))
 
     def training() -> bool:
         now = rt.job_record(second.job_id)
@@ -212,8 +221,8 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
             bind_wait_seconds=0,
         )
 
-    job_s3 = cloud.client_of(job_session(source(second.job_id), local.region), "s3",
-                             local.endpoint_url)  # fmt: skip
+    vended = job_session(source(second.job_id), local.region)
+    job_s3 = cloud.client_of(vended, "s3", local.endpoint_url)
     instance_s3 = cloud.client_of(instance_session, "s3", local.endpoint_url)
     try:
         # WHEN its code uses either THEN nothing of the first job can be read, replaced or
@@ -236,6 +245,14 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
         own = layout.submission_key(second.job_id)
         assert job_s3.get_object(Bucket=local.bucket, Key=own)["Body"].read()
         _denied(lambda: instance_s3.get_object(Bucket=local.bucket, Key=own))
+        # AND secrets: the job's credentials read its own secret, not another's; the
+        # instance role reads none
+        job_secrets = cloud.client_of(vended, "secretsmanager", local.endpoint_url)
+        assert job_secrets.get_secret_value(SecretId=ours)["SecretString"] == "second"
+        _denied(lambda: job_secrets.get_secret_value(SecretId=theirs))
+        plain = cloud.client_of(instance_session, "secretsmanager", local.endpoint_url)
+        for arn in (ours, theirs):
+            _denied(lambda arn=arn: plain.get_secret_value(SecretId=arn))
     finally:
         second.cancel("isolation probe done")
     second.wait(timeout=240)

@@ -102,6 +102,24 @@ def test_the_instance_role_reaches_no_jobs_objects_only_the_credentials_function
     assert allowed(instance, "lambda:InvokeFunction", vendor)
     assert not allowed(instance, "lambda:InvokeFunction", vendor.replace("credentials", "commands"))
     assert not allowed(instance, "sts:AssumeRole", arns["job_role"])
+    secret = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:respot/jobs/token-AbCdEf"
+    assert not allowed(instance, "secretsmanager:GetSecretValue", secret)
+
+
+def test_a_jobs_credentials_read_its_own_secrets_and_no_other_jobs(policies):
+    job = policies["job"]
+    secret = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:respot/jobs/"
+    mine, partial = f"{secret}mine-AbCdEf", f"{secret}partial"
+    session = session_policy("b", "j-1", secrets=[mine, partial])
+
+    def can(arn: str) -> bool:
+        action = "secretsmanager:GetSecretValue"
+        return allowed(job, action, arn) and allowed([session], action, arn)
+
+    assert can(mine) and can(f"{partial}-Zz9Yy8")
+    assert not can(f"{secret}theirs-AbCdEf") and not can(f"{secret}partial-longer-Zz9Yy8")
+    # the role itself never reaches secrets outside respot/jobs/
+    assert not allowed(job, "secretsmanager:GetSecretValue", secret.replace("respot/jobs/", "x/"))
 
 
 def test_a_jobs_credentials_reach_its_own_objects_and_no_other_jobs(policies, arns):

@@ -23,8 +23,10 @@ PULL = ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerA
 SIDS = ("ReadJobSecrets", "EcrLogin", "PullJobImages")
 
 
-def _instance_docs(template: dict[str, Any], region: str) -> list[dict[str, Any]]:
-    role = _logical_id(template, "FleetInstanceRole")
+def _instance_docs(
+    template: dict[str, Any], region: str, role_prefix: str = "FleetInstanceRole"
+) -> list[dict[str, Any]]:
+    role = _logical_id(template, role_prefix)
     resolve = Resolver({}, region)
     return [
         resolve(p["Properties"]["PolicyDocument"])
@@ -60,8 +62,13 @@ def test_a_satellite_instance_reads_home_secrets_and_images(synthesized, region)
 
 def test_the_satellite_grants_are_exactly_the_home_instance_role_s(synthesized):  # noqa: F811
     home = _instance_docs(synthesized["home"], HOME)
+    # At home the job's secrets are read with the job's credentials (the job role's
+    # statement, narrowed per job by the session policy; docs/security.md)
+    home_job = _instance_docs(synthesized["home"], HOME, "CredentialsJobRole")
+    assert not [st for doc in home for st in doc["Statement"] if st.get("Sid") == SIDS[0]]
     for region, template in synthesized["satellites"].items():
         there = _instance_docs(template, region)
         for sid in SIDS:
             # same actions, resources and conditions (resolved: the home region's ARNs)
-            assert _statements(there, sid) == _statements(home, sid), (region, sid)
+            expected = _statements(home_job if sid == "ReadJobSecrets" else home, sid)
+            assert _statements(there, sid) == expected, (region, sid)

@@ -183,6 +183,15 @@ def test_a_request_that_is_not_one_is_refused_before_any_identity_check() -> Non
     assert broker.verifier.seen == []  # type: ignore[attr-defined]
 
 
+def test_the_jobs_own_secrets_join_the_session_policy() -> None:
+    arn = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:respot/jobs/wandb-AbCdEf"
+    broker = _broker(_caller(I1), _record("job-a", I1, secrets={"WANDB": arn}), ("job-a", 1))
+    broker.vend(_request("job-a", I1), "req-1")
+    policy = json.loads(broker.sts.calls[0]["Policy"])
+    (secrets,) = [s for s in policy["Statement"] if s["Sid"] == "ThisJobsSecrets"]
+    assert secrets["Resource"] == [arn]
+
+
 def test_earlier_jobs_outputs_named_as_data_join_the_session_policy() -> None:
     data = [{"s3_uri": "s3://jobs-bucket/jobs/job-0/outputs/", "local_path": "prev"}]
     broker = _broker(_caller(I1), _record("job-a", I1, data=data), ("job-a", 1))

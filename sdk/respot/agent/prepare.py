@@ -42,7 +42,7 @@ class PrepareSteps(AttemptState):
         """The values of the spec's `secrets`, read now (respot.agent.secrets)."""
         if not spec.secrets:
             return {}
-        return resolve_secrets(self.agent.regional.in_region("secretsmanager"), spec.secrets)
+        return resolve_secrets(self.agent.secrets_in, spec.secrets)
 
     # ---- 1-4 ---------------------------------------------------------------------------------
 

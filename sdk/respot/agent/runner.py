@@ -94,6 +94,7 @@ class Agent:
         # The instance role's own S3 client: wheels and data buckets. `s3` holds the job's
         # credentials when the deployment vends them (respot.credentials), else it is this.
         self._instance_s3: S3Client | None = s3
+        self._job: Any = None  # the boto3 session with the job's credentials, if vended
         self._sqs = sqs
         self.logs: Any = None  # CloudWatch Logs client, when the deployment names a log group
         # Clients by region for what the job names elsewhere: its secrets, its ECR image.
@@ -134,9 +135,8 @@ class Agent:
         url = self.config.endpoint_url
         self._instance_s3 = session.client("s3", endpoint_url=url, config=retry)
         if self.config.credentials_function is not None and self._s3 is None:
-            self._s3 = self._job_session(session, job_id, instance_id).client(
-                "s3", endpoint_url=url, config=retry
-            )
+            self._job = self._job_session(session, job_id, instance_id)
+            self._s3 = self._job.client("s3", endpoint_url=url, config=retry)
         self._s3 = self._s3 or self._instance_s3
         # The agent queue is in the home region, which an instance in a satellite region is
         # not in (docs/deploy.md, "Extra regions"): its client goes to the queue's region.
@@ -146,6 +146,17 @@ class Agent:
         )
         if self.config.log_group and self.logs is None:
             self.logs = session.client("logs", endpoint_url=url, config=retry)
+
+    def secrets_in(self, region: str | None) -> Any:
+        """A Secrets Manager client in `region`: the job's credentials where they are vended
+        (its session policy names the job's own secrets), else the instance role's."""
+        if self._job is None:
+            return self.regional("secretsmanager", region)
+        return self._job.client(
+            "secretsmanager",
+            region_name=region or self.regional.default_region,
+            endpoint_url=self.config.endpoint_url,
+        )
 
     def _job_session(self, instance: Any, job_id: str, instance_id: str) -> Any:
         """A session holding this job's credentials, refreshed before they expire."""

@@ -31,7 +31,7 @@ def resolve_secrets(
         except Exception as exc:
             code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
             raise SetupError(
-                f"secrets.{name}: cannot read {arn} ({code}); the instance role reads only "
+                f"secrets.{name}: cannot read {arn} ({code}); a job reads only "
                 f"secrets named {JOB_SECRET_PREFIX}... in this account and its home region"
             ) from None
         value = answer.get("SecretString")

@@ -108,11 +108,12 @@ class Broker:
             )
         record = self._check_live(request.job_id, instance)
         reads = [s.key for s in record.spec.data if s.bucket == self.bucket]
-        policy = session_policy(self.bucket, request.job_id, self.partition, reads)
+        secrets = list(record.spec.secrets.values())
+        policy = session_policy(self.bucket, request.job_id, self.partition, reads, secrets)
         if packed_size(policy) > MAX_SESSION_POLICY_CHARS:
             raise CredentialsRefusedError(
-                f"job {request.job_id} names too many earlier jobs' outputs as data for one "
-                f"session policy ({packed_size(policy)} > {MAX_SESSION_POLICY_CHARS} characters)"
+                f"job {request.job_id} names too many secrets for one session policy "
+                f"({packed_size(policy)} > {MAX_SESSION_POLICY_CHARS} characters)"
             )
         answer = self.sts.assume_role(
             RoleArn=self.job_role_arn,

@@ -33,12 +33,17 @@ _SESSION_NAME = re.compile(r"[^\w+=,.@-]")
 
 
 def session_policy(
-    bucket: str, job_id: str, partition: str = "aws", reads: Sequence[str] = ()
+    bucket: str,
+    job_id: str,
+    partition: str = "aws",
+    reads: Sequence[str] = (),
+    secrets: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The session policy of `job_id`'s credentials: its own prefix, and listing the bucket.
 
     `reads`: keys under `jobs/` the job's spec names as data (an earlier job's outputs,
     `respot.spec.reach`), each readable as an object or as a prefix; never a submission.
+    `secrets`: the Secrets Manager ARNs the job's spec names (`secrets:`): those alone.
     Listing stays bucket-wide: S3 answers HeadObject on a missing key with 404 only to a
     caller allowed s3:ListBucket on the bucket (a prefix condition makes it 403), and the
     agent asks "is it there yet?" often. A job can therefore list other jobs' key names,
@@ -56,6 +61,12 @@ def session_policy(
         {"Sid": "ListJobsBucket", "Effect": "Allow", "Action": "s3:ListBucket",
          "Resource": bucket_arn},
     ]  # fmt: skip
+    secret_arns = sorted({_secret_resource(arn) for arn in secrets if _SECRET_ARN.fullmatch(arn)})
+    if secret_arns:
+        statements.append(
+            {"Sid": "ThisJobsSecrets", "Effect": "Allow",
+             "Action": "secretsmanager:GetSecretValue", "Resource": secret_arns}
+        )  # fmt: skip
     wanted = [key for key in reads if _grantable(key)]
     if not wanted:
         return {"Version": "2012-10-17", "Statement": statements}
@@ -77,6 +88,16 @@ def session_policy(
         if packed_size(policy) <= MAX_SESSION_POLICY_CHARS:
             break
     return policy
+
+
+# A secret's ARN as a job spec names it (respot.spec.training checks the form): no wildcard.
+_SECRET_ARN = re.compile(r"arn:[a-z-]+:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
+
+
+def _secret_resource(arn: str) -> str:
+    """The ARN IAM matches: as given when it ends in Secrets Manager's 6-character suffix,
+    else the name followed by one (a partial ARN names the secret without it)."""
+    return arn if re.search(r"-[A-Za-z0-9]{6}$", arn) else f"{arn}-??????"
 
 
 def _grantable(key: str) -> bool:
