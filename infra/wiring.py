@@ -4,7 +4,7 @@ Both the CDK stack (`infra/stack.py`) and the local runtime (`infra/local/`) bui
 module, and `tests/infra/test_wiring_agrees.py` checks that the synthesized template and the
 local runtime's resources say the same thing. It is plain data: importing it costs nothing.
 
-    laptop --SNS jobs topic--> [filter command=submit|cancel|sweep|sweep-stop]
+    laptop --SNS jobs topic--> [filter command=submit|cancel|sweep|sweep-stop|queue-settings]
                            --> SQS commands --> lambdas.commands (one path per command)
     agent  --------------------------------------------> SQS agent-events --> lambdas.agent_events
     EventBridge (default bus, source aws.ec2):
@@ -236,7 +236,7 @@ WIRING = Wiring(
         Queue(
             "commands",
             "commands",
-            topic_filter={"command": ["submit", "cancel", "sweep", "sweep-stop"]},
+            topic_filter={"command": ["submit", "cancel", "sweep", "sweep-stop", "queue-settings"]},
         ),
         Queue(
             "agent-events",

@@ -1,8 +1,8 @@
 """Lambda `commands`: every researcher's command, off one queue, each to its own path below.
 
 Trigger: SQS `commands` (SNS envelope bodies from the jobs topic, filter command=submit|
-cancel|sweep|sweep-stop), batches with partial failures. One queue, not one per command:
-at rest an event source mapping's pollers long-poll an empty queue all month, and that is
+cancel|sweep|sweep-stop|queue-settings), batches with partial failures. One queue, not one per
+command: at rest an event source mapping's pollers long-poll an empty queue all month, and that is
 most of what an idle deployment pays (docs/decisions.md, "One commands queue").
 
 Each message goes by its `command` field to one path:
@@ -14,7 +14,9 @@ Each message goes by its `command` field to one path:
   (`lifecycle.launches._submitted`);
 - `cancel`: cancel a job at its owner's (or an admin's) request, terminating its instance;
 - `sweep`: record a sweep and kick it (`lambdas.sweep.start_sweep`);
-- `sweep-stop`: stop a sweep (`lambdas.sweep.stop_sweep`).
+- `sweep-stop`: stop a sweep (`lambdas.sweep.stop_sweep`);
+- `queue-settings`: an admin's new settings of the team's queue (docs/queue.md), then an
+  admission pass under them; anyone else's is dead-lettered with the reason.
 Every path reads its command the same way (`lambdas._commands`: size and depth limits,
 validation, the identity proof verified by STS). A message that can never succeed and cannot
 be put on a job of its verified sender (unreadable, invalid, unknown command, forged or
@@ -98,11 +100,26 @@ def sweep_stop(body: str, home: Home) -> None:
     stop_sweep(body)
 
 
+def queue_settings(body: str, home: Home) -> None:
+    """An admin's queue settings: verified sender, admin only, checked, then applied."""
+    from lambdas._commands import read_signed
+    from respot.control.queuecommand import QueueSettingsCommand
+
+    command: QueueSettingsCommand = read_signed(body, QueueSettingsCommand, "requested_by")
+    try:
+        control_plane().set_queue_settings(command, admins=admin_principals())
+    except NotOwnerError as exc:
+        logger.warning("queue settings refused", extra={"reason": str(exc)})
+        raise PoisonMessageError(str(exc)) from exc
+    logger.info("queue settings changed", extra={"by": command.requested_by})
+
+
 PATHS: dict[str, Callable[[str, Home], None]] = {
     "submit": submit,
     "cancel": cancel,
     "sweep": sweep,
     "sweep-stop": sweep_stop,
+    "queue-settings": queue_settings,
 }
 
 

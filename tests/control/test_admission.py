@@ -8,6 +8,7 @@ Quotas values for EC2; the ledger, the job records and the launches are the real
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -18,9 +19,11 @@ import pytest
 from lambdas import commands
 from respot.aws.queueledger import LedgerState, QueueLedger
 from respot.cli.queue import queue_view
+from respot.control.queuecommand import QueueSettingsCommand
 from respot.control.service import ControlPlane
 from respot.core.job import Market
 from respot.core.states import JobState
+from respot.exceptions import NotOwnerError
 from respot.wire.messages import CancelCommand
 from tests.handlers.test_handlers import CONTEXT, Env, env, submission
 
@@ -248,3 +251,54 @@ def test_the_stack_s_queue_setting_turns_admission_on_and_bad_ones_are_named() -
     assert on.settings().admission is True and on.queue_limits().team_gpus == 8
     with pytest.raises(ConfigError, match="RESPOT_QUEUE: team_gpus"):
         ControlPlaneConfig.from_env({**base, ENV_QUEUE: '{"team_gpus": "eight"}'})
+
+
+def test_an_admin_s_new_limit_admits_at_once_and_no_one_else_may_change_it(queued: Env) -> None:
+    env = queued
+    admin = "arn:aws:iam::123456789012:role/platform"
+    ann = "arn:aws:iam::123456789012:user/ann"
+
+    def settings_from(who: str | None, settings: dict[str, Any]) -> QueueSettingsCommand:
+        return QueueSettingsCommand(
+            settings=settings, requested_at=datetime.now(UTC), requested_by=who
+        )
+
+    # GIVEN an admin's limit of one GPU per researcher, and two of ann's jobs
+    env.control.set_queue_settings(
+        settings_from(admin, {"enabled": True, "researcher_gpus": 1}), admins=(admin,)
+    )
+    subs = [
+        submission(instance_types=["g5.xlarge"]).model_copy(update={"submitted_by": ann})
+        for _ in range(2)
+    ]
+    for sub in subs:
+        env.control.submit(sub)
+    # THEN the second waits for the limit, and says so
+    assert [_state(env, s.job_id) for s in subs] == [JobState.REQUESTED, JobState.HELD]
+    said = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().waits
+    assert said[subs[1].job_id]["kind"] == "limit"
+    assert "researcher_gpus: " in said[subs[1].job_id]["reason"]
+    # WHEN a researcher tries to raise it THEN it is refused, naming who may
+    with pytest.raises(NotOwnerError, match="admin_principal_arns"):
+        env.control.set_queue_settings(
+            settings_from(ann, {"enabled": True, "researcher_gpus": 8}), admins=(admin,)
+        )
+    assert _state(env, subs[1].job_id) is JobState.HELD
+    # WHEN the admin raises it THEN the held job is admitted at once (no tick)
+    env.control.set_queue_settings(
+        settings_from(admin, {"enabled": True, "researcher_gpus": 2}), admins=(admin,)
+    )
+    assert _state(env, subs[1].job_id) is JobState.REQUESTED
+
+
+def test_a_settings_command_from_an_unverified_sender_is_dead_lettered(env: Env) -> None:
+    command = QueueSettingsCommand(settings={"enabled": True}, requested_at=datetime.now(UTC))
+    response = commands.handler(
+        env.sqs_event(env.sns_envelope(command.model_dump_json(), "queue-settings")), CONTEXT
+    )
+    assert response == {"batchItemFailures": []}  # poison: to the dead-letter queue, not retried
+    dlq = env.clients["sqs"].receive_message(
+        QueueUrl=env.local.dlq_urls["commands"], MessageAttributeNames=["All"]
+    )
+    assert any("admin_principal_arns" in json.dumps(m) for m in dlq.get("Messages", []))
+    assert QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().settings is None

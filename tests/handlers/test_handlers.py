@@ -306,12 +306,19 @@ def test_one_queue_carries_every_command_each_to_its_own_path(env: Env) -> None:
 
 def test_the_topic_filter_lets_in_exactly_the_commands_that_have_a_path() -> None:
     from infra.wiring import WIRING
+    from respot.control.queuecommand import QueueSettingsCommand
     from respot.sweep.model import SweepStopCommand, SweepSubmission
 
     (intake,) = [q for q in WIRING.queues if q.topic_filter is not None]
     kinds = {
         model.model_fields["command"].default
-        for model in (JobSubmission, CancelCommand, SweepSubmission, SweepStopCommand)
+        for model in (
+            JobSubmission,
+            CancelCommand,
+            SweepSubmission,
+            SweepStopCommand,
+            QueueSettingsCommand,
+        )
     }
     assert set(intake.topic_filter["command"]) == set(commands.PATHS) == kinds
 

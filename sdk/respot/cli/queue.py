@@ -10,9 +10,20 @@ Reads the job table (the queue ledger item and the live jobs); sends nothing.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from respot.cli.context import JsonOption, LocalOption, connect, console, print_json, reports_errors
+import typer
+
+from respot.cli.context import (
+    Connection,
+    JsonOption,
+    LocalOption,
+    connect,
+    console,
+    fail,
+    print_json,
+    reports_errors,
+)
 
 if TYPE_CHECKING:
     from respot.aws.queueledger import LedgerState
@@ -51,14 +62,82 @@ def queue_view(held: list[JobRecord], ledger: LedgerState, now: datetime) -> dic
     }
 
 
+def publish_settings(conn: Connection, settings: dict[str, Any]) -> None:
+    """Sign and publish an admin's queue settings (checked first, field named)."""
+    from respot.control.queuecommand import SETTINGS_PROOF_ID, QueueSettingsCommand
+    from respot.identity.proofs import ProofError, digest_to_sign, sign_proof, sts_url
+    from respot.wire.messages import encode
+
+    command = QueueSettingsCommand(settings=settings, requested_at=datetime.now(UTC))
+    deployment = conn.deployment
+    credentials = conn.session.get_credentials()
+    if credentials is None:
+        raise ProofError(
+            "no AWS credentials found to prove who you are; log in (e.g. `aws sso login`) "
+            "or set AWS_PROFILE"
+        )
+    proof = sign_proof(
+        credentials,
+        region=deployment.region or conn.session.region_name or "us-east-1",
+        url=sts_url(deployment.region, deployment.endpoint_url),
+        job_id=SETTINGS_PROOF_ID,
+        command=command.command,
+        digest=digest_to_sign(command, deployment.proof_digest),
+    )
+    signed = command.model_copy(update={"proof": proof})
+    conn.client("sns").publish(
+        TopicArn=deployment.topic_arn,
+        Message=encode(signed),
+        MessageAttributes={"command": {"DataType": "String", "StringValue": command.command}},
+    )
+
+
+def _read_settings(text: str) -> dict[str, Any]:
+    import json
+    from pathlib import Path
+
+    from respot.queue.settings import QueueSettingsError, parse_settings
+
+    raw = Path(text[1:]).read_text() if text.startswith("@") else text
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        fail(f'--set-limits: not JSON ({exc}); e.g. \'{{"enabled": true, "researcher_gpus": 8}}\'')
+    if not isinstance(data, dict):
+        fail("--set-limits: give a JSON object")
+    try:
+        parse_settings(data)
+    except QueueSettingsError as exc:
+        fail(f"--set-limits: {exc}")
+    return data
+
+
 @reports_errors
-def queue(local: LocalOption = False, json_output: JsonOption = False) -> None:
+def queue(
+    set_limits: Annotated[
+        str | None,
+        typer.Option(
+            "--set-limits",
+            help="Admins: replace the queue's settings (JSON, or @file) without a deploy; "
+            "docs/queue.md lists them.",
+        ),
+    ] = None,
+    local: LocalOption = False,
+    json_output: JsonOption = False,
+) -> None:
     """The team's queue: each held job's position, what it waits for, when it may start."""
     from respot.aws.jobs import JobTable
     from respot.aws.queueledger import QueueLedger
     from respot.core.states import JobState
 
     conn = connect(local)
+    if set_limits is not None:
+        publish_settings(conn, _read_settings(set_limits))
+        console().print(
+            "sent: the control plane applies it if you are an admin (admin_principal_arns); "
+            "`respot queue` shows its effect at the next admission pass"
+        )
+        return
     table = conn.deployment.table_name
     client = conn.client("dynamodb")
     jobs = JobTable(table, client)

@@ -32,6 +32,7 @@ from respot.aws.satellites import (
 )
 from respot.control.admission import Admission, PassResult
 from respot.control.config import ControlPlaneConfig
+from respot.control.queuecommand import QueueSettingsCommand
 from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
@@ -369,6 +370,21 @@ class ControlPlane:
         finally:
             self._admitting = False
         return result
+
+    def set_queue_settings(self, command: QueueSettingsCommand, *, admins: tuple[str, ...]) -> None:
+        """An admin's new queue settings: stored in the ledger, then a pass under them.
+
+        Only a principal in `admins` (the stack's admin_principal_arns; a role ARN covers its
+        sessions) may; anyone else gets `NotOwnerError` naming the setting that grants it."""
+        by = command.requested_by
+        if by is None or not any(principal_matches(by, a) for a in admins):
+            raise NotOwnerError(
+                f"{by or 'an unidentified caller'} may not change the queue's settings: only "
+                "an admin principal may (stack setting admin_principal_arns)"
+            )
+        self.admission.set_settings(command.settings)
+        log.info("queue settings changed by %s", by, extra={"settings": command.settings})
+        self.admit("an admin changed the queue's settings")
 
     def _apply_admission(self, job_id: str, event: JobEvent) -> None:
         try:
