@@ -89,3 +89,12 @@ def test_a_held_job_can_be_cancelled_and_its_max_runtime_counts_from_admission()
     assert admitted is not None
     tick = decide(admitted, ReconcileTick(at(7300)), now=at(7300), settings=QUEUED_ON)
     assert tick.record is None or tick.record.state is not JobState.FAILED
+
+
+def test_the_control_plane_s_effective_switch_wins_over_the_stack_s() -> None:
+    # an admin turned the queue on (stack off) / off (stack on): the event says which
+    on = decide(None, Submitted(submission(), hold=True), now=T0, settings=SETTINGS)
+    off = decide(None, Submitted(submission(), hold=False), now=T0, settings=QUEUED_ON)
+    assert on.record is not None and on.record.state is JobState.HELD
+    assert off.record is not None and off.record.state is JobState.QUEUED
+    assert isinstance(off.follow_up, PlaceNow)

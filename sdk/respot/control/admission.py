@@ -84,12 +84,18 @@ class Admission:
         self.default_instance_types = default_instance_types
         self.enabled = enabled
         self.limits = limits or QueueLimits()
+        self.enabled_seen = enabled  # the effective switch as the last ledger read said
+
+    def enabled_now(self) -> bool:
+        """The effective switch: an admin's setting in the ledger, else the stack's."""
+        return self.current(self.ledger.read())[0]
 
     def current(self, state: LedgerState) -> tuple[bool, QueueLimits]:
         """(enabled, limits): the admin's, when one set them, else the stack's."""
-        if state.settings is not None:
-            return parse_settings(state.settings)
-        return self.enabled, self.limits
+        found = parse_settings(state.settings) if state.settings is not None else None
+        enabled, limits = found or (self.enabled, self.limits)
+        self.enabled_seen = enabled
+        return enabled, limits
 
     def queue_names(self) -> set[str]:
         """The named queues a spec may name now."""

@@ -297,7 +297,7 @@ class ControlPlane:
         """
         job_id = submission.job_id
         refused = [*refused, *self._queue_problems(submission)]
-        event = Submitted(submission, tuple(refused))
+        event = Submitted(submission, tuple(refused), hold=self._queue_on(read=True))
         decision, record = self._commit(job_id, event)
         if decision.outcome == "duplicate":
             if record is None or record.submission_digest != submission_digest(submission):
@@ -385,6 +385,19 @@ class ControlPlane:
         self.admission.set_settings(command.settings)
         log.info("queue settings changed by %s", by, extra={"settings": command.settings})
         self.admit("an admin changed the queue's settings")
+
+    def _queue_on(self, *, read: bool = False) -> bool:
+        """Is the team's queue on (the stack's setting, or an admin's in the ledger)?
+
+        `read`: ask the ledger now (one read); else what the last read said. A failed read
+        falls back to the stack's setting."""
+        if read:
+            try:
+                return self.admission.enabled_now()
+            except Exception:
+                log.warning("could not read the queue ledger; using the stack's queue setting")
+                return self.settings.admission
+        return self.admission.enabled_seen
 
     def _apply_admission(self, job_id: str, event: JobEvent) -> None:
         try:
@@ -479,7 +492,7 @@ class ControlPlane:
             self.terminate_orphans()
         except Exception:
             log.exception("orphan clean-up failed; the next tick tries again")
-        if self.settings.admission or any(r.state == JobState.HELD.value for r in results):
+        if self._queue_on(read=True) or any(r.state == JobState.HELD.value for r in results):
             self.admit("the reconcile tick")
         return results
 
@@ -565,7 +578,7 @@ class ControlPlane:
             decision.record is not None
             and record is not None
             and record.state.is_terminal()
-            and (self.settings.admission or record.spec.after or record.spec.queue)
+            and (self._queue_on() or record.spec.after or record.spec.queue)
         ):
             self.admit(f"job {job_id} ended")  # its lease frees room, its dependents may start
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:

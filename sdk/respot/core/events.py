@@ -23,6 +23,9 @@ class Submitted:
 
     submission: JobSubmission
     refused: tuple[str, ...] = ()
+    # Held in the team's queue until admitted (respot.queue): the control plane's effective
+    # setting (an admin's change included); None: the deployment's `ControlSettings.admission`.
+    hold: bool | None = None
 
 
 @dataclass(frozen=True)

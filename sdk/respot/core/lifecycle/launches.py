@@ -71,7 +71,8 @@ def _submitted(
         # could not read what the spec names): FAILED with each field and its fix.
         _finish(d, Transition.FAIL, AttemptEnd.FAILED, "; ".join(problems))
         return d.decision("created")
-    if settings.admission or spec.after or spec.queue:
+    hold = settings.admission if event.hold is None else event.hold
+    if hold or spec.after or spec.queue:
         # The team's queue decides when it may ask for capacity (respot.queue).
         d.go(Transition.HOLD)
         d.job.waiting_since = None
