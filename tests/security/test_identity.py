@@ -57,15 +57,20 @@ class MemoryLedger:
         self.callers: dict[tuple[str, str], Caller] = {}
 
     def use(
-        self, signature: str, message_id: str, expires_at: datetime, caller: Caller | None = None
+        self,
+        signature: str,
+        message_id: str,
+        expires_at: datetime,
+        caller: Caller | None = None,
+        fingerprint: str = "",
     ) -> None:
         if self.used.setdefault(signature, message_id) != message_id:
             raise ProofError("replayed identity proof")
         if caller is not None:
-            self.callers[(signature, message_id)] = caller
+            self.callers[(signature, message_id, fingerprint)] = caller
 
-    def recall(self, signature: str, message_id: str) -> Caller | None:
-        return self.callers.get((signature, message_id))
+    def recall(self, signature: str, message_id: str, fingerprint: str) -> Caller | None:
+        return self.callers.get((signature, message_id, fingerprint))
 
 
 def cancel_of(job_id: str) -> CancelCommand:
@@ -299,6 +304,22 @@ def test_a_verified_proof_is_recalled_for_its_own_redelivery_only(
     other = command.model_copy(update={"job_id": "job-2"})
     with pytest.raises(ProofError, match="another job-id"):
         late.verify(other, "sns-1", received=Received(encode(other)), published_at=published)
+    # nor is it recalled for another proof carrying the same signature: mallory signs her own
+    # cancel of job-2 (its headers bound to her message), swaps in alice's signature and sends
+    # it as a message with alice's message id (a body sent to the queue directly names any id)
+    mallory = person(moto_endpoint, "mallory")
+    theirs = signed(cancel_of("job-2"), mallory, moto_endpoint)
+    assert theirs.proof is not None and command.proof is not None
+    alice_signature = command.proof.headers["Authorization"].rsplit("Signature=", 1)[1]
+    headers = dict(theirs.proof.headers)
+    headers["Authorization"] = (
+        headers["Authorization"].rsplit("Signature=", 1)[0] + f"Signature={alice_signature}"
+    )
+    forged = theirs.model_copy(
+        update={"proof": theirs.proof.model_copy(update={"headers": headers})}
+    )
+    with pytest.raises(ProofError):
+        late.verify(forged, "sns-1", received=Received(encode(forged)), published_at=published)
 
 
 def test_a_replayed_proof_is_refused_and_a_redelivery_is_not(

@@ -7,6 +7,7 @@ the whole protocol is described there.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -68,13 +69,29 @@ def urllib3_post(
 
 class ProofLedger(Protocol):
     """Remembers used proofs; `use` raises `ProofError` for a replay. `recall` answers the
-    caller a proof was verified for in this very message (a redelivery), else None."""
+    caller a proof was verified for in this very message (a redelivery), else None.
+
+    `fingerprint` (`proof_fingerprint`) names the whole proof STS verified, not only its
+    signature: a recall must match it, or a proof with another's signature and headers bound
+    to another message would be answered with the other's caller without STS seeing it.
+    """
 
     def use(
-        self, signature: str, message_id: str, expires_at: datetime, caller: Caller | None = None
+        self,
+        signature: str,
+        message_id: str,
+        expires_at: datetime,
+        caller: Caller | None = None,
+        fingerprint: str = "",
     ) -> None: ...
 
-    def recall(self, signature: str, message_id: str) -> Caller | None: ...
+    def recall(self, signature: str, message_id: str, fingerprint: str) -> Caller | None: ...
+
+
+def proof_fingerprint(proof: IdentityProof) -> str:
+    """The SHA-256 of the whole proof (method, URL, every header, body), as a ledger keeps it."""
+    text = json.dumps(proof.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class DynamoProofLedger:
@@ -82,7 +99,8 @@ class DynamoProofLedger:
 
     `use` is one conditional put: it succeeds if the signature is new or was first seen
     in this very message (a redelivery); otherwise the proof is a replay. It keeps the caller
-    STS named, which `recall` (a consistent read) gives back to a redelivery of that message.
+    STS named and the proof's fingerprint, which `recall` (a consistent read) gives back to a
+    redelivery of that message carrying that very proof.
     """
 
     def __init__(self, table_name: str, client: Any) -> None:
@@ -94,12 +112,14 @@ class DynamoProofLedger:
         digest = hashlib.sha256(signature.encode()).hexdigest()
         return {"pk": {"S": f"PROOF#{digest}"}, "sk": {"S": "PROOF"}}
 
-    def recall(self, signature: str, message_id: str) -> Caller | None:
+    def recall(self, signature: str, message_id: str, fingerprint: str) -> Caller | None:
         item = self.client.get_item(
             TableName=self.table_name, Key=self._key(signature), ConsistentRead=True
         ).get("Item")
         if not item or item.get("message_id", {}).get("S") != message_id:
             return None
+        if not fingerprint or item.get("proof_sha256", {}).get("S") != fingerprint:
+            return None  # not the proof STS verified (or recorded before): ask STS
         arn = item.get("caller_arn", {}).get("S")
         if not arn:
             return None  # recorded by a stack before callers were kept: ask STS
@@ -111,7 +131,12 @@ class DynamoProofLedger:
         )
 
     def use(
-        self, signature: str, message_id: str, expires_at: datetime, caller: Caller | None = None
+        self,
+        signature: str,
+        message_id: str,
+        expires_at: datetime,
+        caller: Caller | None = None,
+        fingerprint: str = "",
     ) -> None:
         from botocore.exceptions import ClientError
 
@@ -124,6 +149,8 @@ class DynamoProofLedger:
             item["caller_arn"] = {"S": caller.arn}
             item["caller_user_id"] = {"S": caller.user_id}
             item["caller_account"] = {"S": caller.account}
+        if fingerprint:
+            item["proof_sha256"] = {"S": fingerprint}
         try:
             self.client.put_item(
                 TableName=self.table_name,
@@ -193,7 +220,7 @@ class Verifier:
         (tests of the checks alone). `published_at` is when SNS published the message (its
         envelope's `Timestamp`): the proof's age is judged then, so a redelivery after a failed
         first try is not "expired"; without it, the age is judged now. A redelivery of a
-        message whose proof was verified already (same signature, same message id) gets the
+        message whose proof was verified already (the same proof, same message id) gets the
         caller the ledger kept, without STS.
         """
         proof = command.proof
@@ -208,14 +235,17 @@ class Verifier:
             raise ProofError("the proof's Authorization header is not an AWS SigV4 signature")
         self._check_binding(command, received, headers, auth)
         used = ledger or self.ledger
+        fingerprint = proof_fingerprint(proof)
         if used is not None:
-            known = used.recall(auth.group("signature"), message_id)
+            known = used.recall(auth.group("signature"), message_id, fingerprint)
             if known is not None:
-                return known  # this very message, verified on an earlier delivery
+                return known  # this very proof and message, verified on an earlier delivery
         signed_at = self._check_age(headers, auth, published_at)
         caller = self._ask_sts(proof, headers, auth.group("signature"))
         if used is not None:
-            used.use(caller.signature, message_id, signed_at + timedelta(hours=1), caller)
+            used.use(
+                caller.signature, message_id, signed_at + timedelta(hours=1), caller, fingerprint
+            )
         return caller
 
     # ---- the checks, in order ----------------------------------------------------------------
