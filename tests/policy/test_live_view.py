@@ -108,3 +108,21 @@ def test_a_return_every_pool_refuses_costs_nothing_and_returns_are_bounded() -> 
     capped_outcome = simulate_pools(capped, POOLS, [[0] * 400] * 2, Job(3600, 66 * 3600, 600), GAP)
     assert capped._returns - capped._refused <= MAX_SPOT_RETURNS and not capped_outcome.missed
     assert capped._refused <= 2 + 400 // 2
+
+
+def test_a_lone_job_moves_to_another_region_rather_than_wait_out_its_regions_outage() -> None:
+    # GIVEN a 4-h job in 10 h (G = 5 min, d = 3 min): the checkpoint's region (us-east-1)
+    # has spot for the first 2 h, then none for the rest of the window; a pool of us-west-2
+    # has spot throughout (issue 28: a job waited tick after tick for its region at a
+    # slack value near zero, the pools it had not asked reading as up, then bought on-demand)
+    gap = 300
+    job = Job(4 * 3600, 10 * 3600, 180)
+    ticks = job.ticks(gap) + 1
+    pools = [Pool.named("us-east-1a_gpu_1"), Pool.named("us-west-2a_gpu_1")]
+    window = [[1] * 24 + [0] * (ticks - 24), [1] * ticks]
+    outcome = simulate_pools(LiveView(), pools, window, job, gap)
+    # THEN it moves once (one transfer), within a changeover's worth of the outage, and
+    # buys no on-demand: waiting out the whole outage would have cost more than the fee
+    assert not outcome.missed and outcome.on_demand_ticks == 0 and outcome.transfers == 1
+    moved = next(t for t, x in enumerate(outcome.placements) if x == Placement.spot(1))
+    assert moved <= 24 + 2, outcome.placements

@@ -462,12 +462,57 @@ class MultiPoolPolicy:
                 for k, pool in enumerate(obs.pools)
                 if pool.region == obs.home and not obs.available[k]
             ]
-            stays_down = 1.0
-            for k in home:
-                stays_down *= 1 - pools[k].hazard(0, pools[k].current_age(0), prior)
-            if home and slack_value * gap < (1 - stays_down) * fee:
+            # A wait for the region repeats tick after tick, and each spends a tick of slack
+            # the binds-weighted value (`_slack_value`) treats as nearly free while the union
+            # looks up; the wait is priced at the single-zone lambda (`slack_price`: at least
+            # p_spot a second, a second of work put off), which does not vanish.
+            price = self.core.slack_price(
+                single_view(obs, pool=None), supply, prior=self._union_prior(obs)
+            )
+            if home and self._region_wait_cost(obs, pools, home, price) < fee:
                 return True
         return False
+
+    def _region_wait_cost(
+        self,
+        obs: PoolsObservation,
+        pools: Sequence[RunStatistics],
+        home: Sequence[int],
+        slack_value: float,
+    ) -> float:
+        """Expected cost of waiting for a pool of the checkpoint's region instead of moving.
+
+        Waiting is not one tick: a job that waits now and finds the region still down next
+        tick faces the same choice again, and with falling outage hazards (the Lindy prior)
+        an outage that has not ended is ever less likely to end soon, so a one-tick test
+        ("the tick costs less than the fee times the chance of a return next tick") waits
+        tick after tick while pools of another region offer spot (synthetic 9-pool markets,
+        issue 28: 130 ticks of on-demand in a window where round-robin bought none). The
+        plan compared with moving now (the fee) is: wait up to H ticks, H the break-even
+        wait fee / (slack value x G) (a longer wait costs more than the fee even if it
+        succeeds), then move. Its cost is the slack value x G x E[min(T, H)] plus the fee
+        times P(T > H), T the ticks until some home pool is back: P(T > t) is the product of
+        the home pools' outage survivals from their ages (their own outages with the Lindy
+        prior). No constant: the fee, G, the slack value and the learned outage lengths.
+        """
+        prior = self.core.parameters.lindy_prior_runs
+        gap = obs.gap_seconds
+        fee = obs.checkpoint_gb * obs.transfer_price_per_gb
+        tick_cost = slack_value * gap
+        if tick_cost <= 0:
+            return 0.0
+        horizon = min(obs.ticks_left, math.ceil(fee / tick_cost))
+        ages = [pools[k].current_age(0) for k in home]
+        alive = [pools[k].survival(0, age, prior) for k, age in zip(home, ages, strict=True)]
+        expected, down = 0.0, 1.0
+        for t in range(horizon):
+            expected += down  # the tick t is waited iff every home pool is still down
+            down = 1.0
+            for k, age, now in zip(home, ages, alive, strict=True):
+                down *= pools[k].survival(0, age + t + 1, prior) / now if now > 0 else 0.0
+            if down <= 0:
+                break
+        return tick_cost * expected + down * fee
 
     def _candidate(
         self,
