@@ -1,6 +1,7 @@
-"""A Hugging Face `Trainer` as a command job (`examples/huggingface`, respot.integrations):
-interrupted twice through a real agent, it saves on each notice, resumes from it, and ends
-with the very weights of an uninterrupted run."""
+"""Frameworks as command jobs with respot.integrations (`examples/huggingface`: a Hugging
+Face `Trainer`; `examples/lightning`: a Lightning `Trainer`): interrupted twice through a real
+agent, each saves on the notice, resumes from it, and ends with the very weights of an
+uninterrupted run."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ from .agent_harness import Mailbox, zip_dir
 from .conftest import REPO, child_env
 from .test_agent import Stage
 
-pytest.importorskip("transformers")
-pytest.importorskip("accelerate")
 pytestmark = [pytest.mark.slow]
 
-EXAMPLE = REPO / "examples" / "huggingface"
-ARGS = ["--steps", "120", "--save-steps", "40"]
+EXAMPLES = REPO / "examples"
+FRAMEWORKS = {
+    "huggingface": (("transformers", "accelerate"), ["--steps", "120", "--save-steps", "40"]),
+    "lightning": (("lightning",), ["--steps", "120", "--save-every", "40"]),
+}
 
 
 @pytest.fixture
@@ -43,13 +45,13 @@ def stage(s3: Any, sqs: Any, bucket: str, agent_queue: str, moto_url: str, tmp_p
     return Stage(s3, bucket, agent_queue, Mailbox(sqs, agent_queue), moto_url, tmp_path)
 
 
-def submit(stage: Stage, job_id: str) -> None:
-    code = zip_dir(EXAMPLE)
+def submit(stage: Stage, job_id: str, example: Path, args: list[str]) -> None:
+    code = zip_dir(example)
     digest = hashlib.sha256(code).hexdigest()
     key = layout.code_key(job_id, digest)
     stage.s3.put_object(Bucket=stage.bucket, Key=key, Body=code)
     spec = TrainingEnvVar(
-        name="hf", command=["python", "train.py", *ARGS, "--step-seconds", "0.05"]
+        name=example.name, command=["python", "train.py", *args, "--step-seconds", "0.05"]
     )
     sub = JobSubmission(
         job_id=job_id,
@@ -62,12 +64,12 @@ def submit(stage: Stage, job_id: str) -> None:
     )
 
 
-def uninterrupted(tmp_path: Path) -> str:
+def uninterrupted(tmp_path: Path, example: Path, args: list[str]) -> str:
     env = child_env(
         RESPOT_CHECKPOINT_DIR=str(tmp_path / "c"), RESPOT_OUTPUT_DIR=str(tmp_path / "o")
     )
     subprocess.run(
-        [sys.executable, str(EXAMPLE / "train.py"), *ARGS],
+        [sys.executable, str(example / "train.py"), *args],
         env={**env, "PYTHONPATH": str(REPO / "sdk")},
         check=True,
         capture_output=True,
@@ -76,11 +78,16 @@ def uninterrupted(tmp_path: Path) -> str:
     return (tmp_path / "o" / "weights.sha256").read_text()
 
 
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_a_trainer_interrupted_twice_resumes_from_its_notice_checkpoints(
-    stage: Stage, tmp_path: Path
+    stage: Stage, tmp_path: Path, framework: str
 ) -> None:
-    job_id = f"hf-{os.getpid()}"
-    submit(stage, job_id)
+    modules, args = FRAMEWORKS[framework]
+    for module in modules:
+        pytest.importorskip(module)
+    example = EXAMPLES / framework
+    job_id = f"{framework}-{os.getpid()}"
+    submit(stage, job_id, example, args)
     stopped: list[int] = []
     for attempt, at_step in ((1, 15), (2, 60), (3, None)):
         agent = stage.boot(
@@ -121,4 +128,4 @@ def test_a_trainer_interrupted_twice_resumes_from_its_notice_checkpoints(
     assert stopped[0] >= 15 and stopped[1] >= 60
     key = layout.outputs_prefix(job_id) + "weights.sha256"
     weights = stage.s3.get_object(Bucket=stage.bucket, Key=key)["Body"].read().decode()
-    assert weights == uninterrupted(tmp_path)
+    assert weights == uninterrupted(tmp_path, example, args)
