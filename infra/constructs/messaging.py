@@ -10,6 +10,7 @@ from __future__ import annotations
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -81,6 +82,20 @@ class Messaging(Construct):
                 **fifo,
             )
             if spec.topic_filter is not None:
+                # Only the topic sends here. The handlers trust the SNS envelope (its
+                # MessageId, its Timestamp, by which a proof's age is judged), and in one
+                # account an identity policy granting sqs:SendMessage would do without the
+                # queue policy's Allow: so a Deny for every other sender.
+                queue.add_to_resource_policy(
+                    iam.PolicyStatement(
+                        sid="OnlyTheJobsTopicSends",
+                        effect=iam.Effect.DENY,
+                        principals=[iam.AnyPrincipal()],
+                        actions=["sqs:SendMessage"],
+                        resources=[queue.queue_arn],
+                        conditions={"ArnNotEquals": {"aws:SourceArn": self.topic.topic_arn}},
+                    )
+                )
                 # Raw delivery stays off: the handlers parse the SNS envelope.
                 self.topic.add_subscription(
                     subscriptions.SqsSubscription(

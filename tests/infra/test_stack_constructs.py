@@ -26,6 +26,8 @@ from infra.constructs import (
     ResearcherAccess,
 )
 from infra.constructs.functions import WiringError
+from infra.constructs.naming import pascal_id
+from infra.iam_eval import allowed
 from infra.wiring import WIRING, Queue, Schedule
 
 # ---- JobStore ------------------------------------------------------------------------------
@@ -179,6 +181,45 @@ def test_subscriptions_deliver_the_envelope(messaging_template):
     messaging_template.resource_count_is("AWS::SNS::Subscription", len(fed_by_topic))
     for subscription in messaging_template.find_resources("AWS::SNS::Subscription").values():
         assert subscription["Properties"]["RawMessageDelivery"] is False
+
+
+def test_only_the_topic_sends_to_a_queue_it_feeds(messaging_template):
+    """The commands function trusts the SNS envelope (MessageId, Timestamp): in one account an
+    identity policy's sqs:SendMessage would reach the queue without its policy's Allow, so the
+    queue policy denies every sender but the topic."""
+    queue_arn = "arn:aws:sqs:us-east-1:111122223333:commands"
+    topic_arn = "arn:aws:sns:us-east-1:111122223333:jobs"
+
+    def resolved(value):
+        if isinstance(value, dict):
+            if "Ref" in value and str(value["Ref"]).startswith("MessagingTopic"):
+                return topic_arn
+            if "Fn::GetAtt" in value:
+                return queue_arn
+            return {k: resolved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolved(v) for v in value]
+        return value
+
+    fed = [pascal_id(q.name) for q in WIRING.queues if q.topic_filter is not None]
+    assert fed
+    policies = messaging_template.find_resources("AWS::SQS::QueuePolicy")
+    for name in fed:
+        (policy,) = [
+            p
+            for p in policies.values()
+            if p["Properties"]["Queues"][0]["Ref"].startswith(f"Messaging{name}Queue")
+        ]
+        queue_policy = resolved(policy["Properties"]["PolicyDocument"])
+        anyone = {"Statement": [{"Effect": "Allow", "Action": "sqs:*", "Resource": "*"}]}
+        assert not allowed([anyone, queue_policy], "sqs:SendMessage", queue_arn)
+        assert allowed(
+            [queue_policy], "sqs:SendMessage", queue_arn, {"aws:SourceArn": topic_arn}
+        )  # the topic's delivery
+        other_topic = topic_arn + "-other"
+        assert not allowed(
+            [anyone, queue_policy], "sqs:SendMessage", queue_arn, {"aws:SourceArn": other_topic}
+        )
 
 
 def test_one_alarm_per_dead_letter_queue(messaging_template):
