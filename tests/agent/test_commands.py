@@ -92,6 +92,10 @@ def test_a_command_is_interrupted_checkpoints_and_the_next_attempt_resumes(stage
     assert env["RESPOT_RESUMED"] == "1" and env["RESPOT_ATTEMPT"] == "2"
     assert env["RESPOT_RESUME_STEP"] == str(preempted.checkpoint_step)
     assert Path(env["RESPOT_CHECKPOINT_DIR"]).name == "checkpoint"
+    # AND what each attempt wrote into RESPOT_TENSORBOARD_DIR is with the job's TensorBoard
+    for attempt in (1, 2):
+        key = f"{layout.tensorboard_prefix(sub.job_id)}command/run/events.out.tfevents.{attempt}"
+        assert stage.s3.get_object(Bucket=stage.bucket, Key=key)["Body"].read() == b"scalars"
     assert json.loads(env["RESPOT_HYPERPARAMETERS"]) == {"lr": 0.5, "name": "x y"}
 
 

@@ -67,6 +67,10 @@ if (ckpt / "state.json").exists():
     state = json.loads((ckpt / "state.json").read_text())
     step, total = state["step"], state["total"]
 print(f"start step={step} resumed={os.environ['RESPOT_RESUMED']}", flush=True)
+if rank == 0:  # what a SummaryWriter would leave: synced with the job's TensorBoard
+    tb = Path(os.environ["RESPOT_TENSORBOARD_DIR"]) / "run"
+    tb.mkdir(parents=True, exist_ok=True)
+    (tb / f"events.out.tfevents.{os.environ['RESPOT_ATTEMPT']}").write_bytes(b"scalars")
 (out / "env.json").write_text(
     json.dumps({k: v for k, v in os.environ.items() if k.startswith("RESPOT_")})
 )
