@@ -95,6 +95,10 @@ def test_an_entry_point_whose_class_does_not_exist_is_caught_without_importing_i
     imported = TrainingEnvVar(name="d", entry_point="pkg:Session", source_dir=str(tmp_path))
     write(tmp_path, {"pkg/__init__.py": "from pkg.impl import Session\n"})
     assert preflight(imported, datetime.now(UTC)) == []
+    # a namespace written by hand is not second-guessed
+    dynamic = TrainingEnvVar(name="d", entry_point="dyn:Session", source_dir=str(tmp_path))
+    write(tmp_path, {"dyn.py": "globals()['Session'] = type('Session', (), {})\n"})
+    assert preflight(dynamic, datetime.now(UTC)) == []
 
 
 def test_a_script_missing_from_source_dir_is_caught(tmp_path: Path) -> None:

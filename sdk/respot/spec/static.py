@@ -75,8 +75,8 @@ def entry_point_problems(spec: TrainingEnvVar) -> list[str]:
         return []  # no source_dir to read, a notebook, or a module preflight already flags
     path, tree, class_name = found
     names = _top_level_names(tree)
-    if class_name in names or "*" in names:
-        return []
+    if class_name in names or "*" in names or "__getattr__" in names or _mentions_globals(tree):
+        return []  # defined, or defined in a way a reading cannot follow: no claim
     classes = sorted(n.name for n in tree.body if isinstance(n, ast.ClassDef))
     hint = f"; it defines {', '.join(classes)}" if classes else "; it defines no class"
     return [f"entry_point: {path.name} has no class {class_name!r}{hint} (fix the name after ':')"]
@@ -97,6 +97,16 @@ def _mentions(tree: ast.AST, words: tuple[str, ...]) -> bool:
         if any(w in text for w in words):
             return True
     return False
+
+
+def _mentions_globals(tree: ast.AST) -> bool:
+    """The module writes its namespace by hand (`globals()[...] = ...`, `setattr(module)`)."""
+    return any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("globals", "setattr", "exec")
+        for node in ast.walk(tree)
+    )
 
 
 def command_problems(spec: TrainingEnvVar) -> list[str]:
