@@ -10,7 +10,8 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    `aging_hours` waited), then submission order. Only the researcher's first candidate may be
    admitted: a later job never overtakes an earlier one that waits for a limit or a quota.
 4. Between researchers, fair share: the next pick is the researcher with the least load per
-   share, where load = GPUs admitted now + recent GPU-hours / half-life (`usage`) and the
+   share, where load = recent GPU-hours (`usage`: decayed with the half-life, including what
+   admitted jobs used so far) + one hour per GPU admitted now (`LOOKAHEAD_HOURS`), and the
    share is the team's weight split evenly among its active researchers. A job that waited
    `starve_hours` goes before all others (oldest first), so nothing waits forever.
 5. A pick is admitted only if it fits: the researcher's, the team's and the named queue's
@@ -37,6 +38,10 @@ from datetime import datetime, timedelta
 
 from respot.queue.model import Lease, QueueLimits, QuotaRoom, WaitingJob
 from respot.queue.usage import Usage, decayed, running_usage
+
+# A GPU admitted now counts as this many GPU-hours of use in the fair-share comparison (so
+# that one pass does not give one researcher every free GPU before their use shows).
+LOOKAHEAD_HOURS = 1.0
 
 # States a job named in `after:` may be in, as the job table says them.
 _DONE = "COMPLETED"
@@ -137,8 +142,9 @@ def plan(
     share = _shares(active, team_of, limits)
 
     def load(researcher: str) -> float:
-        recent = hist[researcher] / limits.half_life_hours if limits.half_life_hours > 0 else 0.0
-        return (tally.researcher[researcher] + recent) / share[researcher]
+        return (tally.researcher[researcher] * LOOKAHEAD_HOURS + hist[researcher]) / share[
+            researcher
+        ]
 
     def aged(job: WaitingJob) -> bool:
         return _seconds(now, job.submitted_at) >= limits.starve_hours * 3600.0

@@ -100,7 +100,7 @@ class QueueLimits:
     queues: dict[str, NamedQueue] = field(default_factory=dict)
     team_weights: dict[str, float] = field(default_factory=dict)
     teams: dict[str, str] = field(default_factory=dict)
-    half_life_hours: float = 2.0
+    half_life_hours: float = 8.0
     aging_hours: float = 4.0
     starve_hours: float = 24.0
 
