@@ -74,6 +74,7 @@ def start(
 
 def progress_lines(before: SweepStatus | None, now: SweepStatus) -> list[str]:
     """Plain lines saying what changed between two polls of a sweep (`--wait`)."""
+
     def plain(value: Any) -> str:
         return f"{value:.6g}" if isinstance(value, float) else str(value)
 

@@ -370,9 +370,7 @@ class CheckpointStore:
             except _UnusableCheckpointError as exc:
                 problems.append(f"{key}: {exc}")
                 parsed = layout.parse_manifest_key(key)
-                self.refused.append(
-                    RefusedCheckpoint(parsed[0] if parsed else None, key, str(exc))
-                )
+                self.refused.append(RefusedCheckpoint(parsed[0] if parsed else None, key, str(exc)))
                 logger.warning("checkpoint %s is unusable (%s); trying the previous one", key, exc)
                 shutil.rmtree(tmp, ignore_errors=True)
                 continue
