@@ -46,7 +46,9 @@ FAKE_MAIN = textwrap.dedent(
     helper = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(3600)"], pass_fds=(server.fileno(),)
     )
-    Path(os.environ["FAKE_TB_READY"]).write_text(f"{os.getpid()} {helper.pid}")
+    ready = Path(os.environ["FAKE_TB_READY"])
+    ready.with_suffix(".tmp").write_text(f"{os.getpid()} {helper.pid}")
+    ready.with_suffix(".tmp").replace(ready)  # whole when seen
     time.sleep(3600)
     """
 )
@@ -116,6 +118,10 @@ def test_sigterm_ends_the_server_and_its_helpers(
     command.send_signal(signal.SIGTERM)
     code = command.wait(timeout=60)
     # THEN nothing of TensorBoard is left: neither process, and the port is free for the next
+    # (respot has killed the group; the kernel may still be taking the helper down: a cap)
+    deadline = time.monotonic() + 60
+    while running(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not running(server) and not running(helper)
     assert not port_in_use(port)
     assert code == 128 + signal.SIGTERM  # and respot says it was terminated
@@ -145,3 +151,43 @@ def test_a_taken_port_is_named_with_the_fix(
     assert f"port {port} on 127.0.0.1 is in use" in result.stderr
     assert f"--port {port + 1}" in result.stderr
     assert "code 255" not in result.stderr
+
+
+# A stop signal that comes while the child is starting (before Popen returns): respot must
+# neither die of it (leaving the child) nor lose it (serving on).
+SIGNAL_WHILE_STARTING = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys
+    from respot.cli import children
+
+    real = subprocess.Popen
+
+    def starting(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: still starting
+        proc = real(*args, **kwargs)
+        print(proc.pid, flush=True)
+        return proc
+
+    children.subprocess.Popen = starting
+    print(children.run_in_own_group([sys.executable, "-c", "import time; time.sleep(3600)"]))
+    """
+)
+
+
+def test_a_stop_signal_while_the_child_starts_ends_it(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SIGNAL_WHILE_STARTING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = result.stdout.split()
+    child = int(lines[0]) if lines else None
+    try:
+        assert result.returncode == 0, result.stderr  # not killed by the signal
+        assert result.stdout.splitlines()[1] == f"(0, {int(signal.SIGTERM)})"
+        assert child is not None and not running(child)
+    finally:
+        if child is not None and running(child):
+            os.kill(child, signal.SIGKILL)

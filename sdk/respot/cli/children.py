@@ -54,9 +54,11 @@ def end_group(proc: subprocess.Popen[bytes]) -> None:
 def run_in_own_group(argv: Sequence[str]) -> tuple[int, int | None]:
     """Run `argv` until it exits or `respot` is told to stop: (exit code, stop signal or None).
 
-    The child's whole process group is ended before this returns, in every case.
+    The child's whole process group is ended before this returns, in every case. The stop
+    signals are caught before the child starts (a SIGTERM between the two would end `respot`
+    and leave the server running); one that comes while it starts is acted on once it has.
     """
-    proc = subprocess.Popen(list(argv), start_new_session=True)  # noqa: S603 - caller's argv
+    started: list[subprocess.Popen[bytes]] = []
     previous: dict[int, object] = {}
     stopping: list[int] = []
 
@@ -64,20 +66,25 @@ def run_in_own_group(argv: Sequence[str]) -> tuple[int, int | None]:
         if stopping:
             return  # already ending the group; a second Ctrl-C must not cut that short
         stopping.append(signum)
-        raise _Stopped(signum)
+        if started:  # else Popen is still starting the child: checked right after it
+            raise _Stopped(signum)
 
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             previous[sig] = signal.signal(sig, stop)
     try:
-        return proc.wait(), None
+        started.append(subprocess.Popen(list(argv), start_new_session=True))  # noqa: S603
+        if stopping:
+            return 0, stopping[0]
+        return started[0].wait(), None
     except _Stopped as stopped:
         return 0, stopped.signum
     except KeyboardInterrupt:
         return 0, signal.SIGINT
     finally:
         try:
-            end_group(proc)
+            if started:
+                end_group(started[0])
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)  # type: ignore[arg-type]
