@@ -238,6 +238,27 @@ def test_the_record_write_itself_fits_a_record_to_dynamodb(env: Env) -> None:
     assert stored.timeline[-1].text.startswith("39t")  # the newest entries are kept
 
 
+def test_fitting_a_record_cuts_free_text_never_the_pools_an_attempt_tried() -> None:
+    # `tried` is state, not text: placement skips the pools in it, so a record cut to fit
+    # must not forget any (a job would try them again, round and round).
+    from respot.aws.jobs import MAX_DOC_BYTES, fit_record
+    from respot.core.events import Submitted
+    from tests.core.factories import submission
+    from tests.core.test_lifecycle import Driver
+
+    placed = Driver()
+    placed.apply(Submitted(submission()))  # queued, then placed: its first attempt
+    record = placed.job
+    assert record is not None and record.attempts
+    tried = [f"spot:g5.xlarge:us-east-1{i}: InsufficientInstanceCapacity" for i in range(80)]
+    record.attempts[-1].tried = list(tried)
+    record.reason = "z" * (MAX_DOC_BYTES + 1)
+    fitted = fit_record(record)
+    assert len(fitted.model_dump_json(exclude_none=True).encode()) <= MAX_DOC_BYTES
+    assert fitted.attempts[-1].tried == tried
+    assert fitted.reason is not None and "more characters cut by respot" in fitted.reason
+
+
 def test_every_free_text_model_from_outside_is_cut_where_it_is_parsed() -> None:
     from datetime import UTC, datetime
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from respot.core.job import Attempt, JobRecord
+from respot.core.job import JobRecord
 from respot.exceptions import ConcurrentUpdateError
 from respot.wire.limits import MAX_LOG_LINES, truncate_text
 
@@ -184,7 +184,8 @@ class JobTable:
 
 def fit_record(record: JobRecord, max_bytes: int = MAX_DOC_BYTES) -> JobRecord:
     """`record` cut to at most `max_bytes` of JSON: free texts first (the reason, each
-    timeline entry's text and data, attempts' failures), then the oldest timeline entries."""
+    timeline entry's text and data, attempts' failures), then the oldest timeline entries.
+    An attempt's `tried` pools are state, not text (placement skips them): never cut."""
 
     def cut(value: Any) -> Any:
         if isinstance(value, str):
@@ -199,7 +200,7 @@ def fit_record(record: JobRecord, max_bytes: int = MAX_DOC_BYTES) -> JobRecord:
         e.model_copy(update={"text": truncate_text(e.text), "data": cut(e.data)})
         for e in record.timeline
     ]
-    texts = [f for f in ("boot_failure", "launch_failure", "tried") if f in Attempt.model_fields]
+    texts = ("boot_failure", "launch_failure")
     attempts = [
         a.model_copy(update={f: cut(getattr(a, f)) for f in texts}) for a in record.attempts
     ]
