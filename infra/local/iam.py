@@ -77,13 +77,7 @@ def synthesized_template(settings: dict[str, Any] | None = None) -> dict[str, An
     if cached.exists():
         data: dict[str, Any] = json.loads(cached.read_text())
         return data
-    for name, value in (
-        ("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1"),
-        ("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1"),
-        ("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"),
-    ):
-        os.environ.setdefault(name, value)
-    import aws_cdk as cdk
+    import aws_cdk as cdk  # Node's banner: silenced by infra.local (its __init__)
 
     from infra.settings import DeploySettings
     from infra.stack import RespotStack

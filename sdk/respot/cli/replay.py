@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -80,12 +79,7 @@ def replay(
             )
         typer.echo(f"omniscient: {prediction.omniscient:.3f}")
         return
-    for name, value in (  # the local runtime imports the CDK (jsii) for its IAM stand-in
-        ("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1"),
-        ("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1"),
-        ("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"),
-    ):
-        os.environ.setdefault(name, value)
+    # The local runtime imports the CDK (jsii); infra.local silences Node's banner first.
     from respot.replay.live import run_live
 
     say = (lambda text: typer.echo(text, err=True)) if not as_json else None
