@@ -18,10 +18,10 @@ import pytest
 
 from lambdas import commands
 from respot.aws.queueledger import LedgerState, QueueLedger
-from respot.cli.queue import queue_view
+from respot.cli.queue import budget_view, queue_view
 from respot.control.queuecommand import QueueSettingsCommand
 from respot.control.service import ControlPlane
-from respot.core.job import Market
+from respot.core.job import AttemptEnd, Market
 from respot.core.states import JobState
 from respot.exceptions import NotOwnerError
 from respot.wire.messages import CancelCommand
@@ -302,3 +302,56 @@ def test_a_settings_command_from_an_unverified_sender_is_dead_lettered(env: Env)
     )
     assert any("admin_principal_arns" in json.dumps(m) for m in dlq.get("Messages", []))
     assert QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().settings is None
+
+
+def test_a_researcher_over_budget_is_held_until_an_admin_raises_it(queued: Env) -> None:
+    env = queued
+    admin = "arn:aws:iam::123456789012:role/platform"
+    ann = "arn:aws:iam::123456789012:user/ann"
+    now = datetime.now(UTC)
+    # GIVEN a finished job of ann's that billed one hour at $3.00 this month
+    done = submission().model_copy(update={"submitted_by": ann})
+    env.control.submit(done)
+    record = env.control.jobs.get(done.job_id)
+    assert record is not None and record.current is not None
+    att = record.current.model_copy(
+        update={
+            "price_per_hour": 3.0,
+            "launched_at": now - timedelta(hours=1),
+            "ended_at": now,
+            "end": AttemptEnd.COMPLETED,
+        }
+    )
+    env.control.jobs.save(
+        record.model_copy(
+            update={"attempts": [att], "state": JobState.COMPLETED, "finished_at": now}
+        ),
+        expected_version=record.version,
+    )
+    # AND a monthly budget of $2 for ann
+    env.control.set_queue_settings(
+        QueueSettingsCommand(
+            settings={"enabled": True, "researcher_budgets": {"ann": 2}},
+            requested_at=now,
+            requested_by=admin,
+        ),
+        admins=(admin,),
+    )
+    # WHEN ann submits another job THEN it is held for her budget, and `respot budget` says so
+    nxt = submission().model_copy(update={"submitted_by": ann})
+    env.control.submit(nxt)
+    assert _state(env, nxt.job_id) is JobState.HELD
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert ledger.waits[nxt.job_id]["kind"] == "budget"
+    (row,) = [r for r in budget_view(ledger) if r["kind"] == "researcher"]
+    assert row["spent_usd"] == 3.0 and row["budget_usd"] == 2.0 and row["held"]
+    # WHEN the admin raises it THEN the job is admitted at once
+    env.control.set_queue_settings(
+        QueueSettingsCommand(
+            settings={"enabled": True, "researcher_budgets": {"ann": 10}},
+            requested_at=now,
+            requested_by=admin,
+        ),
+        admins=(admin,),
+    )
+    assert _state(env, nxt.job_id) is JobState.REQUESTED

@@ -208,3 +208,33 @@ def test_a_job_that_waited_starve_hours_goes_first() -> None:
     p = plan([old, new], [], room, limits, usage, {}, T0 + timedelta(hours=12, minutes=1))
     # THEN the old job is admitted despite its owner's recent use
     assert [j.job_id for j in p.admit] == ["old"]
+
+
+def test_a_researcher_or_team_at_its_budget_is_held_and_the_others_are_not() -> None:
+    # GIVEN ann at her $100 budget, bo's team at its $50, and cy under both
+    limits = QueueLimits(researcher_budgets={"ann": 100.0}, team_budgets={"nlp": 50.0})
+    jobs = [
+        WaitingJob("a1", "arn:aws:iam::1:user/ann", "vision", T0, "spot/G and VT", 4, 1),
+        WaitingJob("b1", "bo", "nlp", T0, "spot/G and VT", 4, 1),
+        WaitingJob("c1", "cy", "vision", T0, "spot/G and VT", 4, 1),
+    ]
+    spent = {
+        "researcher:arn:aws:iam::1:user/ann": 100.0,
+        "team:nlp": 50.01,
+        "team:vision": 100.0,
+    }
+    p = plan(jobs, [], {"spot/G and VT": QuotaRoom(64)}, limits, {}, {}, T0, spent)
+    # THEN only cy's job is admitted; the others wait, naming whose budget and how much
+    assert [j.job_id for j in p.admit] == ["c1"]
+    assert p.waits["a1"].kind == "budget" and "$100.00 of $100.00" in p.waits["a1"].reason
+    assert p.waits["b1"].kind == "budget" and "team nlp" in p.waits["b1"].reason
+
+
+def test_a_budget_below_zero_is_refused_naming_the_field() -> None:
+    import pytest
+
+    from respot.queue.settings import QueueSettingsError, parse_settings
+
+    with pytest.raises(QueueSettingsError, match=r"team_budgets\.nlp: -5 .*below zero"):
+        parse_settings({"team_budgets": {"nlp": -5}})
+    assert parse_settings({"researcher_budget": 0})[1].researcher_budget == 0.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +43,10 @@ class LedgerState:
     # None), for `respot queue`; and when it planned.
     waits: dict[str, dict[str, Any]] = field(default_factory=dict)
     planned_at: str | None = None
+    # This month's spend and the budgets in force, by "researcher:<arn>" / "team:<name>"
+    # (written by a pass when budgets are set; `respot budget` reads them).
+    spend: dict[str, float] = field(default_factory=dict)
+    budgets: dict[str, float] = field(default_factory=dict)
 
 
 def _lease_doc(lease: Lease) -> dict[str, Any]:
@@ -97,6 +101,8 @@ class QueueLedger:
             settings=doc.get("settings"),
             waits=doc.get("waits", {}),
             planned_at=doc.get("planned_at"),
+            spend=doc.get("spend", {}),
+            budgets=doc.get("budgets", {}),
         )
 
     def write(self, state: LedgerState) -> LedgerState:
@@ -112,6 +118,8 @@ class QueueLedger:
             "settings": state.settings,
             "waits": state.waits,
             "planned_at": state.planned_at,
+            "spend": state.spend,
+            "budgets": state.budgets,
         }
         item = {**_KEY, "version": {"N": str(state.version + 1)}, "doc": {"S": json.dumps(doc)}}
         if state.version == 0:
@@ -129,14 +137,7 @@ class QueueLedger:
                     f"the queue ledger changed since version {state.version}"
                 ) from exc
             raise
-        return LedgerState(
-            state.version + 1,
-            dict(state.leases),
-            dict(state.usage),
-            state.settings,
-            dict(state.waits),
-            state.planned_at,
-        )
+        return replace(state, version=state.version + 1)
 
 
 class AccountUse:

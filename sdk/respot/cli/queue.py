@@ -173,3 +173,58 @@ def queue(
         out.print(f"GPUs admitted now: {admitted}")
     if view["queues"]:
         out.print(f"named queues: {', '.join(view['queues'])}")
+
+
+def budget_view(ledger: LedgerState) -> list[dict[str, Any]]:
+    """Each researcher and team with a budget or a spend this month, as the last pass saw."""
+    rows = []
+    for key in sorted(set(ledger.budgets) | set(ledger.spend)):
+        kind, _, name = key.partition(":")
+        spent = ledger.spend.get(key, 0.0)
+        budget = ledger.budgets.get(key)
+        rows.append(
+            {
+                "kind": kind,
+                "name": name,
+                "spent_usd": round(spent, 2),
+                "budget_usd": budget,
+                "percent": round(100 * spent / budget, 1) if budget else None,
+                "held": budget is not None and spent >= budget,
+            }
+        )
+    return rows
+
+
+@reports_errors
+def budget(local: LocalOption = False, json_output: JsonOption = False) -> None:
+    """Monthly budgets: what each researcher and team spent this month (UTC) against theirs."""
+    from respot.aws.queueledger import QueueLedger
+
+    conn = connect(local)
+    ledger = QueueLedger(conn.deployment.table_name, conn.client("dynamodb")).read()
+    rows = budget_view(ledger)
+    if json_output:
+        print_json({"budgets": rows, "planned_at": ledger.planned_at})
+        return
+    out = console()
+    if not rows:
+        out.print(
+            "no budgets set (stack setting queue: researcher_budget(s), team_budgets; "
+            "`respot queue --set-limits`)"
+        )
+        return
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("who", "spent", "budget", "%", ""):
+        t.add_column(col)
+    for row in rows:
+        t.add_row(
+            f"{row['kind']} {row['name'].rsplit('/', 1)[-1]}",
+            f"${row['spent_usd']:.2f}",
+            "-" if row["budget_usd"] is None else f"${row['budget_usd']:.2f}",
+            "-" if row["percent"] is None else f"{row['percent']:.0f}%",
+            "new jobs held" if row["held"] else "",
+        )
+    out.print(t)
+    out.print(f"as of the last admission pass ({ledger.planned_at or 'none yet'})")

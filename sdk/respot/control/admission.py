@@ -24,6 +24,7 @@ from typing import Any
 
 from respot.aws.jobs import JobTable
 from respot.aws.queueledger import AccountUse, LedgerState, QueueLedger
+from respot.core.cost import attempt_cost, attempt_hours, on_demand_price
 from respot.core.events import AdmissionRefused, Admitted, JobEvent
 from respot.core.job import JobRecord, Market
 from respot.core.quotas import quota_for
@@ -52,6 +53,29 @@ class PassResult:
     leases: dict[str, Lease] = field(default_factory=dict)
 
 
+def _has_budgets(limits: QueueLimits) -> bool:
+    return bool(
+        limits.researcher_budget is not None or limits.researcher_budgets or limits.team_budgets
+    )
+
+
+def _moved(before: dict[str, float], after: dict[str, float]) -> bool:
+    """True if a spend moved by a cent or more (a ledger write per such change, no more)."""
+    keys = set(before) | set(after)
+    return any(abs(before.get(k, 0.0) - after.get(k, 0.0)) >= 0.01 for k in keys)
+
+
+def _committed(record: JobRecord, now: datetime, prices: dict[str, float]) -> float:
+    """What a live job's open attempt will still bill by its estimated runtime (0 if none)."""
+    att = record.current
+    estimate = record.spec.estimated_runtime
+    if att is None or att.end is not None or estimate is None:
+        return 0.0
+    price = att.price_per_hour or on_demand_price(att.placement.instance_type, prices) or 0.0
+    ran = sum(attempt_hours(a, now) for a in record.attempts)
+    return price * max(estimate.total_seconds() / 3600.0 - ran, 0.0)
+
+
 def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
@@ -77,6 +101,7 @@ class Admission:
         default_instance_types: tuple[str, ...],
         enabled: bool = False,
         limits: QueueLimits | None = None,
+        prices: dict[str, float] | None = None,
     ) -> None:
         self.jobs = jobs
         self.ledger = ledger
@@ -84,6 +109,7 @@ class Admission:
         self.default_instance_types = default_instance_types
         self.enabled = enabled
         self.limits = limits or QueueLimits()
+        self.prices = dict(prices or {})  # on-demand list prices (the cost ledger's fallback)
         self.enabled_seen = enabled  # the effective switch as the last ledger read said
 
     def enabled_now(self) -> bool:
@@ -143,7 +169,9 @@ class Admission:
             waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
             states = self._after_states(waiting, by_id)
             rooms = self._rooms(types, new.leases)
-            p = plan(waiting, new.leases.values(), rooms, limits, new.usage, states, now)
+            spent, budgets = self._spend(limits, live, now) if _has_budgets(limits) else ({}, {})
+            new.spend, new.budgets = spent, budgets
+            p = plan(waiting, new.leases.values(), rooms, limits, new.usage, states, now, spent)
             for job in p.admit:
                 new.leases[job.job_id] = Lease(
                     job_id=job.job_id,
@@ -167,7 +195,13 @@ class Admission:
                 }
                 for job_id, w in p.waits.items()
             }
-            if p.admit or result.released or _changed(state.waits, new.waits):
+            if (
+                p.admit
+                or result.released
+                or _changed(state.waits, new.waits)
+                or _moved(state.spend, new.spend)
+                or state.budgets != new.budgets
+            ):
                 new.planned_at = now.isoformat()
                 try:
                     self.ledger.write(new)
@@ -187,6 +221,36 @@ class Admission:
             apply(job.job_id, AdmissionRefused(reason))
             result.refused.append((job.job_id, reason))
         return result
+
+    def _spend(
+        self, limits: QueueLimits, live: list[JobRecord], now: datetime
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """USD spent this calendar month (UTC) by each researcher and team, from every job's
+        attempts (the cost ledger: an attempt running into this month counts whole), plus
+        what admitted live jobs will spend by their estimated runtime; and the budgets."""
+        month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        spent: dict[str, float] = {}
+        for record in self.jobs.recent(limit=1_000_000):
+            owner = record.submission.submitted_by or "unidentified"
+            paid = sum(
+                attempt_cost(a, now, self.prices)
+                for a in record.attempts
+                if (a.ended_at or now) >= month
+            )
+            if not record.state.is_terminal() and record.state is not JobState.HELD:
+                paid += _committed(record, now, self.prices)
+            if paid <= 0:
+                continue
+            for key in (f"researcher:{owner}", f"team:{team_of(owner, limits)}"):
+                spent[key] = spent.get(key, 0.0) + paid
+        budgets: dict[str, float] = {f"team:{t}": b for t, b in limits.team_budgets.items()}
+        owners = {r.submission.submitted_by or "unidentified" for r in live}
+        owners |= {k.split(":", 1)[1] for k in spent if k.startswith("researcher:")}
+        for owner in owners:
+            budget = limits.budget_of_researcher(owner)
+            if budget is not None:
+                budgets[f"researcher:{owner}"] = budget
+        return {k: round(v, 4) for k, v in spent.items()}, budgets
 
     def _waiting(self, record: JobRecord, limits: QueueLimits, types: dict[str, str]) -> WaitingJob:
         spec = record.spec

@@ -171,6 +171,7 @@ class ControlPlane:
             else None,
             default_instance_types=settings.default_instance_types,
             enabled=settings.admission,
+            prices=dict(settings.on_demand_prices),
         )
         self._admitting = False
         self._admit_again = False
@@ -273,6 +274,7 @@ class ControlPlane:
                 default_instance_types=settings.default_instance_types,
                 enabled=settings.admission,
                 limits=config.queue_limits(),
+                prices=dict(config.on_demand_prices),
             ),
         )
         if config.satellite_regions:

@@ -14,7 +14,8 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    admitted jobs used so far) + one hour per GPU admitted now (`LOOKAHEAD_HOURS`), and the
    share is the team's weight split evenly among its active researchers. A job that waited
    `starve_hours` goes before all others (oldest first), so nothing waits forever.
-5. A pick is admitted only if it fits: the researcher's, the team's and the named queue's
+5. A researcher or team at 100% of its monthly budget (`spent`) is held with the reason.
+   A pick is admitted only if it fits: the researcher's, the team's and the named queue's
    GPU limits, and the vCPU quota of its instance class and market, counting what leases hold
    and what instances respot did not admit use (`QuotaRoom.others`). A job larger than its
    quota even when empty is admitted: the launch's quota refusal names the quota and the
@@ -102,8 +103,12 @@ def plan(
     usage: Mapping[str, Usage],
     states: Mapping[str, str],
     now: datetime,
+    spent: Mapping[str, float] | None = None,
 ) -> Plan:
     """Which of `waiting` to admit now, in order; which fail; why each other one waits.
+
+    `spent`: USD spent this month (and committed by admitted jobs), by "researcher:<name>"
+    and "team:<name>"; a researcher or team at or over its budget is held (`budget`).
 
     `leases`: the admitted jobs that have not ended. `quotas`: quota key -> room (a key not
     there is not gated). `usage`: settled recent use per researcher. `states`: the state of
@@ -160,7 +165,9 @@ def plan(
             key=lambda r: (not aged(per[r][0]), load(r), per[r][0].submitted_at, per[r][0].job_id),
         )
         job = per[researcher][0]
-        why = _misfit(job, tally, quotas, limits, held, now)
+        why = _over_budget(job, limits, spent or {}) or _misfit(
+            job, tally, quotas, limits, held, now
+        )
         if why is None:
             per[researcher].pop(0)
             tally.add(job.researcher, job.team, job.queue, job.quota_key, job)
@@ -181,6 +188,22 @@ def plan(
             )
     _positions(per, tally, load, aged, out)
     return out
+
+
+def _over_budget(job: WaitingJob, limits: QueueLimits, spent: Mapping[str, float]) -> Waits | None:
+    """A researcher or team at 100% of its monthly budget: its new jobs are held."""
+    for who, budget in (
+        (f"researcher {job.researcher}", limits.budget_of_researcher(job.researcher)),
+        (f"team {job.team}", limits.team_budgets.get(job.team)),
+    ):
+        key = who.replace(" ", ":", 1)
+        if budget is not None and spent.get(key, 0.0) >= budget:
+            return Waits(
+                "budget",
+                f"budget: {who} has spent ${spent.get(key, 0.0):.2f} of ${budget:.2f} this month "
+                "(UTC); held until the month ends or the platform team raises the budget",
+            )
+    return None
 
 
 def _rank(job: WaitingJob, now: datetime, limits: QueueLimits) -> int:

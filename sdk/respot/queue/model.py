@@ -89,6 +89,7 @@ class QueueLimits:
     - `team_weights`: a team's weight in fair share (default 1); `teams`: researcher -> team
       where the identity carries no team tag.
     - `half_life_hours`: how fast recent use is forgotten (see `usage`).
+    - `researcher_budget(s)`, `team_budgets`: monthly USD; at 100% new jobs are held.
     - `aging_hours`: a waiting job gains one priority level per this many hours waited,
       and a job that waited `starve_hours` goes before every job that did not (oldest first),
       its quota held for it so smaller jobs cannot keep overtaking it.
@@ -103,6 +104,18 @@ class QueueLimits:
     half_life_hours: float = 8.0
     aging_hours: float = 4.0
     starve_hours: float = 24.0
+    # Monthly budgets in USD (calendar month, UTC): per researcher (by principal ARN or last
+    # name, else `researcher_budget`) and per team. At 100% the owner's new jobs are held.
+    researcher_budget: float | None = None
+    researcher_budgets: dict[str, float] = field(default_factory=dict)
+    team_budgets: dict[str, float] = field(default_factory=dict)
+
+    def budget_of_researcher(self, researcher: str) -> float | None:
+        """The researcher's monthly budget in USD, or None."""
+        if researcher in self.researcher_budgets:
+            return self.researcher_budgets[researcher]
+        short = researcher.rsplit("/", 1)[-1]
+        return self.researcher_budgets.get(short, self.researcher_budget)
 
     def weight(self, team: str) -> float:
         """The team's fair-share weight (default 1)."""

@@ -26,6 +26,9 @@ _KEYS = {
     "half_life_hours",
     "aging_hours",
     "starve_hours",
+    "researcher_budget",
+    "researcher_budgets",
+    "team_budgets",
 }
 
 
@@ -47,6 +50,23 @@ def _hours(name: str, value: Any, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 24 * 365:
         raise QueueSettingsError(f"{name}: {value!r} is not a number of hours above 0")
     return float(value)
+
+
+def _usd(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e9:
+        raise QueueSettingsError(
+            f"{name}: {value!r} is not a budget in USD >= 0 (a budget below zero cannot be "
+            "spent; 0 holds every new job)"
+        )
+    return float(value)
+
+
+def _budgets(name: str, value: Any) -> dict[str, float]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise QueueSettingsError(f'{name}: give {{"<name>": <USD per month>, ...}}')
+    return {str(k): _usd(f"{name}.{k}", v) for k, v in value.items()}
 
 
 def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
@@ -102,6 +122,11 @@ def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
         ),
         aging_hours=_hours("aging_hours", data.get("aging_hours"), defaults.aging_hours),
         starve_hours=_hours("starve_hours", data.get("starve_hours"), defaults.starve_hours),
+        researcher_budget=None
+        if data.get("researcher_budget") is None
+        else _usd("researcher_budget", data.get("researcher_budget")),
+        researcher_budgets=_budgets("researcher_budgets", data.get("researcher_budgets")),
+        team_budgets=_budgets("team_budgets", data.get("team_budgets")),
     )
 
 
@@ -125,6 +150,9 @@ def settings_dict(enabled: bool, limits: QueueLimits) -> dict[str, Any]:
         "half_life_hours": limits.half_life_hours,
         "aging_hours": limits.aging_hours,
         "starve_hours": limits.starve_hours,
+        "researcher_budget": limits.researcher_budget,
+        "researcher_budgets": dict(limits.researcher_budgets),
+        "team_budgets": dict(limits.team_budgets),
     }
 
 
