@@ -1,9 +1,11 @@
 """A command job's notice: notice -> checkpoint committed in S3, and steps lost (issue 25).
 
-    .venv/bin/python -m bench.commands [--interruptions 5] [--steps 1500] [--json]
+    .venv/bin/python -m bench.commands [--example plain|huggingface|lightning]
+        [--interruptions 5] [--steps 1500] [--json]
 
-Runs `examples/plain/train.py` (a plain PyTorch script with a SIGTERM handler that saves at
-the next step boundary and exits 0) as a command job on the local runtime, and interrupts
+Runs `examples/<example>/train.py` (plain: a PyTorch script with a SIGTERM handler that saves
+at the next step boundary, says so, and exits 0; huggingface / lightning: the framework's
+Trainer with respot.integrations' callback) as a command job on the local runtime, and interrupts
 its current attempt `--interruptions` times with `LocalRuntime.interrupt_job` (what
 `respot local interrupt` calls), once the job has reported k/(n+1) of its steps. Per
 interruption, from the job record:
@@ -38,18 +40,19 @@ from respot.spec.training import TrainingEnvVar
 from respot.storage import layout
 from respot.wire.messages import new_job_id
 
-PLAIN = Path(__file__).resolve().parents[1] / "examples" / "plain"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SAVE_FLAG = {"plain": "--save-every", "huggingface": "--save-steps", "lightning": "--save-every"}
 TIME_SCALE = 1.0 / 30.0
 NOTICE_SECONDS = 120.0
 STEP_SECONDS = 0.02
 
 
-def uninterrupted(steps: int) -> str:
+def uninterrupted(example: Path, steps: int) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RESPOT_")}
         env |= {"RESPOT_CHECKPOINT_DIR": f"{scratch}/c", "RESPOT_OUTPUT_DIR": f"{scratch}/o"}
         subprocess.run(
-            [sys.executable, str(PLAIN / "train.py"), "--steps", str(steps)],
+            [sys.executable, str(example / "train.py"), "--steps", str(steps)],
             env=env,
             check=True,
             capture_output=True,
@@ -58,16 +61,19 @@ def uninterrupted(steps: int) -> str:
         return Path(scratch, "o", "weights.sha256").read_text()
 
 
-def run(interruptions: int, steps: int, keep: Path | None = None) -> dict[str, Any]:
+def run(
+    interruptions: int, steps: int, keep: Path | None = None, example: str = "plain"
+) -> dict[str, Any]:
     options = RuntimeOptions(
         time_scale=TIME_SCALE,
         chaos=ChaosSchedule(job_ids=set()),
         work_root=keep,
         keep_work_root=keep is not None,
     )
-    argv = ["python", "train.py", "--steps", str(steps), "--save-every", str(steps // 4)]
+    argv = ["python", "train.py", "--steps", str(steps), SAVE_FLAG[example], str(steps // 4)]
     argv += ["--step-seconds", str(STEP_SECONDS)]
-    spec = TrainingEnvVar(name="plain-bench", command=argv, source_dir=str(PLAIN))
+    source = EXAMPLES / example
+    spec = TrainingEnvVar(name=f"{example}-bench", command=argv, source_dir=str(source))
     sent: list[datetime] = []
     with LocalRuntime(options) as rt:
         job_id = new_job_id(spec.name)
@@ -106,7 +112,8 @@ def run(interruptions: int, steps: int, keep: Path | None = None) -> dict[str, A
     return {
         "state": status.state,
         "interruptions": record.interruptions,
-        "weights_equal_uninterrupted": weights == uninterrupted(steps),
+        "example": example,
+        "weights_equal_uninterrupted": weights == uninterrupted(source, steps),
         "per_interruption": rows,
         "notice_to_committed_s": _report.summary(r["notice_to_committed_s"] for r in rows),
         "steps_lost": _report.summary(r["steps_lost"] for r in rows),
@@ -116,13 +123,14 @@ def run(interruptions: int, steps: int, keep: Path | None = None) -> dict[str, A
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.commands")
+    parser.add_argument("--example", choices=sorted(SAVE_FLAG), default="plain")
     parser.add_argument("--interruptions", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", type=Path, help="keep the instances' work directories here")
     args = parser.parse_args(argv)
     began = time.monotonic()
-    result = run(args.interruptions, args.steps, args.keep)
+    result = run(args.interruptions, args.steps, args.keep, args.example)
     result["wall_seconds"] = round(time.monotonic() - began, 1)
     command = f"python -m bench.commands --interruptions {args.interruptions} --steps {args.steps}"
     rows = [
@@ -138,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     c, lost = result["notice_to_committed_s"], result["steps_lost"]
     markdown = (
-        f"The plain PyTorch example (`examples/plain/train.py`, {args.steps} steps of "
+        f"The {args.example} example (`examples/{args.example}/train.py`, {args.steps} steps of "
         f"{STEP_SECONDS} s) as a command job, interrupted {args.interruptions} times by "
         f"`LocalRuntime.interrupt_job`; the notice lasts {result['notice_real_seconds']:g} s "
         f"(two minutes at time scale 1/30). Job {result['state']}, "
@@ -158,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         + f"\n\nnotice -> committed: median {c['median']} s, max {c['max']} s (n={c['n']}); "
         f"steps lost: median {lost['median']}, max {lost['max']}.\n"
     )
-    _report.write("commands", result, markdown, command=command)
+    name = "commands" if args.example == "plain" else f"commands-{args.example}"
+    _report.write(name, result, markdown, command=command)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     else:
