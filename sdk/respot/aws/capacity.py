@@ -234,21 +234,6 @@ class Ec2Capacity:
                     return code[:200], str(reason.get("Message") or "")[:500]
         return None
 
-    def owner(self, instance_id: str) -> tuple[str, int] | None:
-        """(job_id, attempt) from the instance's tags, or None if respot did not launch it."""
-        try:
-            reservations = self.client.describe_instances(InstanceIds=[instance_id])["Reservations"]
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] in NOT_FOUND:
-                return None
-            raise
-        for reservation in reservations:
-            for instance in reservation["Instances"]:
-                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
-                if JOB_TAG in tags and tags.get(ATTEMPT_TAG, "").isdigit():
-                    return tags[JOB_TAG], int(tags[ATTEMPT_TAG])
-        return None
-
     def managed_instances(self) -> list[dict[str, Any]]:
         """Every instance of this deployment not yet terminated (for orphan clean-up)."""
         paginator = self.client.get_paginator("describe_instances")

@@ -160,14 +160,6 @@ class RegionalCapacity(Ec2Capacity):
             done.extend(there.terminate(rest))
         return done
 
-    def owner(self, instance_id: str) -> tuple[str, int] | None:
-        found = super().owner(instance_id)
-        for there in self.satellites.values():
-            if found is not None:
-                break
-            found = there.owner(instance_id)
-        return found
-
     def state_reason(self, instance_id: str) -> tuple[str, str] | None:
         found = super().state_reason(instance_id)
         for there in self.satellites.values():
