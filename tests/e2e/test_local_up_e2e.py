@@ -102,6 +102,11 @@ def test_other_processes_use_the_runtime_local_up_runs(
     status = json.loads(respot(env, "local", "status", "--json").stdout)
     assert status["running"] is True and status["pid"] == local_up.pid
     assert status["endpoint_url"].startswith("http://127.0.0.1:")
+    # AND `respot local interrupt` reaches it from another process (an unknown job: refused,
+    # naming it, after a bounded wait; nothing sent)
+    unknown = respot(env, "local", "interrupt", "no-such-job", "--wait", "1")
+    assert unknown.returncode == 1
+    assert "no job no-such-job in this local runtime" in unknown.stderr, unknown.stderr
 
     # WHEN another process submits a job file to it (RESPOT_LOCAL=1 instead of --local), and a
     # third follows its logs while the runtime interrupts its first instance
