@@ -48,6 +48,11 @@ class ControlSettings:
     # The team's queue is on (stack setting `queue`): every submission is HELD until admitted
     # (respot.queue). Off, only a spec naming `after:` or `queue:` is held.
     admission: bool = False
+    # Idle GPUs (issue 26): a RUNNING job whose GPUs' mean utilization stays below this many
+    # percent for `idle_gpu_period` (the agent's NVML samples, one mean per heartbeat) gets
+    # one warning in its timeline and Slack. No NVML (no samples): never idle.
+    idle_gpu_pct: float = 5.0
+    idle_gpu_period: timedelta = timedelta(minutes=30)
 
 
 def disallowed_instance_types(requested: list[str] | None, allowed: tuple[str, ...]) -> str | None:

@@ -3,7 +3,7 @@ checkpoint line.
 
 The timeline keeps a sparse progress history (`_progress_history`) and the newest periodic
 checkpoint lines (`_drop_old_checkpoint_notes`); the notifier gets throttled progress notes
-(`_progress_note`). Used by `reports`.
+(`_progress_note`); GPUs that stay idle get one warning (`_idle_gpus`). Used by `reports`.
 """
 
 from __future__ import annotations
@@ -118,3 +118,42 @@ def _progress_history(d: _Draft, attempt: int, at: datetime) -> None:
     job.add_timeline(
         TimelineEntry(at=at, kind="progress", text=f"step {step}{of} {shown}".strip(), data=data)
     )
+
+
+def _idle_gpus(d: _Draft, att: Attempt, at: datetime, gpus: list[Any]) -> bool:
+    """Follow how long the attempt's GPUs have been idle; warn once past the period.
+
+    One heartbeat's mean utilization below `idle_gpu_pct` starts (or continues) an idle
+    spell, one at or above it ends the spell; a new attempt starts afresh. Returns True when
+    the record changed (a spell began or ended, or the warning was given), so that the
+    heartbeat is written, not coalesced."""
+    job, settings = d.job, d.settings
+    util = mean_utilization(gpus)
+    if util is None:
+        return False
+    spell = job.policy.get("idle_gpus")
+    if util >= settings.idle_gpu_pct or (spell and spell.get("attempt") != att.number):
+        if spell is None:
+            return False
+        job.policy.pop("idle_gpus")
+        if util >= settings.idle_gpu_pct:
+            return True
+        spell = None
+    if spell is None:
+        job.policy["idle_gpus"] = {"attempt": att.number, "since": at.isoformat()}
+        return True
+    since = datetime.fromisoformat(spell["since"])
+    if spell.get("warned") or at - since < settings.idle_gpu_period:
+        return False
+    spell["warned"] = at.isoformat()
+    minutes = int((at - since).total_seconds() // 60)
+    d.note(
+        "idle-gpus",
+        f"GPUs idle: mean utilization {util:g}% (below {settings.idle_gpu_pct:g}%) for "
+        f"{minutes} min on {att.instance_id or 'its instance'}, which bills all the same; check "
+        f"the job's input pipeline, or cancel it (respot cancel {job.job_id})",
+        utilization_pct=util,
+        minutes=minutes,
+        attempt=att.number,
+    )
+    return True

@@ -25,6 +25,7 @@ from respot.core.lifecycle.draft import (
 )
 from respot.core.lifecycle.progress import (
     _drop_old_checkpoint_notes,
+    _idle_gpus,
     _progress_history,
     _progress_note,
 )
@@ -201,8 +202,11 @@ def _progress(
     first_step = att.first_step_at is None and body.first_step_at is not None
     if first_step:
         att.first_step_at = body.first_step_at
+    idle_changed = False
     if body.gpus is not None and current:
         job.progress.gpus = list(body.gpus)
+        if job.state is JobState.RUNNING:
+            idle_changed = _idle_gpus(d, att, msg.sent_at, list(body.gpus))
     if body.step is not None:
         att.last_step = max(att.last_step or 0, body.step)
         att.last_progress_at = max(att.last_progress_at or msg.sent_at, msg.sent_at)
@@ -222,6 +226,7 @@ def _progress(
         or d.notes
         or len(job.timeline) != timeline_before
         or first_step
+        or idle_changed
     )
     if (
         not material
