@@ -133,21 +133,33 @@ def check_stack(cfn: Any, *, stack_name: str) -> Finding:
 # ---- the EC2 Spot service-linked role ----------------------------------------------------
 
 
-def check_spot_role(iam: Any) -> Finding:
-    """AWSServiceRoleForEC2Spot, which EC2 needs before it launches any spot instance."""
-    name = "spot service-linked role"
+def check_service_linked_role(
+    iam: Any, name: str, role: str, service: str, created_by: str
+) -> Finding:
+    """`role`, the service-linked role of `service`: ok if it exists, else a warning saying
+    what creates it on first use (`created_by`) and the command that creates it now."""
     try:
-        iam.get_role(RoleName=SPOT_SERVICE_LINKED_ROLE)
+        iam.get_role(RoleName=role)
     except ClientError as exc:
         if error_code(exc) != "NoSuchEntity":
             raise
         return warn(
             name,
-            f"{SPOT_SERVICE_LINKED_ROLE} does not exist yet; respot's first spot launch creates "
-            "it (the submit role may), and fails if an SCP forbids that",
-            "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com",
+            f"{role} does not exist yet; {created_by}, and fails if an SCP forbids that",
+            f"aws iam create-service-linked-role --aws-service-name {service}",
         )
-    return ok(name, f"{SPOT_SERVICE_LINKED_ROLE} exists")
+    return ok(name, f"{role} exists")
+
+
+def check_spot_role(iam: Any) -> Finding:
+    """AWSServiceRoleForEC2Spot, which EC2 needs before it launches any spot instance."""
+    return check_service_linked_role(
+        iam,
+        "spot service-linked role",
+        SPOT_SERVICE_LINKED_ROLE,
+        "spot.amazonaws.com",
+        "respot's first spot launch creates it (the submit role may)",
+    )
 
 
 # ---- instance types and their quotas -----------------------------------------------------

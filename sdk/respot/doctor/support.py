@@ -22,9 +22,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from respot.doctor.checks import error_code
+from respot.doctor.checks import check_service_linked_role
 from respot.doctor.findings import Finding, ok, warn
 
 FIS_SERVICE_LINKED_ROLE = "AWSServiceRoleForFIS"
@@ -52,19 +50,14 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 def check_fis_role(iam: Any) -> Finding:
     """AWSServiceRoleForFIS, which FIS creates on an account's first experiment."""
-    try:
-        iam.get_role(RoleName=FIS_SERVICE_LINKED_ROLE)
-    except ClientError as exc:
-        if error_code(exc) != "NoSuchEntity":
-            raise
-        return warn(
-            FIS_ROLE_CHECK,
-            f"{FIS_SERVICE_LINKED_ROLE} does not exist yet; `respot selftest`'s first FIS "
-            "experiment creates it (the stack's selftest policy allows that), and fails if an "
-            "SCP forbids iam:CreateServiceLinkedRole",
-            "aws iam create-service-linked-role --aws-service-name fis.amazonaws.com",
-        )
-    return ok(FIS_ROLE_CHECK, f"{FIS_SERVICE_LINKED_ROLE} exists")
+    return check_service_linked_role(
+        iam,
+        FIS_ROLE_CHECK,
+        FIS_SERVICE_LINKED_ROLE,
+        "fis.amazonaws.com",
+        "`respot selftest`'s first FIS experiment creates it (the stack's selftest policy "
+        "allows iam:CreateServiceLinkedRole)",
+    )
 
 
 def pytorch_version(image_name: str) -> str | None:
