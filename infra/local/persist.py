@@ -123,9 +123,10 @@ def save(rt: Any, directory: Path) -> StoreSummary:
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=deployment.bucket):
             for obj in page.get("Contents", []):
                 key = obj["Key"]
-                target = objects / key
-                if ".." in Path(key).parts or target.resolve().parent != target.parent.resolve():
-                    continue  # never write outside the store
+                target = object_path(objects, key)
+                if target is None:
+                    log.warning("not saving %r: its key names no file inside the store", key)
+                    continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 s3.download_file(deployment.bucket, key, str(target))
                 summary.objects += 1
@@ -149,6 +150,17 @@ def save(rt: Any, directory: Path) -> StoreSummary:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return summary
+
+
+def object_path(objects: Path, key: str) -> Path | None:
+    """Where the object `key` is kept under `objects`; None for a key that would name a file
+    outside it (`..`, an absolute `/home/...`, which `objects / key` would take as is)."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or ".." in parts or "" in parts[:-1] or not parts[-1]:
+        return None
+    target = objects / key
+    root = objects.resolve()
+    return target if target.resolve().is_relative_to(root) and target.resolve() != root else None
 
 
 def _belongs_to(item: dict[str, Any], job_ids: set[str]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.local.persist import _belongs_to, saved_prefix, store_directory
+from infra.local.persist import _belongs_to, object_path, saved_prefix, store_directory
 
 
 def item(pk: str, sk: str, **attrs: str) -> dict[str, dict[str, str]]:
@@ -36,3 +36,12 @@ def test_the_store_sits_next_to_the_state_file_and_an_empty_one_has_no_prefix(
     assert saved_prefix(store) is None  # a store of another version is not read
     (store / "manifest.json").write_text('{"version": 1, "prefix": "respot-abc"}')
     assert saved_prefix(store) == "respot-abc"
+
+
+def test_an_object_is_kept_inside_the_store_or_not_at_all(tmp_path: Path) -> None:
+    objects = tmp_path / "objects"
+    key = "jobs/job-1/outputs/model.pt"
+    assert object_path(objects, key) == objects / key
+    # a key a job or a researcher wrote may name any path: none leaves the store
+    for key in ("/home/me/.bashrc", "jobs/../../x", "../x", "jobs//x", "jobs/job-1/", ""):
+        assert object_path(objects, key) is None, key
