@@ -3,26 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from lambdas import instance_state
-from respot.control.config import ENV_DLQ_URL
 from respot.core.states import JobState
-from tests.handlers.test_handlers import CONTEXT, Env, submit_job
+from tests.handlers.test_handlers import CONTEXT, Env, env, submit_job
 
-
-@pytest.fixture
-def env(
-    moto_endpoint: str, aws_credentials: None, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Env]:
-    import lambdas._runtime as runtime
-
-    deployment = Env(moto_endpoint)
-    monkeypatch.setenv(ENV_DLQ_URL, deployment.local.dlq_urls["commands"])
-    yield deployment
-    runtime.install(None)
+__all__ = ["env"]  # the fixture, shared with the other handler tests
 
 
 def test_the_state_reason_of_a_vanished_instance_is_read_from_ec2_and_said(env: Env) -> None:
