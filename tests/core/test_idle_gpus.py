@@ -47,3 +47,19 @@ def test_no_nvml_samples_never_warn() -> None:
         _beat(story, 60.0 * n, None, n)
     assert _warnings(story) == []
     assert "idle_gpus" not in story.record.policy
+
+
+def test_the_warning_and_a_hold_are_posted_in_the_job_s_slack_thread() -> None:
+    from respot.notify import reply_for
+
+    story = Story(settings=every_second(0)).submit(0).place("i-1", 5).start("i-1", 1, 10)
+    for n in range(1, 40):
+        _beat(story, 60.0 * n, 0.0, n)
+    entry = next(e for e in story.record.timeline if e.kind == "idle-gpus")
+    reply = reply_for(entry, story.record)
+    assert reply is not None and reply.text.startswith(":zzz: GPUs idle: mean utilization 0%")
+    held = Story(after=["job-0"]).submit(0)
+    (note,) = [e for e in held.record.timeline if e.kind == "held"]
+    reply = reply_for(note, held.record)
+    assert reply is not None and "Held in the team's queue" in reply.text
+    assert "(after job-0)" in reply.text and "respot queue" in reply.text

@@ -489,6 +489,24 @@ def _fallback(
     )
 
 
+def _idle_gpus(
+    entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
+) -> SlackPost:
+    text = entry.text.removeprefix("GPUs idle: ")
+    return _reply(f":zzz: *GPUs idle*: {escape(text)}", _at(entry))
+
+
+def _held(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None) -> SlackPost:
+    detail = entry.text.split(" (", 1)[0].removeprefix("waiting in the team's queue")
+    detail = detail.removeprefix("; ")
+    said = f" ({escape(detail)})" if detail else ""
+    return _reply(
+        f":double_vertical_bar: *Held in the team's queue*{said}: `respot queue` shows its "
+        "position, what it waits for and when it may start",
+        _at(entry),
+    )
+
+
 def _spot_return(
     entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
 ) -> SlackPost:
@@ -555,6 +573,8 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "checkpoint-refused": _checkpoint_refused,
     "fallback": _fallback,
     "returned": _spot_return,
+    "idle-gpus": _idle_gpus,
+    "held": _held,
     "completed": _completed,
     "failed": _failed,
     "cancelled": _cancelled,
