@@ -22,10 +22,11 @@ Kubernetes' aws-iam-authenticator prove an AWS identity to a third party:
    `requested_by`. Anyone who changes the message, the job or the command breaks the
    signature; STS itself refuses a signature older than 15 minutes, respot after `max_age`.
 3. A `ProofLedger` (a conditional DynamoDB put with a TTL) remembers each signature with
-   the SNS message id it first came in and the caller STS named: the same message delivered
-   again passes with that caller, without asking STS again (STS refuses a signature older
-   than 15 minutes; the fourth delivery of a message comes 18 minutes after the first); the
-   same proof in another message is a replay and is refused.
+   the SNS message id it first came in, the caller STS named and the whole proof's SHA-256:
+   the same message delivered again with that very proof passes with that caller, without
+   asking STS again (STS refuses a signature older than 15 minutes; the fourth delivery of a
+   message comes 18 minutes after the first); a proof that only shares the signature is sent
+   to STS; the same proof in another message is a replay and is refused.
 
 What the digest covers (`signed_content`): the JSON object of the message *as sent*, read
 back from the text the control plane received (`read_message`), not the control plane's
