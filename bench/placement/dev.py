@@ -74,12 +74,14 @@ def _ensure(name: str) -> list[Path]:
     return paths
 
 
-def run_set(name: str, out: Path | None, workers: int, policy: str = "respot") -> list[float]:
+def run_set(
+    name: str, out: Path | None, workers: int, policy: str = "respot", base: Path = HERE
+) -> list[float]:
     """Run respot (or `policy`) on one set; print its cells; return the gap closed per cell."""
     _, windows, _ = SETS[name]
     saved = [
         json.loads(line)
-        for line in (HERE / f"results-{name}.jsonl").read_text().splitlines()
+        for line in (base / f"results-{name}.jsonl").read_text().splitlines()
         if line.strip()
     ]
     started = time.monotonic()
@@ -106,7 +108,7 @@ def run_set(name: str, out: Path | None, workers: int, policy: str = "respot") -
             f"misses {new.misses}  gap closed {gap:6.1%} (saved "
             f"{(rr - old['mean']) / (rr - best):6.1%}){'  ABOVE RR' if new.mean >= rr else ''}"
         )
-        merged.append(dict(row, results=dict(row["results"], respot=new.to_json())))
+        merged.append(dict(row, results={**row["results"], policy: new.to_json()}))
     print(f"  mean gap closed {statistics.fmean(closed):.1%}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -121,10 +123,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write merged JSONL files here")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--base", type=Path, default=HERE, help="the saved results-*.jsonl to compare and merge"
+    )
+    parser.add_argument(
         "--policy",
         default="respot",
         choices=[
             "respot",
+            "respot-omniscient-view",
             "respot-live-view",
             "respot-live-view-sightings-only",
             "respot-live-view-stop-first",
@@ -137,7 +143,7 @@ def main() -> None:
     for name in names:
         if name not in SETS:
             parser.error(f"--sets: unknown set {name!r} (known: {', '.join(SETS)})")
-        run_set(name, args.out, args.workers, args.policy)
+        run_set(name, args.out, args.workers, args.policy, args.base)
 
 
 if __name__ == "__main__":

@@ -514,9 +514,12 @@ def test_the_return_asks_for_spot_while_the_on_demand_attempt_trains_on() -> Non
     assert not r.stops() and not r.terminated()
     # AND the spot launch awaits the on-demand attempt's hand-off
     assert r.launch.attempt == 2 and r.launch.await_handoff_from == 1
-    # AND heartbeats of the on-demand attempt keep coming in and move progress on
+    # AND heartbeats of the on-demand attempt keep coming in and move progress on (one sent
+    # past the write interval: a heartbeat that changes nothing else within it of the last
+    # one heard is coalesced, wherever in the minute the policy began the return)
     step = (job.progress.step or 0) + 60
-    r.od_says(AgentProgress(step=step, total_steps=4 * HOUR), after=60)
+    after = SETTINGS.heartbeat_write_interval.total_seconds() + 60
+    r.od_says(AgentProgress(step=step, total_steps=4 * HOUR), after=after)
     assert r.job.progress.step == step and r.job.state is JobState.REQUESTED
 
 

@@ -126,3 +126,21 @@ def test_a_lone_job_moves_to_another_region_rather_than_wait_out_its_regions_out
     assert not outcome.missed and outcome.on_demand_ticks == 0 and outcome.transfers == 1
     moved = next(t for t, x in enumerate(outcome.placements) if x == Placement.spot(1))
     assert moved <= 24 + 2, outcome.placements
+
+
+def test_a_lone_job_on_on_demand_returns_when_the_pools_come_back_unseen() -> None:
+    # GIVEN three pools down for the first hour of a 24-h job due in 26 h (G = 5 min,
+    # d = 12 min): the job is refused everywhere, buys on-demand in the outage, and nobody
+    # asks the pools while it trains there; then every pool has spot to the end
+    gap = 300
+    job = Job(24 * 3600, 26 * 3600, 720)
+    ticks = job.ticks(gap) + 1
+    pools = [Pool.named(f"us-east-1{z}_gpu_1") for z in "abc"]
+    window = [[0] * 12 + [1] * (ticks - 12) for _ in pools]
+    outcome = simulate_pools(LiveView(), pools, window, job, gap)
+    # THEN it returns to spot soon after they come back: a run found up by asking is one
+    # in progress, not one that starts that very tick (issue 28: such runs read as the
+    # likeliest to end, and the job held on-demand for good)
+    assert not outcome.missed and outcome.on_demand_ticks > 0
+    back = next(t for t, x in enumerate(outcome.placements) if t > 12 and x.choice is Choice.SPOT)
+    assert back <= 12 + 2 * backoff_cap_ticks(job.changeover_seconds, gap), outcome.placements

@@ -376,7 +376,7 @@ def test_in_a_union_outage_it_buys_on_demand_while_on_demand_can_still_hand_back
     policy = MultiPoolPolicy()
     union = policy._union_statistics(last)
     view = single_view(last, pool=None)
-    value = policy._slack_value(last, union)
+    value = policy._slack_value(last, union, policy._statistics(last))
     wanted = policy.core.wanted(
         view, supply=union, run=union, supply_prior=0.875, slack_value=value
     )

@@ -168,6 +168,35 @@ def _expected_progress(
     return (steps * gap - changeover) * lasting(steps - 1) + gap * tail
 
 
+class _UnseenRun(RunStatistics):
+    """The union's statistics, for a return from on-demand to a pool nobody asked this tick.
+
+    Live, such a pool counts as available (the return asks it; a refusal costs nothing) but
+    its history repeats its last sighting, often the refusal of long ago, so its run reads
+    as one that starts this very tick, the likeliest to end at once: a job that bought
+    on-demand in an outage then held it for good while pools had spot again (synthetic
+    9-pool markets, issue 28: 140 ticks of on-demand where round-robin, which sees the
+    pools, bought 101). A run found up by asking at an arbitrary tick is not a new one; by
+    renewal theory the chance that a run in progress ends after a given tick is the rate at
+    which up-runs end per up-tick: completed up-runs over up-ticks, with the policy's prior
+    cycle (`cycle_prior_runs` runs over `availability_prior_seconds` of up time), here over
+    every pool. Only the hazard changes; the rest is the union's.
+    """
+
+    __slots__ = ("_rate",)
+
+    def __init__(self, union: RunStatistics, rate: float) -> None:
+        super().__init__()
+        for name in RunStatistics.__slots__:
+            setattr(self, name, getattr(union, name))
+        self._rate = rate
+
+    def hazard(self, value: int, age: int, prior_runs: float) -> float:
+        if value == 1:
+            return self._rate
+        return super().hazard(value, age, prior_runs)
+
+
 class MultiPoolPolicy:
     """respot across pools: choose the pool by expected overhead, then decide as one zone.
 
@@ -193,7 +222,7 @@ class MultiPoolPolicy:
             return PoolsDecision(NOTHING, Mode.DONE)
         pools = self._statistics(obs)
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
-        slack_value = self._slack_value(obs, supply)
+        slack_value = self._slack_value(obs, supply, pools)
         candidate = self._candidate(obs, self._choice_statistics(pools), slack_value)
         if candidate is not None and self._worth_waiting(
             obs, pools, supply, candidate, slack_value
@@ -204,6 +233,13 @@ class MultiPoolPolicy:
         # by another that has spot): the union's run is the one whose hazard and survival
         # decide a switch. The candidate's own run only chose the pool.
         run = supply
+        if (
+            len(obs.pools) > 1
+            and obs.held.choice is Choice.ON_DEMAND
+            and candidate is not None
+            and not obs.seen_now(candidate)
+        ):
+            run = _UnseenRun(supply, self._up_run_end_rate(obs, pools))
         fee = 0.0 if candidate is None else obs.transfer_fee(candidate)
         wanted = self.core.wanted(
             view,
@@ -324,6 +360,13 @@ class MultiPoolPolicy:
         starts = obs.remaining_seconds * up_runs / up_time
         return starts + 2 * outages * obs.ticks_left * gap
 
+    def _up_run_end_rate(self, obs: PoolsObservation, pools: Sequence[RunStatistics]) -> float:
+        """P(an up-run in progress at an arbitrary tick ends after it), over every pool."""
+        p = self.core.parameters
+        up_runs = sum(s.runs[1] for s in pools) + p.cycle_prior_runs
+        up_ticks = sum(s.up_ticks for s in pools) + p.availability_prior_seconds / obs.gap_seconds
+        return min(1.0, up_runs / up_ticks)
+
     def _changeover_reserve(
         self, obs: PoolsObservation, pools: Sequence[RunStatistics], supply: RunStatistics
     ) -> float:
@@ -350,7 +393,9 @@ class MultiPoolPolicy:
         starts = max(self._starts_ahead(obs, pools, supply), 1.0)
         return max(int(spare / starts) // obs.gap_seconds, 0)
 
-    def _slack_value(self, obs: PoolsObservation, supply: RunStatistics) -> float:
+    def _slack_value(
+        self, obs: PoolsObservation, supply: RunStatistics, pools: Sequence[RunStatistics]
+    ) -> float:
         """Dollars a second of slack is worth when choosing where and when to start spot.
 
         The single-zone price (`RespotPolicy.slack_price`) is the fluid model's: the lock-in
@@ -382,7 +427,19 @@ class MultiPoolPolicy:
         ahead = rate * horizon
         cycles = 1 / (1 / seen + 1 / ahead) if ahead > 0 else seen
         spread = math.sqrt(available * (1 - available) / (cycles + 1)) * horizon
-        mean = (1 - available) * horizon
+        # The slack binds when the outages ahead *and* the changeovers ahead (with the net's
+        # margin, `_changeover_reserve`) exceed it: with many pools the union is rarely down,
+        # and counting outages alone priced slack at ~0 until the net took over, so every
+        # wait looked free and the job waited its slack away, then bought on-demand
+        # (issue 28). The restarts are the job's own use of slack that the union's outages
+        # do not show.
+        mean = (1 - available) * horizon + self._changeover_reserve(obs, pools, supply)
+        # The restarts ahead are a count (Poisson with the mean `_starts_ahead`), each
+        # taking d of slack: their variance d^2 n joins the outages' (with many pools the
+        # latter is ~0 and the chance that the slack binds would jump from 0 to 1 at the
+        # reserve, making every wait above it look free).
+        starts = self._starts_ahead(obs, pools, supply)
+        spread = math.sqrt(spread**2 + obs.changeover_seconds**2 * starts)
         z = (mean - obs.slack_seconds) / spread if spread > 0 else math.copysign(math.inf, mean)
         binds = 0.5 * math.erfc(-z / math.sqrt(2))
         fluid = (ON_DEMAND_PRICE_PER_SECOND - SPOT_PRICE_PER_SECOND * available) / (1 - available)
@@ -469,7 +526,13 @@ class MultiPoolPolicy:
             price = self.core.slack_price(
                 single_view(obs, pool=None), supply, prior=self._union_prior(obs)
             )
-            if home and self._region_wait_cost(obs, pools, home, price) < fee:
+            # and only while a start after the wait can still boot under the net
+            # (`_boot_completes`): a wait past that leaves on-demand to the deadline
+            if (
+                home
+                and _boot_completes(obs, waited=1)
+                and self._region_wait_cost(obs, pools, home, price) < fee
+            ):
                 return True
         return False
 
@@ -502,6 +565,8 @@ class MultiPoolPolicy:
         if tick_cost <= 0:
             return 0.0
         horizon = min(obs.ticks_left, math.ceil(fee / tick_cost))
+        while horizon > 1 and not _boot_completes(obs, waited=horizon):
+            horizon -= 1  # a longer wait would leave too little slack for the start after it
         ages = [pools[k].current_age(0) for k in home]
         alive = [pools[k].survival(0, age, prior) for k, age in zip(home, ages, strict=True)]
         expected, down = 0.0, 1.0
