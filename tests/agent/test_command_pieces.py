@@ -166,3 +166,40 @@ def test_snapshots_are_taken_off_the_agents_loop_and_acked_only_once_taken(
     assert not snapper.changed()
     snapper.take(5, "notice")
     assert submitted == [(5, "periodic")]
+
+
+def test_a_snapshot_that_fails_makes_checkpoint_saved_return_false(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from respot.agent import commandjob
+
+    # GIVEN an agent whose snapshot of the checkpoint directory fails (a full disk)
+    ckpt = tmp_path / "checkpoint"
+    ckpt.mkdir()
+    (ckpt / "state.bin").write_bytes(b"x" * 1000)
+
+    def failing_take(self: object, step: int) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(commandjob.CheckpointSnapshots, "take", failing_take)
+    submitted: list[tuple[int, str]] = []
+    uploader = type("U", (), {"submit": lambda self, p, s, r: submitted.append((s, r))})()
+    snapper = commandjob.Snapshotter(ckpt, tmp_path / "staging", uploader, 3, lambda: False)  # type: ignore[arg-type]
+    reader = channel.ChannelReader(tmp_path / "ch")
+    monkeypatch.setenv(contract.ENV_CHANNEL_DIR, str(reader.directory))
+    monkeypatch.setattr(channel, "_throttle", channel._Throttle())
+    # WHEN a process of the job says step 7 is saved, and the agent's loop hands it over
+    result: list[bool] = []
+    caller = threading.Thread(target=lambda: result.append(channel.checkpoint_saved(7)))
+    caller.start()
+    messages: list[channel.ChannelMessage] = []
+    while not messages:
+        messages = [m for m in reader.poll() if m.kind == "checkpoint"]
+    snapper.ask(messages[0])
+    caller.join(10)
+    assert snapper.close(10)
+    # THEN the caller hears that it failed, nothing is uploaded, the job's checkpoint stays
+    # the one before (step 3), and the spool is left empty
+    assert result == [False]
+    assert submitted == [] and snapper.last_step == 3
+    assert list(reader.directory.iterdir()) == []

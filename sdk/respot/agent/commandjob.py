@@ -199,12 +199,14 @@ class Snapshotter:
 
     def _run(self) -> None:
         while (message := self._queue.get()) is not None:
+            ok = False
             try:
                 self.take(message.step, "notice" if self.noticed() else "periodic")
+                ok = True
             except Exception:
                 logger.exception("snapshot of checkpoint step %d failed", message.step)
             finally:
-                ChannelReader.done(message)
+                ChannelReader.done(message, ok=ok)  # its checkpoint_saved returns ok
 
     def take(self, step: int, reason: str) -> None:
         with self._lock:

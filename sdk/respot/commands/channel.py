@@ -121,7 +121,9 @@ def checkpoint_saved(step: int, *, timeout: float = CHECKPOINT_WAIT_SECONDS) -> 
     """Say that RESPOT_CHECKPOINT_DIR now holds a complete checkpoint of `step`.
 
     Returns once the agent has snapshotted the directory (True), so the caller may rewrite
-    it; False outside a respot job, or if no agent took it within `timeout` seconds.
+    it; False outside a respot job, if the agent's snapshot failed (the agent's log says
+    why; the job's checkpoint stays the one before), or if no agent took it within `timeout`
+    seconds.
     """
     directory = _channel()
     if directory is None:
@@ -134,7 +136,18 @@ def checkpoint_saved(step: int, *, timeout: float = CHECKPOINT_WAIT_SECONDS) -> 
             logger.warning("respot: no snapshot of step %d within %.0fs", step, timeout)
             return False
         time.sleep(0.02)
+    failed = _failed_marker(path)
+    if failed.exists():
+        failed.unlink(missing_ok=True)
+        logger.warning("respot: the snapshot of step %d failed (the agent's log says why)", step)
+        return False
     return True
+
+
+def _failed_marker(message: Path) -> Path:
+    """Written by the agent beside a checkpoint message it could not snapshot, before it
+    removes the message (not a `.json`: the reader never takes it for a message)."""
+    return message.with_suffix(".failed")
 
 
 atexit.register(flush)
@@ -180,8 +193,11 @@ class ChannelReader:
         return out
 
     @staticmethod
-    def done(message: ChannelMessage) -> None:
-        """The checkpoint is snapshotted: its `checkpoint_saved` call returns."""
+    def done(message: ChannelMessage, *, ok: bool = True) -> None:
+        """The checkpoint is snapshotted (`ok`) or its snapshot failed: its
+        `checkpoint_saved` call returns True or False."""
+        if not ok:
+            _failed_marker(message.path).touch()
         message.path.unlink(missing_ok=True)
 
 
