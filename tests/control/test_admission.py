@@ -284,11 +284,18 @@ def test_an_admin_s_new_limit_admits_at_once_and_no_one_else_may_change_it(queue
             settings_from(ann, {"enabled": True, "researcher_gpus": 8}), admins=(admin,)
         )
     assert _state(env, subs[1].job_id) is JobState.HELD
-    # WHEN the admin raises it THEN the held job is admitted at once (no tick)
+    # WHEN the admin raises it (and names a queue) THEN the held job is admitted at once (no
+    # tick), and `respot queue` lists the named queue
     env.control.set_queue_settings(
-        settings_from(admin, {"enabled": True, "researcher_gpus": 2}), admins=(admin,)
+        settings_from(
+            admin,
+            {"enabled": True, "researcher_gpus": 2, "queues": {"serial": {"max_running": 1}}},
+        ),
+        admins=(admin,),
     )
     assert _state(env, subs[1].job_id) is JobState.REQUESTED
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert queue_view([], ledger, datetime.now(UTC))["queues"] == ["serial"]
 
 
 def test_a_settings_command_from_an_unverified_sender_is_dead_lettered(env: Env) -> None:
@@ -355,3 +362,13 @@ def test_a_researcher_over_budget_is_held_until_an_admin_raises_it(queued: Env) 
         admins=(admin,),
     )
     assert _state(env, nxt.job_id) is JobState.REQUESTED
+
+
+def test_respot_queue_lists_the_stack_s_named_queues(queued: Env) -> None:
+    from respot.queue import NamedQueue, QueueLimits
+
+    env = queued
+    env.control.admission.limits = QueueLimits(queues={"nightly": NamedQueue(max_running=1)})
+    env.control.admit("the tick")
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert queue_view([], ledger, datetime.now(UTC))["queues"] == ["nightly"]

@@ -47,6 +47,7 @@ class LedgerState:
     # (written by a pass when budgets are set; `respot budget` reads them).
     spend: dict[str, float] = field(default_factory=dict)
     budgets: dict[str, float] = field(default_factory=dict)
+    queues: list[str] = field(default_factory=list)  # the named queues in force
 
 
 def _lease_doc(lease: Lease) -> dict[str, Any]:
@@ -103,6 +104,7 @@ class QueueLedger:
             planned_at=doc.get("planned_at"),
             spend=doc.get("spend", {}),
             budgets=doc.get("budgets", {}),
+            queues=doc.get("queues", []),
         )
 
     def write(self, state: LedgerState) -> LedgerState:
@@ -120,6 +122,7 @@ class QueueLedger:
             "planned_at": state.planned_at,
             "spend": state.spend,
             "budgets": state.budgets,
+            "queues": state.queues,
         }
         item = {**_KEY, "version": {"N": str(state.version + 1)}, "doc": {"S": json.dumps(doc)}}
         if state.version == 0:

@@ -57,7 +57,7 @@ def queue_view(held: list[JobRecord], ledger: LedgerState, now: datetime) -> dic
     return {
         "held": rows,
         "admitted_gpus_by_researcher": admitted,
-        "queues": sorted(((ledger.settings or {}).get("queues") or {}).keys()),
+        "queues": ledger.queues or sorted(((ledger.settings or {}).get("queues") or {}).keys()),
         "planned_at": ledger.planned_at,
     }
 

@@ -171,6 +171,7 @@ class Admission:
             rooms = self._rooms(types, new.leases)
             spent, budgets = self._spend(limits, live, now) if _has_budgets(limits) else ({}, {})
             new.spend, new.budgets = spent, budgets
+            new.queues = sorted(limits.queues)
             p = plan(waiting, new.leases.values(), rooms, limits, new.usage, states, now, spent)
             for job in p.admit:
                 new.leases[job.job_id] = Lease(
@@ -201,6 +202,7 @@ class Admission:
                 or _changed(state.waits, new.waits)
                 or _moved(state.spend, new.spend)
                 or state.budgets != new.budgets
+                or state.queues != new.queues
             ):
                 new.planned_at = now.isoformat()
                 try:
