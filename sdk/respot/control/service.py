@@ -580,7 +580,7 @@ class ControlPlane:
             decision.record is not None
             and record is not None
             and record.state.is_terminal()
-            and (self._queue_on() or record.spec.after or record.spec.queue)
+            and (record.spec.after or record.spec.queue or self._queue_on(read=True))
         ):
             self.admit(f"job {job_id} ended")  # its lease frees room, its dependents may start
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
