@@ -67,6 +67,23 @@ def _launch_effect(job: JobRecord, attempt: Attempt) -> LaunchInstance:
     )
 
 
+NEVER_CHECKPOINTED = "restarts from zero: this job never checkpointed"
+
+
+def _note_never_checkpointed(d: _Draft, att: Attempt, instance_id: str | None, how: str) -> None:
+    """No silent loss (docs/commands.md): an attempt ended (its agent's report, or its instance
+    lost without one) and no checkpoint exists anywhere, so the replacement starts from zero."""
+    if d.job.checkpoint is not None:
+        return
+    d.note(
+        "no-checkpoint",
+        f"{NEVER_CHECKPOINTED} ({instance_id} {how}); save into RESPOT_CHECKPOINT_DIR (a "
+        "command) or call save_checkpoint (a session)",
+        attempt=att.number,
+        step=att.last_step,
+    )
+
+
 def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
     """The attempt's instance is going (noticed) or gone: mark it and ask for a replacement."""
     job = d.job

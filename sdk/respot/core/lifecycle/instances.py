@@ -22,8 +22,8 @@ from respot.core.failures import (
     state_reason_kind,
 )
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Market
-from respot.core.lifecycle.attempts import _boot_failure, _interrupt
-from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged
+from respot.core.lifecycle.attempts import _boot_failure, _interrupt, _note_never_checkpointed
+from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, at_step
 from respot.core.states import JobState, Transition, can
 
 
@@ -194,6 +194,10 @@ def _instance_down(d: _Draft, event: InstanceDown) -> Decision:
             attempt=att.number,
             instance_id=event.instance_id,
         )
+    if att.end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) and not att.never_started:
+        # Lost without its agent's report (that one says it itself; a late one is a duplicate)
+        how = f"was {event.state} {at_step(att.last_step)} with no report from its agent"
+        _note_never_checkpointed(d, att, event.instance_id, how)
     return d.decision()
 
 

@@ -14,7 +14,11 @@ from datetime import datetime
 from respot.core.effects import ReleaseHandoff
 from respot.core.events import AgentReport
 from respot.core.job import Attempt, AttemptEnd, CheckpointInfo
-from respot.core.lifecycle.attempts import _boot_failure, _interrupt
+from respot.core.lifecycle.attempts import (
+    _boot_failure,
+    _interrupt,
+    _note_never_checkpointed,
+)
 from respot.core.lifecycle.draft import (
     Decision,
     _Draft,
@@ -310,15 +314,8 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
         lost_steps=lost,
         notice=body.notice,
     )
-    if body.checkpoint_step is None and job.checkpoint is None:
-        # No silent loss: the replacement has nothing to restore (docs/commands.md).
-        d.note(
-            "no-checkpoint",
-            f"{NEVER_CHECKPOINTED} ({msg.instance_id} stopped {at_step(body.step)}); save "
-            "into RESPOT_CHECKPOINT_DIR (a command) or call save_checkpoint (a session)",
-            attempt=att.number,
-            step=body.step,
-        )
+    if body.checkpoint_step is None:
+        _note_never_checkpointed(d, att, msg.instance_id, f"stopped {at_step(body.step)}")
     if att.notice_at is None:
         _interrupt(d, att, f"{body.notice} notice seen by the agent", noticed=True)
     elif att is not job.current and job.policy.get("return_from") == att.number:
@@ -340,9 +337,6 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
     att.ended_at = d.now
     d.terminate([msg.instance_id], "stopped after its interruption checkpoint")
     return d.decision()
-
-
-NEVER_CHECKPOINTED = "restarts from zero: this job never checkpointed"
 
 
 def _completed(d: _Draft, att: Attempt, body: AgentCompleted) -> Decision:

@@ -13,8 +13,13 @@ from respot.core.cost import job_cost
 from respot.core.effects import ReleaseHandoff, StopAttempt
 from respot.core.events import CancelRequested, PlaceNow, ReconcileTick
 from respot.core.job import Attempt, AttemptEnd, Market
-from respot.core.lifecycle.attempts import _boot_failure, _interrupt, _launch_effect
-from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged
+from respot.core.lifecycle.attempts import (
+    _boot_failure,
+    _interrupt,
+    _launch_effect,
+    _note_never_checkpointed,
+)
+from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, at_step
 from respot.core.lifecycle.returns import _begin_return, return_hold
 from respot.core.placement import ControlSettings, MarketPolicy, SwitchPolicy
 from respot.core.states import JobState, Transition
@@ -91,9 +96,10 @@ def _tick(
             silent = int((now - silent_since).total_seconds())
             _boot_failure(d, att, f"no report from {att.instance_id}'s agent for {silent}s")
             return d.decision()
-        _interrupt(
-            d, att, f"no heartbeat for {int((now - silent_since).total_seconds())}s", noticed=False
-        )
+        silent = int((now - silent_since).total_seconds())
+        _interrupt(d, att, f"no heartbeat for {silent}s", noticed=False)
+        how = f"went silent {at_step(att.last_step)} (no heartbeat for {silent}s)"
+        _note_never_checkpointed(d, att, att.instance_id, how)
         return d.decision()
     if (
         spec.deadline is not None
