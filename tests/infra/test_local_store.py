@@ -43,5 +43,12 @@ def test_an_object_is_kept_inside_the_store_or_not_at_all(tmp_path: Path) -> Non
     key = "jobs/job-1/outputs/model.pt"
     assert object_path(objects, key) == objects / key
     # a key a job or a researcher wrote may name any path: none leaves the store
-    for key in ("/home/me/.bashrc", "jobs/../../x", "../x", "jobs//x", "jobs/job-1/", ""):
+    for key in (
+        "/home/me/.bashrc",
+        "jobs/../../x",  # hostile-path
+        "../x",  # hostile-path
+        "jobs//x",
+        "jobs/job-1/",
+        "",
+    ):
         assert object_path(objects, key) is None, key
