@@ -177,7 +177,11 @@ def test_anyone_but_a_live_instance_of_the_job_is_refused(
 
 def test_a_request_that_is_not_one_is_refused_before_any_identity_check() -> None:
     broker = _broker(_caller(I1), _record("job-a", I1), ("job-a", 1))
-    for text in ("{}", '{"command": "job-credentials", "job_id": "../x"}', "not json"):
+    for text in (
+        "{}",
+        '{"command": "job-credentials", "job_id": "../x"}',  # hostile-path
+        "not json",
+    ):
         with pytest.raises(CredentialsRefusedError, match="not a credentials request"):
             broker.vend(text, "req-1")
     assert broker.verifier.seen == []  # type: ignore[attr-defined]
