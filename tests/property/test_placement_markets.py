@@ -4,8 +4,9 @@ Markets come from `respot.policy.synth` (1-18 pools over 1-5 regions, correlated
 within a region, regime changes), drawn by hypothesis (derandomized: the same examples on
 every machine), small enough to run in seconds: a 24-h job due in 26 or 34 h at G = 600 s,
 four windows of a 4-day market. (The policy before issue 28 fails it: 15 of 144 such
-markets x cells, 9-16 pools, up to 0.17 above round-robin.) The policy is `respot` as `respot bench placement` reports it: the multi-pool
-policy fed only the job's own sightings (`LiveView`), which is what the control plane runs.
+markets x cells, 9-16 pools, up to 0.17 above round-robin.) The policy is `respot` as
+`respot bench placement` reports it: the multi-pool policy fed only the job's own
+sightings (`LiveView`), which is what the control plane runs.
 
 Noise, defined from the job and not from a trace: both policies run on the same windows,
 so the comparison is paired; a window's costs can differ by one placement decision made a
