@@ -26,7 +26,7 @@ from respot.policy.multipool import PoolsDecision
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pool_baselines import single_view
 from respot.policy.pools import NOTHING, ON_DEMAND
-from respot.policy.respot_policy import Decision
+from respot.policy.respot_policy import SPOT_PRICE_PER_SECOND, Decision
 
 ZONES = ["us-east-1a", "us-east-1b", "us-west-2a", "us-west-2b"]
 
@@ -504,3 +504,29 @@ def test_a_wait_never_spends_the_slack_the_awaited_boot_needs() -> None:
     # boot needs (2d), so the net would take on-demand
     assert outcome.placements[8].choice is Choice.SPOT
     assert outcome.on_demand_ticks == 0
+
+
+def test_with_many_pools_slack_near_the_restarts_reserve_is_not_free():
+    # GIVEN nine pools whose runs of 6 ticks are staggered, so that some pool always has
+    # spot (the union was never down in 100 h), and a job with 20 h of work left in 26 h
+    zones = [f"us-east-1{z}_t{k}" for z in "abc" for k in range(3)]
+    histories = [([0] * k + ([1] * 6 + [0] * 3) * 70)[:600] for k in range(9)]
+    obs = observation(NOTHING, [True] * 9, histories, zones=zones, done=28 * 3600)
+    obs = replace(obs, work_seconds=48 * 3600, deadline_seconds=(600 * 600) + 26 * 3600)
+    policy = MultiPoolPolicy()
+    pools = policy._statistics(obs)
+    union = policy._union_statistics(obs)
+    assert union.runs[0] == 0 and union.up_ticks == 600
+    reserve = policy._changeover_reserve(obs, pools, union)
+
+    def value_at(slack):
+        at = replace(obs, work_seconds=obs.work_seconds + obs.slack_seconds - slack)
+        assert at.slack_seconds == slack
+        return policy._slack_value(at, union, pools)
+
+    # THEN a second of slack at the reserve the restarts ahead need is worth a good part
+    # of the spot price (the slack binds about half the time): counting outages alone,
+    # which the union has none of, it was worth ~0 and every wait looked free
+    assert value_at(round(reserve)) > 0.25 * SPOT_PRICE_PER_SECOND
+    # and with hours of slack above that reserve, little
+    assert value_at(round(reserve) + 6 * 3600) < 0.01 * SPOT_PRICE_PER_SECOND
