@@ -203,6 +203,9 @@ def placement(
 ) -> None:
     """Cost to finish by the deadline when spot can be chased across pools (multi-zone.md).
 
+    respot is the policy as the control plane runs it for one job (its own sightings);
+    respot-omniscient-view is the same policy seeing every pool at every tick.
+
     Example: respot bench placement --traces DIR --work-hours 48 --deadline-hours 52 60 70
     --changeover-hours 0.05 0.2 --windows 20 --json
     """
