@@ -1,9 +1,10 @@
 """Per-job credentials: the job role, and who may assume it (the credentials function only).
 
-The agent's work on jobs' objects (read, write its sub-prefixes, prune checkpoints) is the
-job role's policy, no longer the instance role's. The `credentials` function (wiring,
-`lambdas/credentials.py`) alone may assume the job role, and always does so with a session
-policy naming one job's prefix (`respot.credentials.policy`), after checking that the
+The agent's work on jobs' objects (read, write its sub-prefixes, prune checkpoints) and on
+the wheelhouse is the job role's policy, no longer the instance role's. The `credentials`
+function (wiring, `lambdas/credentials.py`) alone may assume the job role, and always does so
+with a session policy naming one job's prefix and its researcher's wheelhouse
+(`respot.credentials.policy`), after checking that the
 instance asking belongs to a live attempt of that job. What one session can do is what both
 the role's policy and its session policy allow: one job's objects.
 """
@@ -18,7 +19,11 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from infra.constructs.fleet import agent_job_statements, job_secrets_statement
+from infra.constructs.fleet import (
+    agent_job_statements,
+    job_secrets_statement,
+    wheelhouse_statement,
+)
 from infra.grants import list_job_objects
 from infra.nag import suppress
 from respot.credentials.policy import ENV_INSTANCE_ROLE_NAMES, ENV_JOB_ROLE_ARN
@@ -53,6 +58,7 @@ class JobCredentials(Construct):
             roles=[self.role],
             statements=[
                 *agent_job_statements(bucket),
+                wheelhouse_statement(bucket),
                 list_job_objects(bucket),
                 job_secrets_statement(Aws.REGION),
             ],
@@ -64,10 +70,12 @@ class JobCredentials(Construct):
             "to one job's prefix by the session policy the credentials function passes to "
             "AssumeRole (respot.credentials.policy). Write only the agent's sub-prefixes "
             "(checkpoints, handoff, outputs, logs, tensorboard, outputs.json), delete only "
-            "under checkpoints/ (pruning). Job secrets: those named respot/jobs/... in the "
-            "home region; the session policy names the job's own.",
+            "under checkpoints/ (pruning). wheelhouse/: the session policy names the job's "
+            "researcher's wheelhouse/<scope>/ alone. Job secrets: those named respot/jobs/... "
+            "in the home region; the session policy names the job's own.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
+                r"^Resource::<.*Bucket.*\.Arn>/wheelhouse/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/(checkpoints|handoff|outputs|logs|"
                 r"tensorboard)/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/outputs\.json$",

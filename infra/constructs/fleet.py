@@ -65,6 +65,20 @@ def agent_job_statements(bucket: s3.IBucket) -> list[iam.PolicyStatement]:
     ]
 
 
+def wheelhouse_statement(bucket: s3.IBucket) -> iam.PolicyStatement:
+    """Job environments' cached wheels (docs/environments.md), under `wheelhouse/`.
+
+    With job credentials (the home region) this is the job role's, narrowed by the session
+    policy to the job's researcher's `wheelhouse/<scope>/` (`respot.credentials.policy`); the
+    instance role has none. A satellite region's instance role still holds it for all.
+    """
+    return iam.PolicyStatement(
+        sid="JobWheelhouse",
+        actions=["s3:GetObject", "s3:PutObject"],
+        resources=[bucket.arn_for_objects(f"{layout.WHEELHOUSE_PREFIX}*")],
+    )
+
+
 def job_secrets_statement(home_region: str) -> iam.PolicyStatement:
     """`secrets: {NAME: ARN}` of a job spec, read by the agent (respot.agent.secrets): only
     secrets named respot/jobs/... in the home region (a session policy narrows it per job)."""
@@ -163,7 +177,7 @@ class Fleet(Construct):
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.role)
         policy = iam.Policy(self, "InstancePolicy", roles=[self.role])
         if credentials_function is None:
-            policy.add_statements(*agent_job_statements(bucket))
+            policy.add_statements(*agent_job_statements(bucket), wheelhouse_statement(bucket))
         else:
             policy.add_statements(
                 iam.PolicyStatement(
@@ -182,15 +196,9 @@ class Fleet(Construct):
                 )
             )
         policy.add_statements(
-            # Listing the bucket (names, no contents): S3 answers a missing wheelhouse object
-            # with 404 only to a caller allowed s3:ListBucket (respot.agent.environment).
+            # Listing the bucket (names, no contents): S3 answers a missing object with 404
+            # only to a caller allowed s3:ListBucket (respot.agent.environment, the store).
             list_job_objects(bucket),
-            # Job environments: wheels cached by requirements hash (docs/environments.md).
-            iam.PolicyStatement(
-                sid="JobWheelhouse",
-                actions=["s3:GetObject", "s3:PutObject"],
-                resources=[bucket.arn_for_objects(f"{layout.WHEELHOUSE_PREFIX}*")],
-            ),
             iam.PolicyStatement(
                 sid="ReadAgentPackage",
                 actions=["s3:GetObject"],
@@ -259,8 +267,9 @@ class Fleet(Construct):
             "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
             "checkpoints/ for pruning). Both list the bucket, which holds only jobs/ and "
             "wheelhouse/ (names, no contents). "
-            "wheelhouse/ holds wheels keyed by the hash of a job's requirements, shared by "
-            "reruns (no job's secrets: packages from the index). Job secrets: only "
+            "A satellite's role also reads and writes wheelhouse/ (wheels keyed by researcher "
+            "and requirements hash; the home role has none, the job's credentials name its "
+            "researcher's prefix). Job secrets: only "
             "those named respot/jobs/... in the home region, the names job specs reference "
             "by ARN.",
             applies_to=[

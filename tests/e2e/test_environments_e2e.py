@@ -88,8 +88,10 @@ def test_requirements_install_cold_then_resume_from_the_cached_wheelhouse(
     cold, cached = journal(rt, handle.job_id)
     assert "from the cold wheelhouse" in cold
     assert "from the cached wheelhouse" in cached
+    # cached under its researcher's wheelhouse (the scope the job's credentials name)
+    scope = layout.wheelhouse_scope(record.submission.submitted_by, handle.job_id)
     keys = rt.client("s3").list_objects_v2(
-        Bucket=rt.sdk_deployment().bucket, Prefix=layout.WHEELHOUSE_PREFIX
+        Bucket=rt.sdk_deployment().bucket, Prefix=layout.wheelhouse_prefix(scope)
     )
     assert [k["Key"] for k in keys.get("Contents", []) if k["Key"].endswith("/wheels.zip")]
     wait_no_live_instances(rt, handle.job_id)

@@ -10,6 +10,7 @@ from the template makes this job fail. moto cannot evaluate conditions;
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -192,10 +193,16 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
     secrets = rt.client("secretsmanager")
     theirs = secrets.create_secret(Name="respot/jobs/iam-first-token", SecretString="first")["ARN"]
     ours = secrets.create_secret(Name="respot/jobs/iam-second-token", SecretString="second")["ARN"]
-    # ... AND a second job, training (its agent read its own secret with the job's
-    # credentials), whose instance asks for its credentials as its agent does (an identity
-    # proof signed with the instance role's credentials)
-    second = rt.run(_isolation_probe_spec(ours))
+    # ... AND the first job's researcher's wheelhouse holds wheels (what a rerun installs)
+    wheels = f"{'ab' * 32}/wheels.zip"
+    scope_a = layout.wheelhouse_scope(record.submission.submitted_by, first)
+    theirs_wheels = layout.wheelhouse_key(scope_a, "ab" * 32)
+    admin.put_object(Bucket=local.bucket, Key=theirs_wheels, Body=b"PK first's wheels")
+    # ... AND a second researcher's job, training (its agent read its own secret with the
+    # job's credentials), whose instance asks for its credentials as its agent does (an
+    # identity proof signed with the instance role's credentials)
+    researcher_b = cloud.session_for(rt.iam.add_researcher("wheel-researcher"))
+    second = rt.run(_isolation_probe_spec(ours), session=researcher_b)
 
     def training() -> bool:
         now = rt.job_record(second.job_id)
@@ -204,6 +211,8 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
     wait_for(training, 240, "the second job training")
     now = rt.job_record(second.job_id)
     assert now is not None
+    scope_b = layout.wheelhouse_scope(now.submission.submitted_by, second.job_id)
+    assert scope_a != scope_b, (record.submission.submitted_by, now.submission.submitted_by)
     instance = now.attempts[-1].instance_id
     assert instance is not None
     raw = {k.lower(): v for k, v in rt.iam.instance_credentials(instance).items()}
@@ -233,6 +242,22 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
                 _denied(lambda s3=s3, key=key: s3.put_object(Bucket=local.bucket, Key=key,
                                                             Body=b"planted"))  # fmt: skip
                 _denied(lambda s3=s3, key=key: s3.delete_object(Bucket=local.bucket, Key=key))
+        # AND neither can read or replace the first researcher's wheels (a planted wheel
+        # would run in that researcher's next job with the same requirements)
+        for s3 in (job_s3, instance_s3):
+            _denied(lambda s3=s3: s3.get_object(Bucket=local.bucket, Key=theirs_wheels))
+            _denied(lambda s3=s3: s3.put_object(Bucket=local.bucket, Key=theirs_wheels,
+                                                Body=b"PK planted"))  # fmt: skip
+        assert admin.get_object(Bucket=local.bucket, Key=theirs_wheels)["Body"].read() == (
+            b"PK first's wheels"
+        )
+        # AND its own researcher's wheelhouse is the job credentials' (not the instance role's)
+        ours_wheels = f"{layout.wheelhouse_prefix(scope_b)}{wheels}"
+        job_s3.put_object(Bucket=local.bucket, Key=ours_wheels, Body=b"PK second's wheels")
+        assert job_s3.get_object(Bucket=local.bucket, Key=ours_wheels)["Body"].read() == (
+            b"PK second's wheels"
+        )
+        _denied(lambda: instance_s3.get_object(Bucket=local.bucket, Key=ours_wheels))
         # AND its instance cannot get the first job's credentials (nor any job's, once its own
         # attempt is over)
         with pytest.raises(JobCredentialsError, match="was not launched for job"):
@@ -243,7 +268,9 @@ def test_a_second_jobs_credentials_reach_none_of_the_first_jobs_objects(rt: Loca
         # AND the second job's own credentials work on its own objects (the denials above are
         # the scoping's, not broken keys); its instance role's reach none of them
         own = layout.submission_key(second.job_id)
-        assert job_s3.get_object(Bucket=local.bucket, Key=own)["Body"].read()
+        stored = json.loads(job_s3.get_object(Bucket=local.bucket, Key=own)["Body"].read())
+        # (the agent keys the wheelhouse by the stored submitter, the broker by the record's)
+        assert stored["submitted_by"] == now.submission.submitted_by
         _denied(lambda: instance_s3.get_object(Bucket=local.bucket, Key=own))
         # AND secrets: the job's credentials read its own secret, not another's; the
         # instance role reads none

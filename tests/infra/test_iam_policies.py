@@ -14,6 +14,7 @@ import pytest
 from infra.iam_eval import allowed
 from infra.local.iam import Resolver, _logical_id, action_count, principal_policies
 from respot.credentials.policy import MAX_SESSION_POLICY_CHARS, packed_size, session_policy
+from respot.storage import layout
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 
@@ -146,6 +147,59 @@ def test_a_jobs_credentials_reach_its_own_objects_and_no_other_jobs(policies, ar
             for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
                 assert not can(action, f"jobs/{other}/{key}"), (action, other, key)
     assert allowed(job, "s3:ListBucket", bucket) and allowed([session], "s3:ListBucket", bucket)
+
+
+RESEARCHER_A = f"arn:aws:iam::{ACCOUNT}:user/alice"
+RESEARCHER_B = f"arn:aws:sts::{ACCOUNT}:assumed-role/AWSReservedSSO_Research_0a1b/bob@example.com"
+
+
+def test_a_jobs_credentials_reach_its_own_researchers_wheelhouse_and_no_other(policies, arns):
+    """A wheel one job stores is installed only by its own researcher's jobs."""
+    job, bucket = policies["job"], arns["bucket"]
+    name = bucket.removeprefix("arn:aws:s3:::")
+    wheels = f"{'ab' * 32}/wheels.zip"
+    a = layout.wheelhouse_prefix(layout.wheelhouse_scope(RESEARCHER_A, "j-1"))
+    b = layout.wheelhouse_prefix(layout.wheelhouse_scope(RESEARCHER_B, "j-2"))
+    assert a != b and a == layout.wheelhouse_prefix(layout.wheelhouse_scope(RESEARCHER_A, "j-9"))
+
+    def can(session: dict[str, Any], action: str, key: str) -> bool:
+        resource = f"{bucket}/{key}"
+        return allowed(job, action, resource) and allowed([session], action, resource)
+
+    of_a = session_policy(name, "j-1", submitted_by=RESEARCHER_A)
+    rerun_of_a = session_policy(name, "j-9", submitted_by=RESEARCHER_A)
+    of_b = session_policy(name, "j-2", submitted_by=RESEARCHER_B)
+    for action in ("s3:GetObject", "s3:PutObject"):
+        # its own researcher's: read and write (a rerun finds the wheels cached) ...
+        assert can(of_a, action, f"{a}{wheels}") and can(rerun_of_a, action, f"{a}{wheels}")
+        assert can(of_b, action, f"{b}{wheels}")
+        # ... another researcher's, or the wheelhouse outside any researcher's: nothing
+        for key in (f"{b}{wheels}", f"wheelhouse/{wheels}", f"{a.rstrip('/')}0/{wheels}"):
+            assert not can(of_a, action, key), (action, key)
+        assert not can(of_b, action, f"{a}{wheels}"), action
+    for action in ("s3:DeleteObject", "s3:PutObjectAcl"):
+        assert not can(of_a, action, f"{a}{wheels}"), action
+    # a job with no verified submitter shares its wheelhouse with no other job
+    alone = layout.wheelhouse_prefix(layout.wheelhouse_scope(None, "j-3"))
+    assert alone not in (a, b, layout.wheelhouse_prefix(layout.wheelhouse_scope(None, "j-4")))
+    assert can(session_policy(name, "j-3"), "s3:GetObject", f"{alone}{wheels}")
+    assert not can(session_policy(name, "j-4"), "s3:GetObject", f"{alone}{wheels}")
+
+
+def test_the_instance_role_has_no_wheelhouse_grant(policies, arns):
+    instance, bucket = policies["instance"], arns["bucket"]
+    scope = layout.wheelhouse_scope(RESEARCHER_A, "j-1")
+    for key in (f"{layout.wheelhouse_prefix(scope)}{'ab' * 32}/wheels.zip", "wheelhouse/x"):
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            assert not allowed(instance, action, f"{bucket}/{key}"), (action, key)
+
+
+def test_wheelhouse_keys_take_only_a_scope_and_a_hash():
+    for scope in ("*", "../x", "ab" * 8 + "/", "AB" * 8, "ab" * 9):  # hostile-path
+        with pytest.raises(ValueError, match="wheelhouse scope"):
+            layout.wheelhouse_key(scope, "ab" * 32)
+    with pytest.raises(ValueError, match="requirements hash"):
+        layout.wheelhouse_key("ab" * 8, "*")
 
 
 def test_earlier_jobs_outputs_named_as_data_are_readable_and_nothing_else_of_them(arns):

@@ -280,8 +280,9 @@ def test_control_plane_data_access_is_its_table_and_jobs_prefix(respot, resource
             assert resources_text.count("/index/") <= len(WIRING.table_indexes)
         if any(a in ("s3:GetObject", "s3:PutObject") for a in actions) and bucket in resources_text:
             if statement.get("Sid") == "JobWheelhouse":
-                # The instances' cache of job environments (docs/environments.md), only there.
-                assert name.startswith("FleetInstancePolicy"), name
+                # The cache of job environments (docs/environments.md): the job role's only,
+                # which each job's session policy narrows to its researcher's prefix.
+                assert name.startswith("CredentialsJobPolicy"), name
                 assert resources_text.endswith('"/wheelhouse/*"]]}'), resources_text
                 continue
             assert "/jobs/" in resources_text, (name, resources_text)

@@ -138,14 +138,23 @@ I1, I2 = "i-0123456789abcdef0", "i-0fedcba9876543210"
 
 
 def test_a_live_instance_of_the_job_gets_credentials_for_that_job_alone() -> None:
-    broker = _broker(_caller(I1), _record("job-a", I1), ("job-a", 1))
+    record = _record("job-a", I1)
+    owner = f"arn:aws:iam::{ACCOUNT}:user/alice"
+    record.submission = record.submission.model_copy(update={"submitted_by": owner})
+    broker = _broker(_caller(I1), record, ("job-a", 1))
     vended = broker.vend(_request("job-a", I1), "req-1")
     assert vended.access_key_id == "ASIAJOB"
     (call,) = broker.sts.calls
     assert call["RoleArn"].endswith(":role/respot-job") and call["DurationSeconds"] == 3600
     policy = json.loads(call["Policy"])
     resources = [s["Resource"] for s in policy["Statement"] if s["Effect"] == "Allow"]
-    assert resources == ["arn:aws:s3:::jobs-bucket/jobs/job-a/*", "arn:aws:s3:::jobs-bucket"]
+    # its own prefix, listing, and its submitter's wheelhouse (as the job record names them)
+    wheels = layout.wheelhouse_prefix(layout.wheelhouse_scope(owner, "job-a"))
+    assert resources == [
+        "arn:aws:s3:::jobs-bucket/jobs/job-a/*",
+        "arn:aws:s3:::jobs-bucket",
+        f"arn:aws:s3:::jobs-bucket/{wheels}*",
+    ]
     assert call["RoleSessionName"] == f"{I1}@job-a"
 
 

@@ -6,8 +6,10 @@
   itself be a venv). Only what the framework lacks is installed, always from a wheelhouse:
   cold, pip resolves against the index (`pip install --dry-run --report`), the missing wheels
   are built into the wheelhouse (`pip wheel --no-deps`) and the zipped wheelhouse is cached
-  in S3 under `wheelhouse/<hash of the requirements and platform>/`. Warm (a resume, a rerun),
-  the wheelhouse comes from S3 and `pip install --no-index --find-links` never asks the index.
+  in S3 under `wheelhouse/<researcher>/<hash of the requirements and platform>/`, one
+  researcher's cache (a wheel one job stores runs only in its own researcher's jobs). Warm
+  (a resume, a rerun by the same researcher), the wheelhouse comes from S3 and
+  `pip install --no-index --find-links` never asks the index.
 - pip refusing the requirements (no such version, a conflict) is `EnvironmentBuildError`: the
   job's input is at fault, so the agent fails the job once with pip's message.
 
@@ -104,10 +106,13 @@ def prepare(
     env_dir: Path,
     s3: S3Client,
     bucket: str,
+    scope: str,
     framework_name: str | None = None,
 ) -> JobPython:
     """The job's Python: the framework's, or a venv on it with the requirements installed.
 
+    `scope`: whose wheelhouse (`layout.wheelhouse_scope` of the job's submitter); `s3` holds
+    the job's credentials where they are vended, whose session policy names that prefix alone.
     `framework_name` is the framework Python's name in the AMI contract (the same on every
     instance of a deployment); it keys the wheelhouse, with the Python version and machine.
     """
@@ -117,7 +122,7 @@ def prepare(
         return JobPython(python=framework_python)
     python = make_venv(framework_python, env_dir)
     tags = platform_tags(framework_python, framework_name)
-    key = layout.wheelhouse_key(requirements_hash(requirements, *tags))
+    key = layout.wheelhouse_key(scope, requirements_hash(requirements, *tags))
     req_file = env_dir / "requirements.txt"
     req_file.write_text("".join(f"{r}\n" for r in requirements))
     wheels = env_dir / "wheelhouse"

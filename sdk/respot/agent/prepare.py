@@ -27,6 +27,7 @@ from respot.agent.secrets import resolve_secrets
 from respot.agent.sessions import launcher_for, session_launch
 from respot.agent.warmstart import WARM_HANDOFF_POLL_SECONDS, WarmSession, announce_ready
 from respot.agent.workspace import fetch_code, fetch_data, read_submission
+from respot.storage import layout
 from respot.wire.messages import AgentProgress, JobSubmission
 
 if TYPE_CHECKING:
@@ -79,8 +80,11 @@ class PrepareSteps(AttemptState):
                 framework_python=self.job_python.python,
                 code_dir=self.dirs.code,
                 env_dir=self.dirs.root / "env",
-                s3=self.agent.instance_s3,  # wheelhouse/: the instance role's, shared by jobs
+                # The job's credentials (their session policy names its researcher's
+                # wheelhouse alone) where vended, else the instance role's.
+                s3=self.s3,
                 bucket=self.config.bucket,
+                scope=layout.wheelhouse_scope(submission.submitted_by, self.job_id),
                 framework_name=os.environ.get(ENV_FRAMEWORK_PYTHON),
             )
         self.phases["environment"] = time.monotonic() - t0

@@ -91,7 +91,7 @@ class Agent:
     ) -> None:
         self.config = config
         self._s3 = s3
-        # The instance role's own S3 client: wheels and data buckets. `s3` holds the job's
+        # The instance role's own S3 client: data buckets. `s3` holds the job's
         # credentials when the deployment vends them (respot.credentials), else it is this.
         self._instance_s3: S3Client | None = s3
         self._job: Any = None  # the boto3 session with the job's credentials, if vended
@@ -112,7 +112,7 @@ class Agent:
 
     @property
     def instance_s3(self) -> S3Client:
-        """S3 with the instance role: the wheelhouse and the data buckets, not jobs/."""
+        """S3 with the instance role: the data buckets, not jobs/ nor wheelhouse/."""
         assert self._instance_s3 is not None, "clients are made once the region is known"
         return self._instance_s3
 

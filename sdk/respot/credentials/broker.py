@@ -8,7 +8,8 @@
    (`JobTable.instance_owner`), and that attempt must be live in the job record (not ended,
    the job not ended);
 3. `sts:AssumeRole` on the job role with the session policy of that job alone
-   (`respot.credentials.policy`), for an hour (role chaining's cap).
+   (`respot.credentials.policy`: its prefix, and its submitter's wheelhouse as the job
+   record names the submitter), for an hour (role chaining's cap).
 Every refusal is a `CredentialsRefusedError` naming the reason; nothing else is returned.
 """
 
@@ -109,7 +110,14 @@ class Broker:
         record = self._check_live(request.job_id, instance)
         reads = [s.key for s in record.spec.data if s.bucket == self.bucket]
         secrets = list(record.spec.secrets.values())
-        policy = session_policy(self.bucket, request.job_id, self.partition, reads, secrets)
+        policy = session_policy(
+            self.bucket,
+            request.job_id,
+            self.partition,
+            reads,
+            secrets,
+            submitted_by=record.submission.submitted_by,
+        )
         if packed_size(policy) > MAX_SESSION_POLICY_CHARS:
             raise CredentialsRefusedError(
                 f"job {request.job_id} names too many secrets for one session policy "

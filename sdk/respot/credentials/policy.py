@@ -27,6 +27,8 @@ JOB_OBJECT_ACTIONS = (
     "s3:AbortMultipartUpload",
     "s3:DeleteObject",
 )
+# What they may do in their researcher's wheelhouse (the job role allows no more there).
+WHEELHOUSE_ACTIONS = ("s3:GetObject", "s3:PutObject")
 # STS's limit on an inline session policy (packed; its binary form is checked by STS too).
 MAX_SESSION_POLICY_CHARS = 2048
 _SESSION_NAME = re.compile(r"[^\w+=,.@-]")
@@ -38,8 +40,14 @@ def session_policy(
     partition: str = "aws",
     reads: Sequence[str] = (),
     secrets: Sequence[str] = (),
+    submitted_by: str | None = None,
 ) -> dict[str, Any]:
-    """The session policy of `job_id`'s credentials: its own prefix, and listing the bucket.
+    """The session policy of `job_id`'s credentials: its own prefix, its researcher's
+    wheelhouse, and listing the bucket.
+
+    `submitted_by`: the job's submitter as STS verified it (the job record's); its jobs share
+    `wheelhouse/<scope>/` (`layout.wheelhouse_scope`), read and write, and no other
+    researcher's: a wheel a job stores is installed only by its own researcher's jobs.
 
     `reads`: keys under `jobs/` the job's spec names as data (an earlier job's outputs,
     `respot.spec.reach`), each readable as an object or as a prefix; never a submission.
@@ -50,6 +58,7 @@ def session_policy(
     never read, write or delete their objects (docs/security.md).
     """
     prefix = layout.job_prefix(job_id)  # checks the id: no wildcard or slash can slip in
+    wheelhouse = layout.wheelhouse_prefix(layout.wheelhouse_scope(submitted_by, job_id))
     bucket_arn = f"arn:{partition}:s3:::{bucket}"
     statements: list[dict[str, Any]] = [
         {
@@ -60,6 +69,8 @@ def session_policy(
         },
         {"Sid": "ListJobsBucket", "Effect": "Allow", "Action": "s3:ListBucket",
          "Resource": bucket_arn},
+        {"Sid": "ResearchersWheelhouse", "Effect": "Allow", "Action": list(WHEELHOUSE_ACTIONS),
+         "Resource": f"{bucket_arn}/{wheelhouse}*"},
     ]  # fmt: skip
     secret_arns = sorted({_secret_resource(arn) for arn in secrets if _SECRET_ARN.fullmatch(arn)})
     if secret_arns:

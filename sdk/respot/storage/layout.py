@@ -11,19 +11,47 @@ jobs/<job>/outputs/...                   what the session left in output_dir at 
 jobs/<job>/outputs.json                  their manifest (path, size, SHA-256); written last
 jobs/<job>/logs/<attempt>/...            training stdout/stderr (local runtime)
 jobs/<job>/tensorboard/...               scalars from report()
-wheelhouse/<sha256>/wheels.zip           wheels of one requirements set (job environments)
+wheelhouse/<researcher>/<sha256>/wheels.zip   wheels of one requirements set, one
+                                         researcher's (job environments; `wheelhouse_scope`)
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 from respot.spec.jobid import JOBS_PREFIX, check_job_id
 
 WHEELHOUSE_PREFIX = "wheelhouse/"
+_SCOPE = re.compile(r"[0-9a-f]{16}")
+_REQUIREMENTS_HASH = re.compile(r"[0-9a-f]{64}")
 
 
-def wheelhouse_key(requirements_hash: str) -> str:
-    """The wheels that satisfy one set of requirements on one platform (shared by reruns)."""
-    return f"{WHEELHOUSE_PREFIX}{requirements_hash}/wheels.zip"
+def wheelhouse_scope(submitted_by: str | None, job_id: str) -> str:
+    """Whose wheelhouse a job uses: 16 hex digits of the SHA-256 of its submitter's ARN.
+
+    One researcher's jobs share a cache (reruns install warm); no job reads or writes another
+    researcher's, so a wheel one job plants runs only in its own researcher's jobs (the job's
+    credentials name this prefix alone, `respot.credentials.policy`). A job with no verified
+    submitter gets a scope of its own (its id's: ARNs start with `arn:`, ids never do).
+    """
+    owner = submitted_by if submitted_by else f"job:{check_job_id(job_id)}"
+    return hashlib.sha256(owner.encode()).hexdigest()[:16]
+
+
+def wheelhouse_prefix(scope: str) -> str:
+    """One researcher's wheelhouse (`scope` from `wheelhouse_scope`; ValueError otherwise)."""
+    if not _SCOPE.fullmatch(scope):
+        raise ValueError(f"wheelhouse scope {scope!r} is not 16 hex digits (wheelhouse_scope)")
+    return f"{WHEELHOUSE_PREFIX}{scope}/"
+
+
+def wheelhouse_key(scope: str, requirements_hash: str) -> str:
+    """The wheels that satisfy one set of requirements on one platform, for one researcher's
+    jobs (shared by their reruns)."""
+    if not _REQUIREMENTS_HASH.fullmatch(requirements_hash):
+        raise ValueError(f"requirements hash {requirements_hash!r} is not a SHA-256 hex digest")
+    return f"{wheelhouse_prefix(scope)}{requirements_hash}/wheels.zip"
 
 
 def job_prefix(job_id: str) -> str:
