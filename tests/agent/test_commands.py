@@ -192,12 +192,19 @@ __all__ = ["start_agent"]
 
 def test_a_command_that_polls_the_notice_file_and_chose_sigusr1_hears_both(stage: Stage) -> None:
     # GIVEN a command that ignores SIGTERM, counts SIGUSR1 (its stop_signal) and stops when
-    # the notice file appears, then says checkpoint_saved and exits 7
+    # the notice file appears, then says checkpoint_saved and exits 7; it trains on when the
+    # rebalance file appears (and reports that it saw it)
     sub = command_job(stage, "--steps", "100000", "--mode", "poll", stop_signal="SIGUSR1")
     agent = stage.boot(sub.job_id, 1)
     try:
         stage.mailbox.wait_for(
             lambda m: isinstance(m.body, AgentProgress) and (m.body.step or 0) >= 5, timeout=60
+        )
+        # WHEN EC2 first recommends a rebalance, then sends the spot notice
+        agent.imds.recommend_rebalance()
+        stage.mailbox.wait_for(
+            lambda m: isinstance(m.body, AgentProgress) and "rebalance" in m.body.metrics,
+            timeout=60,
         )
         reclaim = datetime.now(UTC) + timedelta(seconds=20)
         agent.imds.schedule_interruption("terminate", reclaim)
@@ -214,8 +221,12 @@ def test_a_command_that_polls_the_notice_file_and_chose_sigusr1_hears_both(stage
     notice = got["state"]["notice"]
     assert notice["notice"] == "spot-interruption"
     assert abs((datetime.fromisoformat(notice["reclaim_at"]) - reclaim).total_seconds()) < 1
-    assert got["state"]["usr1"] == 1
+    assert got["state"]["usr1"] == 1  # the notice's: the rebalance sent no signal
     assert "told the command: spot-interruption (SIGUSR1)" in agent.log()
+    # the rebalance file came first, whole, and did not stop it
+    rebalance = got["state"]["rebalance"]
+    assert rebalance["notice"] == "rebalance" and rebalance["reclaim_at"] is None
+    assert rebalance["at_step"] < got["step"]
 
 
 @pytest.mark.slow

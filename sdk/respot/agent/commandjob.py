@@ -164,6 +164,12 @@ def respot_only(pylib: Path) -> Path:
     return pylib
 
 
+def rebalance_file(notice_file: Path) -> Path:
+    """RESPOT_REBALANCE_FILE: beside the notice file, appears on EC2's rebalance
+    recommendation (docs/commands.md)."""
+    return notice_file.with_name("rebalance")
+
+
 class Snapshotter:
     """Takes the snapshots `checkpoint_saved` asks for, in order, in a thread of its own (a
     big checkpoint's copy must not delay the notice), and hands each to the uploader; the
@@ -241,6 +247,7 @@ class CommandLoop(TrainingLoop):
             d.mkdir(parents=True)
         notice_file = ipc / "notice"
         notice_file.unlink(missing_ok=True)
+        rebalance_file(notice_file).unlink(missing_ok=True)
         variables = {
             contract.ENV_JOB_ID: self.job_id,
             contract.ENV_ATTEMPT: str(self.attempt),
@@ -252,6 +259,7 @@ class CommandLoop(TrainingLoop):
             contract.ENV_DATA_DIR: str(self.dirs.data),
             contract.ENV_TENSORBOARD_DIR: str(ipc / "tensorboard"),
             contract.ENV_NOTICE_FILE: str(notice_file),
+            contract.ENV_REBALANCE_FILE: str(rebalance_file(notice_file)),
             contract.ENV_CHANNEL_DIR: str(channel),
         }
         if self.restored_step is not None:
@@ -347,8 +355,13 @@ class CommandLoop(TrainingLoop):
                     event = None
                 if isinstance(event, SessionExited):
                     exit_code = event.exit_code
-                elif isinstance(event, RebalanceNotice):
-                    logger.info("a rebalance recommendation: a command hears only the notice")
+                elif isinstance(event, RebalanceNotice) and not told:
+                    # Told, not stopped: a file only (no signal; the notice file keeps its
+                    # meaning); code that wants an early checkpoint polls for it.
+                    rebalance = rebalance_file(notice_file)
+                    if not rebalance.exists():
+                        contract.write_notice(rebalance, "rebalance", None)
+                        logger.info("a rebalance recommendation: told the command by its file")
                 drain()
                 notice = self.agent._notice
                 if notice is not None and not told:

@@ -9,6 +9,8 @@ Environment (set by the agent for the command's process group; docs/commands.md)
 - RESPOT_JOB_ID, RESPOT_ATTEMPT (1, 2, ...), RESPOT_SEED;
 - RESPOT_HYPERPARAMETERS: the spec's hyperparameters as JSON (a sweep trial's parameters);
 - RESPOT_NOTICE_FILE: appears, whole, on the notice: {"notice": ..., "reclaim_at": ISO-8601};
+- RESPOT_REBALANCE_FILE: appears, whole, on EC2's rebalance recommendation (no signal, no
+  stop): {"notice": "rebalance", "reclaim_at": null}; a chance to checkpoint early;
 - RESPOT_CHANNEL_DIR: where `respot.report` / `respot.checkpoint_saved` write.
 
 The completeness rule: RESPOT_CHECKPOINT_DIR as a whole is one checkpoint, taken (copied to
@@ -37,6 +39,7 @@ ENV_TENSORBOARD_DIR = "RESPOT_TENSORBOARD_DIR"
 ENV_JOB_ID = "RESPOT_JOB_ID"
 ENV_ATTEMPT = "RESPOT_ATTEMPT"
 ENV_NOTICE_FILE = "RESPOT_NOTICE_FILE"
+ENV_REBALANCE_FILE = "RESPOT_REBALANCE_FILE"
 ENV_CHANNEL_DIR = "RESPOT_CHANNEL_DIR"
 ENV_HYPERPARAMETERS = "RESPOT_HYPERPARAMETERS"
 

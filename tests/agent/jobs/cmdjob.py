@@ -6,7 +6,8 @@ $RESPOT_CHECKPOINT_DIR as a researcher's script would, and misbehaves on request
 --mode fail:      exit 3 after --fail-at steps, with a message
 --mode halfwrite: on SIGTERM, start writing a checkpoint, write half of it, and hang
 --mode poll:      ignore SIGTERM, count SIGUSR1, and stop when the notice file appears
-                  (keeping what it read and how many SIGUSR1 came in its checkpoint)
+                  (keeping what it read and how many SIGUSR1 came in its checkpoint); keep
+                  training when the rebalance file appears (reporting rebalance=1, keeping it)
 Under torchrun (RANK set) every rank reports; rank 0 alone saves and says so.
 """
 
@@ -36,7 +37,9 @@ stop = threading.Event()
 rank = int(os.environ.get("RANK", "0"))
 usr1 = []
 notice_file = Path(os.environ["RESPOT_NOTICE_FILE"])
+rebalance_file = Path(os.environ["RESPOT_REBALANCE_FILE"])
 seen_notice = None
+seen_rebalance = None
 
 
 def on_term(signum, frame):
@@ -57,7 +60,7 @@ def save(step, total):
     partial = ckpt / "state.json.partial"
     state = {"step": step, "total": total}
     if args.mode == "poll":
-        state |= {"notice": seen_notice, "usr1": len(usr1)}
+        state |= {"notice": seen_notice, "usr1": len(usr1), "rebalance": seen_rebalance}
     partial.write_text(json.dumps(state))
     os.replace(partial, ckpt / "state.json")
 
@@ -75,6 +78,8 @@ if rank == 0:  # what a SummaryWriter would leave: synced with the job's TensorB
     json.dumps({k: v for k, v in os.environ.items() if k.startswith("RESPOT_")})
 )
 while step < args.steps:
+    if args.mode == "poll" and seen_rebalance is None and rebalance_file.exists():
+        seen_rebalance = json.loads(rebalance_file.read_text()) | {"at_step": step}
     if args.mode == "poll" and notice_file.exists():
         seen_notice = json.loads(notice_file.read_text())
         # The agent writes the file, then signals the group: wait for the signal (bounded;
@@ -99,7 +104,8 @@ while step < args.steps:
         sys.exit(0)
     step += 1
     total += step
-    respot.report(step, total_steps=args.steps, total=float(total))
+    seen = {"rebalance": 1.0} if seen_rebalance else {}
+    respot.report(step, total_steps=args.steps, total=float(total), **seen)
     if args.mode == "fail" and step >= args.fail_at:
         print("boom: the script failed", flush=True)
         sys.exit(3)
