@@ -1,11 +1,14 @@
 """A command job's notice: notice -> checkpoint committed in S3, and steps lost (issue 25).
 
-    .venv/bin/python -m bench.commands [--example plain|huggingface|lightning]
-        [--interruptions 5] [--steps 1500] [--json]
+    .venv/bin/python -m bench.commands [--example plain|huggingface|huggingface-jit|lightning]
+        [--interruptions 5] [--steps 1500] [--time-scale 0.0333] [--json]
 
 Runs `examples/<example>/train.py` (plain: a PyTorch script with a SIGTERM handler that saves
 at the next step boundary, says so, and exits 0; huggingface / lightning: the framework's
-Trainer with respot.integrations' callback) as a command job on the local runtime, and interrupts
+Trainer with respot.integrations' callback; huggingface-jit: the Hugging Face example with
+`TrainingArguments(enable_jit_checkpoint=True)` alone, no respot callback: HF saves 3 s after
+SIGTERM, the script exits 0, respot uploads the directory at the exit; it reports its step with
+`respot.report` only) as a command job on the local runtime, and interrupts
 its current attempt `--interruptions` times with `LocalRuntime.interrupt_job` (what
 `respot local interrupt` calls), once the job has reported k/(n+1) of its steps. Per
 interruption, from the job record:
@@ -13,7 +16,7 @@ interruption, from the job record:
 - notice -> checkpoint committed: from the instant the local market sent the notice (IMDS
   and the EventBridge warning; taken right after `interrupt_job` returned) to the agent's
   send time of its notice `AgentCheckpoint`, which it sends after the manifest is written;
-  as a fraction of the notice (two minutes, scaled: 4 s at time scale 1/30);
+  as a fraction of the notice (two minutes, scaled: 4 s at time scale 1/30, 24 s at 1/5);
 - steps lost: the step the attempt stopped at minus the step its successor restored.
 
 It also checks that the final weights equal an uninterrupted run's (the script run once,
@@ -41,18 +44,24 @@ from respot.storage import layout
 from respot.wire.messages import new_job_id
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SAVE_FLAG = {"plain": "--save-every", "huggingface": "--save-steps", "lightning": "--save-every"}
+# example -> (its directory, its periodic-save flag, its extra arguments)
+EXAMPLE_RUNS: dict[str, tuple[str, str, list[str]]] = {
+    "plain": ("plain", "--save-every", []),
+    "huggingface": ("huggingface", "--save-steps", []),
+    "huggingface-jit": ("huggingface", "--save-steps", ["--jit-checkpoint"]),
+    "lightning": ("lightning", "--save-every", []),
+}
 TIME_SCALE = 1.0 / 30.0
 NOTICE_SECONDS = 120.0
 STEP_SECONDS = 0.02
 
 
-def uninterrupted(example: Path, steps: int) -> str:
+def uninterrupted(example: Path, steps: int, extra: list[str]) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RESPOT_")}
         env |= {"RESPOT_CHECKPOINT_DIR": f"{scratch}/c", "RESPOT_OUTPUT_DIR": f"{scratch}/o"}
         subprocess.run(
-            [sys.executable, str(example / "train.py"), "--steps", str(steps)],
+            [sys.executable, str(example / "train.py"), "--steps", str(steps), *extra],
             env=env,
             check=True,
             capture_output=True,
@@ -62,17 +71,22 @@ def uninterrupted(example: Path, steps: int) -> str:
 
 
 def run(
-    interruptions: int, steps: int, keep: Path | None = None, example: str = "plain"
+    interruptions: int,
+    steps: int,
+    keep: Path | None = None,
+    example: str = "plain",
+    time_scale: float = TIME_SCALE,
 ) -> dict[str, Any]:
+    directory, save_flag, extra = EXAMPLE_RUNS[example]
     options = RuntimeOptions(
-        time_scale=TIME_SCALE,
+        time_scale=time_scale,
         chaos=ChaosSchedule(job_ids=set()),
         work_root=keep,
         keep_work_root=keep is not None,
     )
-    argv = ["python", "train.py", "--steps", str(steps), SAVE_FLAG[example], str(steps // 4)]
-    argv += ["--step-seconds", str(STEP_SECONDS)]
-    source = EXAMPLES / example
+    argv = ["python", "train.py", "--steps", str(steps), save_flag, str(steps // 4)]
+    argv += ["--step-seconds", str(STEP_SECONDS), *extra]
+    source = EXAMPLES / directory
     spec = TrainingEnvVar(name=f"{example}-bench", command=argv, source_dir=str(source))
     sent: list[datetime] = []
     with LocalRuntime(options) as rt:
@@ -106,33 +120,43 @@ def run(
                 "notice_to_committed_s": None if seconds is None else round(seconds, 3),
                 "share_of_notice": None
                 if seconds is None
-                else round(seconds / (NOTICE_SECONDS * TIME_SCALE), 3),
+                else round(seconds / (NOTICE_SECONDS * time_scale), 3),
             }
         )
     return {
         "state": status.state,
         "interruptions": record.interruptions,
         "example": example,
-        "weights_equal_uninterrupted": weights == uninterrupted(source, steps),
+        "weights_equal_uninterrupted": weights == uninterrupted(source, steps, extra),
         "per_interruption": rows,
         "notice_to_committed_s": _report.summary(r["notice_to_committed_s"] for r in rows),
         "steps_lost": _report.summary(r["steps_lost"] for r in rows),
-        "notice_real_seconds": NOTICE_SECONDS * TIME_SCALE,
+        "notice_real_seconds": NOTICE_SECONDS * time_scale,
+        "time_scale": time_scale,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.commands")
-    parser.add_argument("--example", choices=sorted(SAVE_FLAG), default="plain")
+    parser.add_argument("--example", choices=sorted(EXAMPLE_RUNS), default="plain")
     parser.add_argument("--interruptions", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=TIME_SCALE,
+        help="real seconds per simulated one (the notice lasts 120 s times this)",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--keep", type=Path, help="keep the instances' work directories here")
     args = parser.parse_args(argv)
     began = time.monotonic()
-    result = run(args.interruptions, args.steps, args.keep, args.example)
+    result = run(args.interruptions, args.steps, args.keep, args.example, args.time_scale)
     result["wall_seconds"] = round(time.monotonic() - began, 1)
-    command = f"python -m bench.commands --interruptions {args.interruptions} --steps {args.steps}"
+    command = (
+        f"python -m bench.commands --example {args.example} --interruptions "
+        f"{args.interruptions} --steps {args.steps} --time-scale {args.time_scale:g}"
+    )
     rows = [
         [
             r["attempt"],
@@ -146,10 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     ]
     c, lost = result["notice_to_committed_s"], result["steps_lost"]
     markdown = (
-        f"The {args.example} example (`examples/{args.example}/train.py`, {args.steps} steps of "
+        f"The {args.example} example (`examples/{EXAMPLE_RUNS[args.example][0]}/train.py`"
+        f"{' ' + ' '.join(EXAMPLE_RUNS[args.example][2]) if EXAMPLE_RUNS[args.example][2] else ''}"
+        f", {args.steps} steps of "
         f"{STEP_SECONDS} s) as a command job, interrupted {args.interruptions} times by "
         f"`LocalRuntime.interrupt_job`; the notice lasts {result['notice_real_seconds']:g} s "
-        f"(two minutes at time scale 1/30). Job {result['state']}, "
+        f"(two minutes at time scale {args.time_scale:g}). Job {result['state']}, "
         f"{result['interruptions']} interruption(s); final weights equal to an uninterrupted "
         f"run's: **{result['weights_equal_uninterrupted']}**.\n\n"
         + _report.table(
@@ -167,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         f"steps lost: median {lost['median']}, max {lost['max']}.\n"
     )
     name = "commands" if args.example == "plain" else f"commands-{args.example}"
+    if args.time_scale != TIME_SCALE:  # e.g. commands-huggingface-jit-scale5 at 1/5
+        name += f"-scale{1 / args.time_scale:g}"
     _report.write(name, result, markdown, command=command)
     if args.json:
         print(json.dumps(result, indent=1, default=str))

@@ -4,6 +4,11 @@ A tiny regression model built here (nothing downloaded), trained with `Trainer`:
 go to $RESPOT_CHECKPOINT_DIR every --save-steps steps; `RespotCallback` reports progress,
 tells respot when each checkpoint is complete, and on the notice makes the Trainer save at
 the end of the step and stop; `last_checkpoint()` resumes. Deterministic on CPU.
+
+`--jit-checkpoint` runs it without the callback: `TrainingArguments(enable_jit_checkpoint=True)`
+alone saves on SIGTERM (Hugging Face's own handler, 3 s after the signal), the script exits 0,
+and respot uploads the directory as it is then (docs/commands.md, rule 2); a three-line
+callback only reports the step (`respot.report`), so that respot knows where the job is.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import hashlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import Trainer, TrainingArguments, set_seed
@@ -53,6 +59,9 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--save-steps", type=int, default=50)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="slow it down (tests)")
+    parser.add_argument(
+        "--jit-checkpoint", action="store_true", help="HF's enable_jit_checkpoint, no callback"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     ckpt = os.environ.get("RESPOT_CHECKPOINT_DIR", "checkpoints")
@@ -72,9 +81,20 @@ def main() -> int:
         use_cpu=True,
         dataloader_num_workers=0,
         disable_tqdm=True,
+        enable_jit_checkpoint=args.jit_checkpoint,
     )
     respot_cb = RespotCallback()
-    callbacks: list[object] = [respot_cb]
+    callbacks: list[object] = [] if args.jit_checkpoint else [respot_cb]
+    if args.jit_checkpoint:
+        from transformers import TrainerCallback
+
+        import respot
+
+        class Progress(TrainerCallback):  # progress only: saving is HF's JIT checkpoint's
+            def on_step_end(self, a: object, state: Any, *rest: object, **k: object) -> None:
+                respot.report(state.global_step, total_steps=state.max_steps)
+
+        callbacks.append(Progress())
     if args.step_seconds:
         from transformers import TrainerCallback
 
@@ -88,7 +108,8 @@ def main() -> int:
     set_seed(0)  # the model's initial weights (a resumed run loads its checkpoint's)
     trainer = Trainer(model=Tiny(), args=training, train_dataset=Data(), callbacks=callbacks)
     trainer.train(resume_from_checkpoint=last_checkpoint())
-    if respot_cb.stopped_by_notice:
+    stopped_early = args.jit_checkpoint and trainer.state.global_step < args.steps
+    if respot_cb.stopped_by_notice or stopped_early:
         print(f"notice: saved step {trainer.state.global_step}", flush=True)
         return 0
     out.mkdir(parents=True, exist_ok=True)
