@@ -120,6 +120,9 @@ class SatelliteStack(Stack):
             managed_by=home_name,
             role_name=instance_role_name(home_name, region),
             queue_region=home_region,
+            # Each job's credentials from the home credentials function, whose session policy
+            # names this region's bucket too (infra/constructs/credentials.py).
+            credentials_function=home.fleet.credentials_function,
         )
 
         own_rules = f"arn:{Aws.PARTITION}:events:{region}:{Aws.ACCOUNT_ID}:rule/*"

@@ -133,6 +133,7 @@ class RespotStack(Stack):
                 function=self.functions.functions[CREDENTIALS_FUNCTION],
                 function_role=self.functions.roles[CREDENTIALS_FUNCTION],
                 instance_roles=[self.fleet.role],
+                satellite_regions=settings.extra_regions,
             )
 
         if settings.session_manager:  # opt-in shell access, no inbound port

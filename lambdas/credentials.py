@@ -4,7 +4,8 @@ Invoked synchronously by the agent (Lambda Invoke, which only the instance role 
 this function); no queue or rule feeds it. The request carries an identity proof signed with
 the instance role's credentials; `respot.credentials.broker` checks it (STS), that the
 instance belongs to a live attempt of the job it names, and answers with `sts:AssumeRole`
-credentials of the job role narrowed to `jobs/<job>/` by a session policy. A refusal is
+credentials of the job role narrowed to `jobs/<job>/` by a session policy (of the home
+bucket and, for an attempt in a satellite region, of that region's bucket). A refusal is
 answered as `{"refused": <reason>}` (logged with the job id); STS being unreachable raises,
 and the agent asks again.
 """
@@ -34,7 +35,11 @@ def _from_env() -> Broker:
 
     from respot.aws.jobs import JobTable
     from respot.control.config import ENV_BUCKET, ENV_TABLE
-    from respot.credentials.policy import ENV_INSTANCE_ROLE_NAMES, ENV_JOB_ROLE_ARN
+    from respot.credentials.policy import (
+        ENV_INSTANCE_ROLE_NAMES,
+        ENV_JOB_ROLE_ARN,
+        ENV_SATELLITE_BUCKETS,
+    )
     from respot.identity.verify import Verifier
 
     table = os.environ[ENV_TABLE]
@@ -50,6 +55,7 @@ def _from_env() -> Broker:
             n for n in os.environ[ENV_INSTANCE_ROLE_NAMES].split(",") if n
         ),
         partition=role_arn.split(":")[1],
+        satellite_buckets=json.loads(os.environ.get(ENV_SATELLITE_BUCKETS) or "{}"),
     )
 
 

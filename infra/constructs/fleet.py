@@ -147,10 +147,12 @@ class Fleet(Construct):
         queue is there, and so are the job secrets and ECR images the instances read, which
         a satellite's instances read there, under the home instance role's statements.
         `credentials_function`: the name of the function that vends each job's credentials
-        (`lambdas/credentials.py`): the instance role then may invoke it and has no access
-        to any job's objects itself; None (a satellite region): the role holds them."""
+        (`lambdas/credentials.py`, in the home region, a satellite's too): the instance role
+        then may invoke it and has no access to any job's objects or the wheelhouse itself;
+        None: the role holds them."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        self.credentials_function = credentials_function
         managed_by = managed_by or stack.stack_name
         # Where job secrets and ECR images are: the home region (this one, or a satellite's home).
         home_region = queue_region or Aws.REGION
@@ -190,6 +192,7 @@ class Fleet(Construct):
                             service="lambda",
                             resource="function",
                             resource_name=credentials_function,
+                            region=queue_region,  # the home region (None: this stack's)
                             arn_format=ArnFormat.COLON_RESOURCE_NAME,
                         )
                     ],
@@ -260,16 +263,16 @@ class Fleet(Construct):
         suppress(
             policy,
             "IAM5",
-            "In the home region the instance role reaches no job's objects: the agent gets "
-            "its job's own credentials from the credentials function (docs/security.md). A "
-            "satellite region's role (no such function there) covers every job's prefix: "
+            "The instance role (home and satellite regions) reaches no job's objects: the "
+            "agent gets its job's own credentials from the home credentials function "
+            "(docs/security.md). Only a wiring without that function covers every job's prefix: "
             "read under jobs/, write only the agent's sub-prefixes (checkpoints, "
             "handoff, outputs, logs, tensorboard; the outputs.json manifest; deletes under "
             "checkpoints/ for pruning). Both list the bucket, which holds only jobs/ and "
             "wheelhouse/ (names, no contents). "
-            "A satellite's role also reads and writes wheelhouse/ (wheels keyed by researcher "
-            "and requirements hash; the home role has none, the job's credentials name its "
-            "researcher's prefix). Job secrets: only "
+            "That role also reads and writes wheelhouse/ (wheels keyed by researcher and "
+            "requirements hash; otherwise the job's credentials name its researcher's "
+            "prefix). Job secrets: only "
             "those named respot/jobs/... in the home region, the names job specs reference "
             "by ARN.",
             applies_to=[

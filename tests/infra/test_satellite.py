@@ -145,7 +145,10 @@ def test_with_extra_regions_the_home_stack_only_gains_satellite_pieces(synthesiz
             continue
         old = resource["Properties"]["Environment"]["Variables"]
         new = after[lid]["Properties"]["Environment"]["Variables"]
-        assert set(new) - set(old) == {"RESPOT_SATELLITE_REGIONS", "RESPOT_SATELLITE_PARAMETER"}
+        added = {"RESPOT_SATELLITE_REGIONS", "RESPOT_SATELLITE_PARAMETER"}
+        if "RESPOT_JOB_ROLE_ARN" in new:  # the credentials function: satellite buckets too
+            added.add("RESPOT_SATELLITE_BUCKETS")
+        assert set(new) - set(old) == added
         assert new["RESPOT_SATELLITE_REGIONS"] == ",".join(EXTRA)
 
 
@@ -420,18 +423,98 @@ def _instance_policies(template: dict[str, Any], region: str) -> list[dict[str, 
     ]
 
 
-def test_the_satellite_instance_role_reaches_its_region_bucket_only(synthesized):
+SATELLITE_JOB_KEYS = (
+    "submission.json",
+    f"code/{'ab' * 32}.zip",
+    "checkpoints/manifests/000000000040-0001.json",
+    f"checkpoints/blobs/{'cd' * 32}",
+    "handoff/0001.json",
+    "outputs/model.pt",
+    "outputs.json",
+)
+WHEELS = f"wheelhouse/{'ab' * 8}/{'cd' * 32}/wheels.zip"
+
+
+def test_the_satellite_instance_role_reaches_no_jobs_objects_only_the_home_function(synthesized):
     region = "us-west-2"
     docs = _instance_policies(synthesized["satellites"][region], region)
     bucket = f"arn:aws:s3:::{_bucket_name(region)}"
-    assert allowed(docs, "s3:GetObject", f"{bucket}/jobs/j-1/checkpoints/0040.json")
-    assert allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/checkpoints/blobs/ab12")
-    assert not allowed(docs, "s3:PutObject", f"{bucket}/jobs/j-1/submission.json")
-    assert not allowed(docs, "s3:DeleteObject", f"{bucket}/jobs/j-1/outputs/model.pt")
-    other = f"arn:aws:s3:::{_bucket_name('eu-west-1')}"
-    assert not allowed(docs, "s3:GetObject", f"{other}/jobs/j-1/checkpoints/0040.json")
+    for key in (*(f"jobs/j-1/{k}" for k in SATELLITE_JOB_KEYS), WHEELS):
+        for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+            assert not allowed(docs, action, f"{bucket}/{key}"), (action, key)
+    # its job's credentials come from the home region's credentials function
+    vendor = f"arn:aws:lambda:{HOME}:{ACCOUNT}:function:Respot-credentials"
+    assert allowed(docs, "lambda:InvokeFunction", vendor)
+    assert not allowed(docs, "lambda:InvokeFunction", vendor.replace(HOME, region))
+    assert not allowed(docs, "lambda:InvokeFunction", vendor.replace("credentials", "commands"))
+    user_data = json.dumps(_resources(synthesized["satellites"][region],
+                                      "AWS::EC2::LaunchTemplate"))  # fmt: skip
+    assert "RESPOT_CREDENTIALS_FUNCTION=Respot-credentials" in user_data
     assert not allowed(docs, "ec2:RunInstances", f"arn:aws:ec2:{region}:{ACCOUNT}:instance/*")
     assert not allowed(docs, "dynamodb:PutItem", f"arn:aws:dynamodb:{HOME}:{ACCOUNT}:table/x")
+
+
+def _credentials_env(template: dict[str, Any]) -> dict[str, Any]:
+    (function,) = [
+        f for f in _resources(template, "AWS::Lambda::Function")
+        if "RESPOT_JOB_ROLE_ARN" in f["Properties"].get("Environment", {}).get("Variables", {})
+    ]  # fmt: skip
+    return Resolver({}, HOME)(function["Properties"]["Environment"]["Variables"])
+
+
+def test_a_satellite_attempts_credentials_reach_its_job_there_and_nothing_else(synthesized):
+    """The home job role (its policy as synthesized) AND the session policy the credentials
+    function builds for an attempt in us-west-2, with the satellite bucket the function's
+    environment names: that job's prefix and its researcher's wheelhouse in that region's
+    bucket; no other job's, no other region's, no other bucket with the same prefix."""
+    from respot.credentials.policy import session_policy
+    from respot.storage import layout
+
+    home = synthesized["home"]
+    env = _credentials_env(home)
+    satellites = json.loads(env["RESPOT_SATELLITE_BUCKETS"])
+    assert set(satellites) == set(EXTRA)
+    roles = set(env["RESPOT_INSTANCE_ROLE_NAMES"].split(","))
+    assert {instance_role_name("Respot", r) for r in EXTRA} <= roles
+    role = _logical_id(home, "CredentialsJobRole")
+    job = [
+        Resolver({}, HOME)(p["Properties"]["PolicyDocument"])
+        for p in _resources(home, "AWS::IAM::Policy")
+        if {"Ref": role} in p["Properties"]["Roles"]
+    ]
+    researcher = f"arn:aws:iam::{ACCOUNT}:user/alice"
+    session = session_policy(
+        "home-bucket", "j-1", submitted_by=researcher, satellite_bucket=satellites["us-west-2"]
+    )
+    wheels = layout.wheelhouse_prefix(layout.wheelhouse_scope(researcher, "j-1"))
+
+    def can(action: str, bucket: str, key: str) -> bool:
+        resource = f"arn:aws:s3:::{bucket}/{key}"
+        return allowed(job, action, resource) and allowed([session], action, resource)
+
+    there, elsewhere = _bucket_name("us-west-2"), _bucket_name("eu-west-1")
+    for key in SATELLITE_JOB_KEYS:
+        assert can("s3:GetObject", there, f"jobs/j-1/{key}"), key
+        assert not can("s3:GetObject", elsewhere, f"jobs/j-1/{key}"), key
+        for other in ("j-2", "j-10"):
+            for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+                assert not can(action, there, f"jobs/{other}/{key}"), (action, other, key)
+    assert can("s3:PutObject", there, "jobs/j-1/checkpoints/blobs/ab12")
+    assert not can("s3:PutObject", there, "jobs/j-1/submission.json")
+    assert can("s3:DeleteObject", there, "jobs/j-1/checkpoints/blobs/ab12")
+    for action in ("s3:GetObject", "s3:PutObject"):
+        assert can(action, there, f"{wheels}{'cd' * 32}/wheels.zip")
+        assert not can(action, there, f"{WHEELS}")  # another researcher's
+    # another job's object whose key repeats this job's prefix (its outputs may hold any
+    # path): the bucket name's `?` match one character each, where `*` would match
+    # "<suffix>/jobs/j-2/outputs"
+    for action in ("s3:GetObject", "s3:PutObject"):
+        assert not can(action, there, "jobs/j-2/outputs/jobs/j-1/outputs.json"), action
+    assert not can("s3:GetObject", f"{there}x", "jobs/j-1/outputs.json")
+    bucket_arn = f"arn:aws:s3:::{there}"
+    assert allowed(job, "s3:ListBucket", bucket_arn) and allowed(
+        [session], "s3:ListBucket", bucket_arn
+    )
 
 
 def _home_policies(template: dict[str, Any], function: str) -> list[dict[str, Any]]:

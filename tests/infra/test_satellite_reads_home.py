@@ -1,9 +1,10 @@
 """A satellite region's instances read the job's secrets and ECR image in the home region.
 
 Nothing is replicated: the satellite instance role holds the home instance role's statements
-for `secretsmanager:GetSecretValue` and the ECR pull, on the same resources (the home region's
-`respot/jobs/...` secrets, this account's repositories there). Evaluated on the synthesized
-templates with `infra.iam_eval`, for the exact requests the agent makes
+for the ECR pull, on the same resources (this account's repositories in the home region); the
+job's secrets (the home region's `respot/jobs/...`) are read with the job's credentials from
+the home credentials function, as at home, and with the instance role nowhere. Evaluated on
+the synthesized templates with `infra.iam_eval`, for the exact requests the agent makes
 (`respot.agent.regional`, `respot.agent.secrets`, `respot.agent.launch.pull`).
 """
 
@@ -44,14 +45,15 @@ def _statements(docs: list[dict[str, Any]], sid: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("region", ["us-west-2", "eu-west-1"])
 def test_a_satellite_instance_reads_home_secrets_and_images(synthesized, region):  # noqa: F811
     docs = _instance_docs(synthesized["satellites"][region], region)
-    # the secret a job names by ARN (in the home region), through a client of that region
-    assert allowed(docs, "secretsmanager:GetSecretValue", SECRET)
+    job = _instance_docs(synthesized["home"], HOME, "CredentialsJobRole")
+    # the secret a job names by ARN (in the home region): the job's credentials (the job
+    # role, narrowed per job by the session policy), never the instance role
+    assert allowed(job, "secretsmanager:GetSecretValue", SECRET)
+    assert not allowed(docs, "secretsmanager:GetSecretValue", SECRET)
     # ... and nothing else: another name, its own region, another account
-    assert not allowed(
-        docs, "secretsmanager:GetSecretValue", SECRET.replace("respot/jobs/", "prod/")
-    )
-    assert not allowed(docs, "secretsmanager:GetSecretValue", SECRET.replace(HOME, region))
-    assert not allowed(docs, "secretsmanager:GetSecretValue", SECRET.replace(ACCOUNT, "2" * 12))
+    assert not allowed(job, "secretsmanager:GetSecretValue", SECRET.replace("respot/jobs/", "x/"))
+    assert not allowed(job, "secretsmanager:GetSecretValue", SECRET.replace(HOME, region))
+    assert not allowed(job, "secretsmanager:GetSecretValue", SECRET.replace(ACCOUNT, "2" * 12))
     # ECR: the login token (no resource type) and the pull from the home registry
     assert allowed(docs, "ecr:GetAuthorizationToken", "*")
     for action in PULL:
@@ -62,13 +64,13 @@ def test_a_satellite_instance_reads_home_secrets_and_images(synthesized, region)
 
 def test_the_satellite_grants_are_exactly_the_home_instance_role_s(synthesized):  # noqa: F811
     home = _instance_docs(synthesized["home"], HOME)
-    # At home the job's secrets are read with the job's credentials (the job role's
-    # statement, narrowed per job by the session policy; docs/security.md)
-    home_job = _instance_docs(synthesized["home"], HOME, "CredentialsJobRole")
-    assert not [st for doc in home for st in doc["Statement"] if st.get("Sid") == SIDS[0]]
+    # The job's secrets are read with the job's credentials, at home and in a satellite (the
+    # job role's statement, narrowed per job by the session policy; docs/security.md)
+    for region, template in [(HOME, synthesized["home"]), *synthesized["satellites"].items()]:
+        docs = _instance_docs(template, region)
+        assert not [st for doc in docs for st in doc["Statement"] if st.get("Sid") == SIDS[0]]
     for region, template in synthesized["satellites"].items():
         there = _instance_docs(template, region)
-        for sid in SIDS:
+        for sid in SIDS[1:]:
             # same actions, resources and conditions (resolved: the home region's ARNs)
-            expected = _statements(home_job if sid == "ReadJobSecrets" else home, sid)
-            assert _statements(there, sid) == expected, (region, sid)
+            assert _statements(there, sid) == _statements(home, sid), (region, sid)

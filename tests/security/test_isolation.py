@@ -158,6 +158,53 @@ def test_a_live_instance_of_the_job_gets_credentials_for_that_job_alone() -> Non
     assert call["RoleSessionName"] == f"{I1}@job-a"
 
 
+def test_an_attempt_in_a_satellite_region_gets_that_regions_bucket_and_no_other() -> None:
+    satellites = {"us-west-2": "respot-123456789012-us-west-2-????????",
+                  "eu-west-1": "respot-123456789012-eu-west-1-????????"}  # fmt: skip
+
+    def buckets(zone: str) -> set[str]:
+        record = _record("job-a", I1)
+        placement = record.attempts[0].placement.model_copy(update={"availability_zone": zone})
+        record.attempts[0] = record.attempts[0].model_copy(update={"placement": placement})
+        broker = _broker(_caller(I1), record, ("job-a", 1))
+        broker.satellite_buckets = satellites
+        broker.vend(_request("job-a", I1), "req-1")
+        policy = json.loads(broker.sts.calls[0]["Policy"])
+        (listing,) = [s for s in policy["Statement"] if s["Sid"] == "ListJobsBucket"]
+        found = listing["Resource"]
+        return {found} if isinstance(found, str) else set(found)
+
+    # where the control plane placed the attempt decides, not anything the instance says
+    assert buckets("us-west-2b") == {
+        "arn:aws:s3:::jobs-bucket",
+        f"arn:aws:s3:::{satellites['us-west-2']}",
+    }
+    assert buckets("eu-west-1a") == {
+        "arn:aws:s3:::jobs-bucket",
+        f"arn:aws:s3:::{satellites['eu-west-1']}",
+    }
+    assert buckets("us-east-1a") == {"arn:aws:s3:::jobs-bucket"}
+
+
+def test_the_function_reads_the_satellite_buckets_and_roles_from_its_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import lambdas.credentials as function
+
+    satellites = {"us-west-2": "respot-123456789012-us-west-2-????????"}
+    env = {"RESPOT_TABLE": "t", "RESPOT_BUCKET": "jobs-bucket", "AWS_DEFAULT_REGION": "us-east-1",
+           "RESPOT_JOB_ROLE_ARN": f"arn:aws:iam::{ACCOUNT}:role/respot-job",
+           "RESPOT_INSTANCE_ROLE_NAMES": "home-instances,Respot-us-west-2-instances",
+           "RESPOT_SATELLITE_BUCKETS": json.dumps(satellites)}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    broker = function._from_env()
+    assert broker.satellite_buckets == satellites
+    assert broker.instance_role_names == {"home-instances", "Respot-us-west-2-instances"}
+    monkeypatch.delenv("RESPOT_SATELLITE_BUCKETS")
+    assert function._from_env().satellite_buckets == {}
+
+
 @pytest.mark.parametrize(
     ("caller", "record", "owner", "asked", "reason"),
     [

@@ -16,14 +16,15 @@ Every refusal is a `CredentialsRefusedError` naming the reason; nothing else is 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from respot.aws.jobs import JobTable
-from respot.core.job import JobRecord
+from respot.core.job import Attempt, JobRecord
 from respot.credentials.policy import (
     DURATION_SECONDS,
     MAX_SESSION_POLICY_CHARS,
@@ -35,6 +36,7 @@ from respot.credentials.policy import (
 from respot.exceptions import RespotError
 from respot.identity.proofs import ProofError, Received
 from respot.identity.verify import Verifier
+from respot.policy.pools import region_of
 from respot.spec.jobid import JobId
 from respot.wire.messages import IdentityProof
 
@@ -84,6 +86,8 @@ class Broker:
     bucket: str
     instance_role_names: frozenset[str]
     partition: str = "aws"
+    # {region: the satellite's checkpoint bucket as `policy.SATELLITE_BUCKET`} (extra_regions)
+    satellite_buckets: Mapping[str, str] = field(default_factory=dict)
 
     def vend(self, text: str, request_id: str) -> JobCredentials:
         """Credentials for the job `text` (the request's JSON) names; `CredentialsRefusedError`."""
@@ -107,7 +111,8 @@ class Broker:
             raise CredentialsRefusedError(
                 f"{caller.arn} is instance {instance}, not {request.instance_id}"
             )
-        record = self._check_live(request.job_id, instance)
+        record, attempt = self._check_live(request.job_id, instance)
+        region = region_of(attempt.placement.availability_zone)
         reads = [s.key for s in record.spec.data if s.bucket == self.bucket]
         secrets = list(record.spec.secrets.values())
         policy = session_policy(
@@ -117,6 +122,8 @@ class Broker:
             reads,
             secrets,
             submitted_by=record.submission.submitted_by,
+            # where the control plane placed the attempt, never what the instance says
+            satellite_bucket=self.satellite_buckets.get(region),
         )
         if packed_size(policy) > MAX_SESSION_POLICY_CHARS:
             raise CredentialsRefusedError(
@@ -136,7 +143,7 @@ class Broker:
             expiration=answer["Expiration"],
         )
 
-    def _check_live(self, job_id: str, instance: str) -> JobRecord:
+    def _check_live(self, job_id: str, instance: str) -> tuple[JobRecord, Attempt]:
         owner = self.jobs.instance_owner(instance)
         if owner is None or owner[0] != job_id:
             raise CredentialsRefusedError(f"instance {instance} was not launched for job {job_id}")
@@ -151,4 +158,4 @@ class Broker:
                 f"instance {instance} is not a live attempt of job {job_id} "
                 f"(attempt {owner[1]}: {'gone' if attempt is None else attempt.end or 'unbound'})"
             )
-        return record
+        return record, attempt

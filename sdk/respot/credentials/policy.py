@@ -29,6 +29,10 @@ JOB_OBJECT_ACTIONS = (
 )
 # What they may do in their researcher's wheelhouse (the job role allows no more there).
 WHEELHOUSE_ACTIONS = ("s3:GetObject", "s3:PutObject")
+# A satellite region's checkpoint bucket as the home stack can name it: its fixed prefix (a
+# bucket name's characters) and `?` for each of the 8 characters of the satellite stack's id
+# (infra.regions): `?` matches one character, so no other bucket's key can match, as `*` could.
+SATELLITE_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{2,54}-\?{8}")
 # STS's limit on an inline session policy (packed; its binary form is checked by STS too).
 MAX_SESSION_POLICY_CHARS = 2048
 _SESSION_NAME = re.compile(r"[^\w+=,.@-]")
@@ -41,6 +45,7 @@ def session_policy(
     reads: Sequence[str] = (),
     secrets: Sequence[str] = (),
     submitted_by: str | None = None,
+    satellite_bucket: str | None = None,
 ) -> dict[str, Any]:
     """The session policy of `job_id`'s credentials: its own prefix, its researcher's
     wheelhouse, and listing the bucket.
@@ -48,6 +53,9 @@ def session_policy(
     `submitted_by`: the job's submitter as STS verified it (the job record's); its jobs share
     `wheelhouse/<scope>/` (`layout.wheelhouse_scope`), read and write, and no other
     researcher's: a wheel a job stores is installed only by its own researcher's jobs.
+    `satellite_bucket`: the checkpoint bucket of the satellite region the instance runs in,
+    as a name whose last 8 characters are `?` (`SATELLITE_BUCKET`: the home stack cannot know
+    the satellite stack's suffix); the job's prefix and its researcher's wheelhouse there too.
 
     `reads`: keys under `jobs/` the job's spec names as data (an earlier job's outputs,
     `respot.spec.reach`), each readable as an object or as a prefix; never a submission.
@@ -60,17 +68,26 @@ def session_policy(
     prefix = layout.job_prefix(job_id)  # checks the id: no wildcard or slash can slip in
     wheelhouse = layout.wheelhouse_prefix(layout.wheelhouse_scope(submitted_by, job_id))
     bucket_arn = f"arn:{partition}:s3:::{bucket}"
+    buckets = [bucket_arn]
+    if satellite_bucket is not None:
+        if not SATELLITE_BUCKET.fullmatch(satellite_bucket):
+            raise ValueError(f"satellite bucket {satellite_bucket!r} is not <prefix>????????")
+        buckets.append(f"arn:{partition}:s3:::{satellite_bucket}")
+
+    def one(resources: list[str]) -> str | list[str]:
+        return resources[0] if len(resources) == 1 else resources
+
     statements: list[dict[str, Any]] = [
         {
             "Sid": "ThisJobsObjects",
             "Effect": "Allow",
             "Action": list(JOB_OBJECT_ACTIONS),
-            "Resource": f"{bucket_arn}/{prefix}*",
+            "Resource": one([f"{b}/{prefix}*" for b in buckets]),
         },
         {"Sid": "ListJobsBucket", "Effect": "Allow", "Action": "s3:ListBucket",
-         "Resource": bucket_arn},
+         "Resource": one(buckets)},
         {"Sid": "ResearchersWheelhouse", "Effect": "Allow", "Action": list(WHEELHOUSE_ACTIONS),
-         "Resource": f"{bucket_arn}/{wheelhouse}*"},
+         "Resource": one([f"{b}/{wheelhouse}*" for b in buckets])},
     ]  # fmt: skip
     secret_arns = sorted({_secret_resource(arn) for arn in secrets if _SECRET_ARN.fullmatch(arn)})
     if secret_arns:
@@ -154,5 +171,6 @@ def instance_of(caller_arn: str, instance_role_names: frozenset[str]) -> str | N
 # The credentials function's environment (set by infra/constructs/credentials.py) ...
 ENV_JOB_ROLE_ARN = "RESPOT_JOB_ROLE_ARN"
 ENV_INSTANCE_ROLE_NAMES = "RESPOT_INSTANCE_ROLE_NAMES"  # comma-separated role names
+ENV_SATELLITE_BUCKETS = "RESPOT_SATELLITE_BUCKETS"  # JSON {region: SATELLITE_BUCKET name}
 # ... and the agent's (the launch template's user data): the function it asks.
 ENV_CREDENTIALS_FUNCTION = "RESPOT_CREDENTIALS_FUNCTION"
