@@ -4,6 +4,7 @@ real script (`jobs/cmdjob.py`): the contract of docs/commands.md, its failure pa
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -265,3 +266,40 @@ def test_a_command_under_torchrun_reports_from_every_rank_and_resumes(stage: Sta
         key = done.outputs_prefix + f"rank{rank}.txt"
         body = stage.s3.get_object(Bucket=stage.bucket, Key=key)["Body"].read()
         assert body == b"2"
+
+
+def _wait_for_script_start(stage: Stage, attempt: int) -> None:
+    """Until the script has printed its first line (its SIGTERM handler is set by then): an
+    event in the attempt's session log, bounded only for a script that never gets there."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for log in (stage.work / f"instance-{attempt}").rglob("session.log"):
+            if "start step=" in log.read_text(errors="replace"):
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"attempt {attempt}'s script never started")
+
+
+def test_a_script_that_never_reports_a_step_keeps_each_notice_checkpoint(stage: Stage) -> None:
+    # GIVEN a script that never calls respot.report, saves on SIGTERM and exits 0
+    sub = command_job(stage, "--steps", "100000", "--mode", "silent")
+    preempted = []
+    for attempt in (1, 2):
+        agent = stage.boot(sub.job_id, attempt, await_handoff=attempt - 1 or None)
+        try:
+            _wait_for_script_start(stage, attempt)
+            # WHEN each attempt gets the notice
+            agent.imds.schedule_interruption("terminate")
+            assert agent.wait(60) == 0, agent.log()
+        finally:
+            agent.stop()
+        stage.mailbox.poll()
+        body = stage.mailbox.of(attempt)[-1].body
+        assert isinstance(body, AgentPreempted), stage.mailbox.kinds(attempt)
+        preempted.append(body.checkpoint_step)
+    # THEN the second attempt's notice checkpoint is the newest, not skipped as "already
+    # had" under the label the first one restored
+    assert preempted[0] is not None and preempted[1] is not None
+    assert preempted[1] > preempted[0]
+    got = restored(stage, sub.job_id, stage.work / "restore")
+    assert got["state"]["attempt"] == "2"

@@ -402,7 +402,13 @@ class CommandLoop(TrainingLoop):
         if told:
             changed = snapper.changed()
             if contract.snapshot_at_exit(noticed=True, exit_code=exit_code, changed=changed):
-                snapper.take(_max(step, snapper.last_step) or 0, "notice")
+                label = _max(step, snapper.last_step) or 0
+                if snapper.last_step is not None and label <= snapper.last_step:
+                    # The directory changed since the newest snapshot, but no newer step was
+                    # reported (a script that never calls respot.report): newer content under
+                    # the next label, never skipped as "already have" under the old one.
+                    label = snapper.last_step + 1
+                snapper.take(label, "notice")
             elif changed:
                 logger.warning(
                     "the checkpoint directory changed but the command ended by %s after the "

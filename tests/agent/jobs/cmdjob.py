@@ -61,6 +61,8 @@ def save(step, total):
     state = {"step": step, "total": total}
     if args.mode == "poll":
         state |= {"notice": seen_notice, "usr1": len(usr1), "rebalance": seen_rebalance}
+    if args.mode == "silent":
+        state |= {"attempt": os.environ["RESPOT_ATTEMPT"]}
     partial.write_text(json.dumps(state))
     os.replace(partial, ckpt / "state.json")
 
@@ -105,7 +107,8 @@ while step < args.steps:
     step += 1
     total += step
     seen = {"rebalance": 1.0} if seen_rebalance else {}
-    respot.report(step, total_steps=args.steps, total=float(total), **seen)
+    if args.mode != "silent":  # "silent": a script that never reports a step
+        respot.report(step, total_steps=args.steps, total=float(total), **seen)
     if args.mode == "fail" and step >= args.fail_at:
         print("boom: the script failed", flush=True)
         sys.exit(3)
