@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from respot.client.deployment import Deployment, discover
 from respot.client.status import JobStatus
 from respot.core.job import JobRecord, TimelineEntry
+from respot.credentials.policy import secrets_problem
 from respot.exceptions import DuplicateJobError, JobNotFinishedError, JobNotFoundError, SpecError
 from respot.spec.jobid import InvalidJobIdError, check_job_id, is_trial_job_id
 from respot.spec.preflight import preflight
@@ -236,6 +237,11 @@ def run(
     env = validate_spec(spec)
     now = datetime.now(UTC)
     problems = preflight(env, now)
+    # What the job's credentials could hold (respot.credentials): judged with every data key
+    # under jobs/, whatever its bucket, so the laptop errs on the side of saying so.
+    reads = [d.key for d in env.data if d.key.startswith("jobs/")]
+    if why := secrets_problem(job_id or "j-" + "0" * 38, list(env.secrets.values()), reads):
+        problems.append(why)
     if job_id is not None:
         try:
             check_job_id(job_id)

@@ -62,6 +62,7 @@ from respot.core.pool_placement import PoolPlacementPolicy
 from respot.core.pool_watch import PoolKey, Sighting, sightings
 from respot.core.states import JobState
 from respot.core.transfer import checkpoint_region
+from respot.credentials.policy import secrets_problem
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.identity.verify import principal_matches
 from respot.spec.jobid import is_job_id
@@ -299,6 +300,10 @@ class ControlPlane:
         """
         job_id = submission.job_id
         refused = [*refused, *self._queue_problems(submission)]
+        spec = submission.spec
+        reads = [d.key for d in spec.data if d.bucket == self.bucket]
+        if (why := secrets_problem(job_id, list(spec.secrets.values()), reads)) is not None:
+            refused.append(why)
         event = Submitted(submission, tuple(refused), hold=self._queue_on(read=True))
         decision, record = self._commit(job_id, event)
         if decision.outcome == "duplicate":

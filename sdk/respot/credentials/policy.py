@@ -118,6 +118,37 @@ def session_policy(
     return policy
 
 
+# The longest names a session policy can carry for a job: an S3 bucket name (63 characters)
+# at home, and a satellite bucket as the home stack names it (`SATELLITE_BUCKET`).
+_LONGEST_BUCKET = "b" * 63
+_LONGEST_SATELLITE_BUCKET = "s" * 55 + "-" + "?" * 8
+
+
+def secrets_problem(job_id: str, secrets: Sequence[str], reads: Sequence[str] = ()) -> str | None:
+    """Why `job_id`'s credentials could not be vended, decided before anything is spent: its
+    session policy, built for the longest bucket names in a satellite region (the largest it
+    can be), over STS's 2,048 characters; None when it fits wherever the job is placed.
+
+    The data it reads falls back to coarser grants when long (`session_policy`), so what can
+    overflow is the secrets: each is named in the policy."""
+    policy = session_policy(
+        _LONGEST_BUCKET,
+        job_id,
+        "aws-us-gov",
+        reads,
+        secrets,
+        satellite_bucket=_LONGEST_SATELLITE_BUCKET,
+    )
+    size = packed_size(policy)
+    if size <= MAX_SESSION_POLICY_CHARS:
+        return None
+    return (
+        f"secrets: {len(secrets)} secrets do not fit in the job's credentials (its session "
+        f"policy would be {size} of STS's {MAX_SESSION_POLICY_CHARS} characters); keep related "
+        "values in one JSON secret, or name fewer"
+    )
+
+
 # A secret's ARN as a job spec names it (respot.spec.training checks the form): no wildcard.
 _SECRET_ARN = re.compile(r"arn:[a-z-]+:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
 
