@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from respot.agent.attemptstate import AgentResult, _max
 from respot.agent.notices import RebalanceNotice, deadlines, stop_notice
-from respot.agent.process import SessionExited, describe_exit, respot_site
+from respot.agent.process import SessionExited, copy_output, describe_exit, respot_site
 from respot.agent.progress import Heartbeat
 from respot.agent.protocol import ReportLine
 from respot.agent.snapshots import CheckpointSnapshots
@@ -44,7 +44,6 @@ from respot.wire.messages import JobSubmission
 logger = logging.getLogger("respot.agent")
 
 LOG_TAIL_LINES = 50
-MAX_LOG_LINE_CHARS = 1000
 TENSORBOARD_SYNC_SECONDS = 30.0
 SNAPSHOT_WAIT_SECONDS = 600.0  # at the end without a notice: the snapshots asked for first
 _AGENT_ONLY = ("RESPOT_AGENT_QUEUE_URL", "RESPOT_SHUTDOWN", "RESPOT_HANDOFF_WAIT_SECONDS")
@@ -110,18 +109,7 @@ class CommandProcess:
             return list(self._tail)
 
     def _read(self, stream: IO[bytes]) -> None:
-        with open(self.log_path, "ab") as log:
-            for raw in stream:
-                log.write(raw)
-                log.flush()
-                if self._on_output is not None:
-                    try:
-                        self._on_output(raw)
-                    except Exception:  # shipping logs must never stop the log file
-                        logger.exception("handling an output line failed")
-                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                with self._tail_lock:
-                    self._tail.append(text[:MAX_LOG_LINE_CHARS])
+        copy_output(stream, self.log_path, self._on_output, self._tail, self._tail_lock)
 
     def _wait(self, reader: threading.Thread) -> None:
         assert self._proc is not None

@@ -56,6 +56,30 @@ MAX_LOG_LINE_CHARS = 1000
 _READER_JOIN_SECONDS = 5.0
 
 
+def copy_output(
+    stream: IO[bytes],
+    log_path: Path,
+    on_output: Callable[[bytes], None] | None,
+    tail: collections.deque[str],
+    tail_lock: threading.Lock,
+) -> None:
+    """A child's output, line by line until it closes: appended to `log_path`, handed to
+    `on_output` (log shipping; a failure there never stops the log file), and its last lines
+    kept in `tail` (for `AgentFailed.log_tail`). A session's and a command's alike."""
+    with open(log_path, "ab") as log:
+        for raw in stream:
+            log.write(raw)
+            log.flush()
+            if on_output is not None:
+                try:
+                    on_output(raw)
+                except Exception:  # shipping logs must never stop the log file
+                    logger.exception("handling an output line failed")
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            with tail_lock:
+                tail.append(text[:MAX_LOG_LINE_CHARS])
+
+
 @dataclass(frozen=True)
 class SessionExited:
     """The child process ended; every line it wrote before has been delivered."""
@@ -239,18 +263,7 @@ class SessionProcess:
 
     def _read_output(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        with open(self.log_path, "ab") as log:
-            for raw in self._proc.stdout:
-                log.write(raw)
-                log.flush()
-                if self._on_output is not None:
-                    try:
-                        self._on_output(raw)
-                    except Exception:  # shipping logs must never stop the log file
-                        logger.exception("handling an output line failed")
-                text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-                with self._tail_lock:
-                    self._tail.append(text[:MAX_LOG_LINE_CHARS])
+        copy_output(self._proc.stdout, self.log_path, self._on_output, self._tail, self._tail_lock)
 
     def _wait(self, readers: list[threading.Thread]) -> None:
         assert self._proc is not None

@@ -27,7 +27,7 @@ from respot.client.status import JobStatus
 from respot.core.job import JobRecord, TimelineEntry
 from respot.credentials.policy import secrets_problem
 from respot.exceptions import DuplicateJobError, JobNotFinishedError, JobNotFoundError, SpecError
-from respot.spec.jobid import InvalidJobIdError, check_job_id, is_trial_job_id
+from respot.spec.jobid import InvalidJobIdError, check_job_id, is_job_id, is_trial_job_id
 from respot.spec.preflight import preflight
 from respot.spec.training import TrainingEnvVar, validate_spec
 from respot.storage import layout
@@ -237,11 +237,6 @@ def run(
     env = validate_spec(spec)
     now = datetime.now(UTC)
     problems = preflight(env, now)
-    # What the job's credentials could hold (respot.credentials): judged with every data key
-    # under jobs/, whatever its bucket, so the laptop errs on the side of saying so.
-    reads = [d.key for d in env.data if d.key.startswith("jobs/")]
-    if why := secrets_problem(job_id or "j-" + "0" * 38, list(env.secrets.values()), reads):
-        problems.append(why)
     if job_id is not None:
         try:
             check_job_id(job_id)
@@ -253,6 +248,13 @@ def run(
                     f"job_id: {job_id!r} has the shape reserved for sweep trials "
                     "('<sweep>-t<number>-<10 hex>'); choose another, or leave it out"
                 )
+    # What the job's credentials could hold (respot.credentials): judged with every data key
+    # under jobs/, whatever its bucket, so the laptop errs on the side of saying so; for an id
+    # refused above, a 40-character stand-in (the generated ids' length).
+    sized_for = job_id if job_id is not None and is_job_id(job_id) else "j-" + "0" * 38
+    reads = [d.key for d in env.data if d.key.startswith("jobs/")]
+    if why := secrets_problem(sized_for, list(env.secrets.values()), reads):
+        problems.append(why)
     if problems:
         raise SpecError(problems)
     job_id = job_id or new_job_id(env.name, now)
