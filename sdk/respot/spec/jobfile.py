@@ -300,8 +300,6 @@ def load_job_file(
     now: datetime | None = None,
 ) -> JobFile:
     """Read, override and validate a job file; raises `JobFileError` with located problems."""
-    from respot.spec.preflight import preflight
-
     file = Path(path)
     name = str(path)
     try:
@@ -365,17 +363,7 @@ def load_job_file(
     elif isinstance(source_dir, str) and source_dir:
         data["source_dir"] = str(Path(source_dir).expanduser())
 
-    try:
-        spec = validate_spec(data)
-    except SpecError as exc:
-        raise JobFileError(
-            locate(exc.problems, name=name, data=data, lines=lines, overrides=parsed_overrides)
-        ) from None
-    late = preflight(spec, now or datetime.now(UTC))
-    if late:
-        raise JobFileError(
-            locate(late, name=name, data=data, lines=lines, overrides=parsed_overrides)
-        )
+    spec = _checked(data, name, lines, parsed_overrides, now)
     return JobFile(path=file, spec=spec, data=data, lines=lines)
 
 
@@ -390,8 +378,6 @@ def load_notebook_job(
     The name is the notebook's (made a valid job name); `--set` (and `-p name=value`, which
     the CLI turns into `--set hyperparameters.name=value`) override fields as for a job file.
     """
-    from respot.spec.preflight import preflight
-
     file = Path(path)
     name = str(path)
     if not file.is_file():
@@ -405,15 +391,7 @@ def load_notebook_job(
     }
     for override in parsed_overrides:
         apply_override(data, override)
-    try:
-        spec = validate_spec(data)
-    except SpecError as exc:
-        raise JobFileError(
-            locate(exc.problems, name=name, data=data, lines={}, overrides=parsed_overrides)
-        ) from None
-    late = preflight(spec, now or datetime.now(UTC))
-    if late:
-        raise JobFileError(locate(late, name=name, data=data, lines={}, overrides=parsed_overrides))
+    spec = _checked(data, name, {}, parsed_overrides, now)
     return JobFile(path=file, spec=spec, data=data, lines={})
 
 
@@ -425,8 +403,6 @@ def load_command_job(
 ) -> JobFile:
     """`respot run --command -- python train.py ...`: the current directory is source_dir
     and its name the job's (made a valid job name); `--set` overrides fields as for a file."""
-    from respot.spec.preflight import preflight
-
     name = "--command"
     parsed_overrides = [parse_override(o) for o in overrides or []]
     here = Path.cwd()
@@ -437,15 +413,7 @@ def load_command_job(
     source_dir = data.get("source_dir")
     if isinstance(source_dir, str) and source_dir:
         data["source_dir"] = str((here / Path(source_dir).expanduser()).resolve())
-    try:
-        spec = validate_spec(data)
-    except SpecError as exc:
-        raise JobFileError(
-            locate(exc.problems, name=name, data=data, lines={}, overrides=parsed_overrides)
-        ) from None
-    late = preflight(spec, now or datetime.now(UTC))
-    if late:
-        raise JobFileError(locate(late, name=name, data=data, lines={}, overrides=parsed_overrides))
+    spec = _checked(data, name, {}, parsed_overrides, now)
     return JobFile(path=here, spec=spec, data=data, lines={})
 
 
@@ -455,3 +423,26 @@ def parameter_override(text: str) -> str:
     if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key.strip()):
         raise JobFileError([f"-p {text!r}: write name=value with a Python name, e.g. -p lr=0.01"])
     return f"hyperparameters.{key.strip()}={value}"
+
+
+def _checked(
+    data: dict[str, Any],
+    name: str,
+    lines: dict[FieldPath, int],
+    overrides: list[Override],
+    now: datetime | None,
+) -> TrainingEnvVar:
+    """The spec of a job file, a notebook or a command: validated, then the checks against
+    the clock (`preflight`); any problem located at its line or its `--set`."""
+    from respot.spec.preflight import preflight
+
+    try:
+        spec = validate_spec(data)
+    except SpecError as exc:
+        raise JobFileError(
+            locate(exc.problems, name=name, data=data, lines=lines, overrides=overrides)
+        ) from None
+    late = preflight(spec, now or datetime.now(UTC))
+    if late:
+        raise JobFileError(locate(late, name=name, data=data, lines=lines, overrides=overrides))
+    return spec
