@@ -372,3 +372,37 @@ def test_respot_queue_lists_the_stack_s_named_queues(queued: Env) -> None:
     env.control.admit("the tick")
     ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
     assert queue_view([], ledger, datetime.now(UTC))["queues"] == ["nightly"]
+
+
+def test_a_held_job_carries_the_queues_words_for_ls_status_and_slack(queued: Env) -> None:
+    from respot.cli.jobs import queue_wait_json
+
+    env = queued
+    # GIVEN room for two one-GPU jobs and three submitted, the third HELD
+    subs = [
+        submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+        for _ in range(3)
+    ]
+    for sub in subs:
+        env.control.submit(sub)
+    held = env.control.jobs.get(subs[2].job_id)
+    assert held is not None and held.state is JobState.HELD
+    # THEN its record says what the ledger says of it: position, what it waits for, estimate
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    (row,) = queue_view([held], ledger, datetime.now(UTC))["held"]
+    said = queue_wait_json(held)
+    assert said is not None
+    for field in ("position", "waits_for", "reason", "estimated_start"):
+        assert said[field] == row[field], field
+    assert said["position"] == 1 and said["waits_for"] == "quota"
+    assert held.timeline[-1].kind == "queue-wait"
+    # WHEN ticks plan the same again THEN the record is not written again
+    env.control.reconcile()
+    env.control.reconcile()
+    again = env.control.jobs.get(subs[2].job_id)
+    assert again is not None and again.version == held.version
+    # WHEN room frees THEN it is admitted and no longer carries a wait
+    env.control.cancel(CancelCommand(job_id=subs[0].job_id, requested_at=subs[0].submitted_at))
+    admitted = env.control.jobs.get(subs[2].job_id)
+    assert admitted is not None and admitted.state is JobState.REQUESTED
+    assert admitted.queue_wait is None and queue_wait_json(admitted) is None

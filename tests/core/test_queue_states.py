@@ -98,3 +98,37 @@ def test_the_control_plane_s_effective_switch_wins_over_the_stack_s() -> None:
     assert on.record is not None and on.record.state is JobState.HELD
     assert off.record is not None and off.record.state is JobState.QUEUED
     assert isinstance(off.follow_up, PlaceNow)
+
+
+def test_a_held_job_records_why_it_waits_once_per_change_and_forgets_it_when_admitted() -> None:
+    from respot.core.events import QueueWaitNoted
+
+    # GIVEN a held job WHEN the queue says it is #2, waiting for the quota
+    job = _held()
+    said = QueueWaitNoted("quota", "quota spot/G and VT: 0 of 8 vCPUs free", 2, at(3600))
+    d = decide(job, said, now=at(10), settings=QUEUED_ON)
+    # THEN the record carries it, with one card-only timeline note, and nothing is launched
+    assert d.record is not None and not d.effects and d.follow_up is None
+    wait = d.record.queue_wait
+    assert wait is not None and (wait.kind, wait.position, wait.estimate) == (
+        "quota",
+        2,
+        at(3600),
+    )
+    assert d.record.timeline[-1].kind == "queue-wait"
+    assert d.record.timeline[-1].text.startswith("#2 in the team's queue: quota spot/G")
+    job = d.record
+    # WHEN the next pass says the same (its estimate drifted a minute) THEN nothing is written
+    again = QueueWaitNoted("quota", said.reason, 2, at(3660))
+    assert decide(job, again, now=at(70), settings=QUEUED_ON).record is None
+    # WHEN its position moves THEN it is written, the new note replacing the last one
+    moved = decide(job, QueueWaitNoted("quota", said.reason, 1, at(3600)), now=at(80),
+                   settings=QUEUED_ON)  # fmt: skip
+    assert moved.record is not None and moved.record.queue_wait is not None
+    assert moved.record.queue_wait.position == 1
+    assert [e.kind for e in moved.record.timeline].count("queue-wait") == 1
+    # WHEN it is admitted THEN the wait is gone, and a late note changes nothing
+    admitted = decide(moved.record, Admitted("fits"), now=at(90), settings=QUEUED_ON)
+    assert admitted.record is not None and admitted.record.queue_wait is None
+    late = decide(admitted.record, said, now=at(91), settings=QUEUED_ON)
+    assert late.record is None

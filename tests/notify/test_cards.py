@@ -175,7 +175,15 @@ def test_eta_is_unknown_without_a_rate_or_a_total() -> None:
 
 
 def test_every_kind_the_core_notes_is_either_a_reply_or_card_only() -> None:
-    card_only = {"requested", "capacity", "waiting", "checkpoint", "rebalance", "instance-gone"}
+    card_only = {
+        "requested",
+        "capacity",
+        "waiting",
+        "checkpoint",
+        "rebalance",
+        "instance-gone",
+        "queue-wait",
+    }
     assert REPLY_KINDS.isdisjoint(card_only)
     for kind in card_only:
         entry = TimelineEntry(at=at(0), kind=kind, text="x")

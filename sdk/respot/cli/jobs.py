@@ -59,12 +59,50 @@ def _steps(step: int | None, total: int | None) -> str:
     return f"{step:,}"
 
 
+def queue_wait_json(record: JobRecord) -> dict[str, Any] | None:
+    """A HELD job's place in the team's queue, in `respot queue`'s fields (None otherwise)."""
+    from respot.core.states import JobState
+    from respot.queue.words import NOT_PLANNED
+
+    if record.state is not JobState.HELD:
+        return None
+    wait = record.queue_wait
+    if wait is None:
+        return {"position": None, "waits_for": None, "reason": NOT_PLANNED,
+                "estimated_start": None}  # fmt: skip
+    return {
+        "position": wait.position,
+        "waits_for": wait.kind,
+        "reason": wait.reason,
+        "estimated_start": wait.estimate.isoformat() if wait.estimate else None,
+        "planned_at": wait.at.isoformat(),
+    }
+
+
+def held_lines(records: list[JobRecord]) -> list[str]:
+    """One line per HELD job for `respot ls`: '<job>  #3 · <waits for> · estimated start ...'."""
+    from respot.queue.words import wait_line
+
+    lines = []
+    for r in records:
+        said = queue_wait_json(r)
+        if said is not None:
+            lines.append(
+                f"{r.job_id}  "
+                + wait_line(said["position"], said["reason"], said["estimated_start"])
+            )
+    return lines
+
+
 def status_json(record: JobRecord, now: datetime) -> dict[str, Any]:
     """The record as JSON, plus its cost so far."""
     from respot.core.cost import job_cost
 
     cost = job_cost(record, now)
     data = record.model_dump(mode="json", exclude_none=True)
+    said = queue_wait_json(record)
+    if said is not None:
+        data["queue"] = said
     data["cost"] = {
         "paid_usd": round(cost.paid_usd, 6),
         "on_demand_usd": None if cost.on_demand_usd is None else round(cost.on_demand_usd, 6),
@@ -298,6 +336,7 @@ def ls(
                 "created_at": r.created_at.isoformat(),
                 "paid_usd": round(cost.paid_usd, 6),
                 "owner": r.submission.submitted_by,
+                **({"queue": q} if (q := queue_wait_json(r)) is not None else {}),
             }
         )
     if json_output:
@@ -325,6 +364,12 @@ def ls(
             r.submission.submitted_by or "-",
         )
     console().print(table)
+    held = held_lines(records)
+    if held:
+        out = console()
+        out.print("[bold]held in the team's queue[/] (position · waits for · estimated start)")
+        for line in held:
+            out.print(f"  {line}", markup=False)
 
 
 def _state_text(state: str) -> str:
@@ -375,6 +420,14 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
     )
     if record.reason:
         out.print(f"  reason      {record.reason}", markup=False)
+    said = queue_wait_json(record)
+    if said is not None:
+        from respot.queue.words import wait_line
+
+        out.print(
+            "  queue       " + wait_line(said["position"], said["reason"], said["estimated_start"]),
+            markup=False,
+        )
     prog = record.progress
     metrics = format_metrics(prog.metrics, limit=6)
     out.print(

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 def queue_view(held: list[JobRecord], ledger: LedgerState, now: datetime) -> dict[str, Any]:
     """What `respot queue` shows, as data (the JSON output)."""
+    from respot.queue.words import NOT_PLANNED
+
     rows = []
     for record in sorted(held, key=lambda r: (r.created_at, r.job_id)):
         said = ledger.waits.get(record.job_id) or {}
@@ -44,8 +46,7 @@ def queue_view(held: list[JobRecord], ledger: LedgerState, now: datetime) -> dic
                 "after": list(record.spec.after),
                 "position": said.get("position"),
                 "waits_for": said.get("kind"),
-                "reason": said.get("reason")
-                or "not planned yet: the next admission pass (at most one tick) plans it",
+                "reason": said.get("reason") or NOT_PLANNED,
                 "estimated_start": said.get("estimate"),
                 "held_for_seconds": int((now - record.created_at).total_seconds()),
             }
@@ -129,6 +130,7 @@ def queue(
     from respot.aws.jobs import JobTable
     from respot.aws.queueledger import QueueLedger
     from respot.core.states import JobState
+    from respot.queue.words import start_text
 
     conn = connect(local)
     if set_limits is not None:
@@ -162,7 +164,7 @@ def queue(
                 (row["owner"] or "-").rsplit("/", 1)[-1],
                 row["priority"],
                 row["reason"],
-                row["estimated_start"] or "unknown",
+                start_text(row["estimated_start"]),
             )
         out.print(t)
     if view["admitted_gpus_by_researcher"]:

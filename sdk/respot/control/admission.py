@@ -9,7 +9,9 @@ reconcile tick, and after an admin changes the limits. Its order is fixed:
    running instance (respot's and others'), so room is counted as EC2 will count it;
 4. plan; write the ledger with the new leases if its version is the one read (else go to 1);
 5. only then apply `Admitted` to each job whose lease is written and which is still HELD
-   (also one a crashed pass left), and `AdmissionRefused` to those the plan fails.
+   (also one a crashed pass left), and `AdmissionRefused` to those the plan fails;
+6. record on each job that still waits why it waits, its position and estimated start
+   (`QueueWaitNoted`, written only when that changed), for `respot ls`/`status` and Slack.
 Why this never admits a job twice nor exceeds a quota: docs/queue.md, "Why no job is
 admitted twice".
 """
@@ -25,8 +27,8 @@ from typing import Any
 from respot.aws.jobs import JobTable
 from respot.aws.queueledger import AccountUse, LedgerState, QueueLedger
 from respot.core.cost import attempt_cost, attempt_hours, on_demand_price
-from respot.core.events import AdmissionRefused, Admitted, JobEvent
-from respot.core.job import JobRecord, Market
+from respot.core.events import AdmissionRefused, Admitted, JobEvent, QueueWaitNoted
+from respot.core.job import JobRecord, Market, QueueWait
 from respot.core.quotas import quota_for
 from respot.core.states import JobState
 from respot.exceptions import ConcurrentUpdateError
@@ -49,6 +51,7 @@ class PassResult:
     admitted: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    noted: list[str] = field(default_factory=list)  # held jobs whose recorded wait changed
     plan: Plan | None = None
     leases: dict[str, Lease] = field(default_factory=dict)
 
@@ -87,6 +90,17 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
         return {k: {f: v for f, v in d.items() if f != "estimate"} for k, d in w.items()}
 
     return strip(before) != strip(after)
+
+
+def _wait_event(said: dict[str, Any]) -> QueueWaitNoted:
+    """The ledger's words for one held job as the event that records them on the job."""
+    estimate = said.get("estimate")
+    return QueueWaitNoted(
+        kind=str(said["kind"]),
+        reason=str(said["reason"]),
+        position=said.get("position"),
+        estimate=datetime.fromisoformat(estimate) if estimate else None,
+    )
 
 
 class Admission:
@@ -143,6 +157,7 @@ class Admission:
         """One pass: plan, commit to the ledger, then admit (`apply` applies a job event)."""
         result = PassResult()
         live: list[JobRecord] = []
+        waits: dict[str, dict[str, Any]] = {}
         for _ in range(LEDGER_ATTEMPTS):
             state = self.ledger.read()
             _, limits = self.current(state)
@@ -210,6 +225,7 @@ class Admission:
                 except ConcurrentUpdateError:
                     continue  # another pass wrote first: read again, plan again
             result.leases = new.leases
+            waits = new.waits
             break
         else:
             log.warning("admission pass gave up after %d ledger conflicts", LEDGER_ATTEMPTS)
@@ -222,6 +238,22 @@ class Admission:
         for job, reason in result.plan.fail:
             apply(job.job_id, AdmissionRefused(reason))
             result.refused.append((job.job_id, reason))
+        failed = {job.job_id for job, _ in result.plan.fail}
+        for record in held:
+            said = waits.get(record.job_id)
+            if record.job_id in result.leases or record.job_id in failed or said is None:
+                continue
+            event = _wait_event(said)
+            wait = QueueWait(
+                kind=event.kind,
+                reason=event.reason,
+                position=event.position,
+                estimate=event.estimate,
+                at=now,
+            )
+            if not wait.same_as(record.queue_wait):  # one job write per change, no more
+                apply(record.job_id, event)
+                result.noted.append(record.job_id)
         return result
 
     def _spend(

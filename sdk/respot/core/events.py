@@ -139,6 +139,18 @@ class AdmissionRefused:
 
 
 @dataclass(frozen=True)
+class QueueWaitNoted:
+    """The team's queue says why a HELD job waits: `kind` (after, queue, limit, quota, turn,
+    budget), the words `respot queue` shows, its position and estimated start (None: not a
+    candidate / unknown). It changes the record only if it says something new."""
+
+    kind: str
+    reason: str
+    position: int | None = None
+    estimate: datetime | None = None
+
+
+@dataclass(frozen=True)
 class ReconcileTick:
     """The scheduled look at every live job."""
 
@@ -159,4 +171,5 @@ JobEvent = (
     | ReconcileTick
     | Admitted
     | AdmissionRefused
+    | QueueWaitNoted
 )

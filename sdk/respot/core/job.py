@@ -133,6 +133,32 @@ class TimelineEntry(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+class QueueWait(BaseModel):
+    """Why a HELD job waits, as the team's queue last planned it (respot.queue): what
+    `respot ls`, `respot status` and the job's Slack card show, in `respot queue`'s words.
+
+    `kind`: after, queue, limit, quota, turn or budget; `position`: its place among the jobs
+    that wait (None: not a candidate, e.g. waiting for `after:`); `estimate`: when it may
+    start (None: unknown)."""
+
+    kind: str
+    reason: str
+    position: int | None = None
+    estimate: datetime | None = None
+    at: datetime  # when the pass that said so planned
+
+    def same_as(self, other: QueueWait | None, slack_seconds: float = 600.0) -> bool:
+        """True if `other` says the same to the researcher: kind, reason and position equal,
+        estimates both unknown or within `slack_seconds` (so their drift writes nothing)."""
+        if other is None:
+            return False
+        if (self.kind, self.reason, self.position) != (other.kind, other.reason, other.position):
+            return False
+        if self.estimate is None or other.estimate is None:
+            return self.estimate is other.estimate
+        return abs((self.estimate - other.estimate).total_seconds()) < slack_seconds
+
+
 class JobRecord(BaseModel):
     """The control plane's record of a job; every change is a compare-and-set on `version`."""
 
@@ -148,6 +174,8 @@ class JobRecord(BaseModel):
     waiting_since: datetime | None = None  # when the job last began to wait for capacity
     # When the team's queue admitted it (respot.queue; at submission when no queue holds it).
     admitted_at: datetime | None = None
+    # While HELD: why it waits, its position and estimated start (the queue's last pass).
+    queue_wait: QueueWait | None = None
     progress: Progress = Field(default_factory=Progress)
     checkpoint: CheckpointInfo | None = None
     last_heartbeat_at: datetime | None = None

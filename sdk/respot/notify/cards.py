@@ -31,6 +31,7 @@ from slack_sdk.models.blocks import (
 from respot.core.cost import job_cost, on_demand_price
 from respot.core.job import JobRecord, TimelineEntry
 from respot.core.states import JobState
+from respot.queue.words import wait_line
 from respot.wire.gpu import summary as gpu_summary
 
 log = logging.getLogger("respot.notify")
@@ -303,6 +304,15 @@ def status_card(
         pairs.append(("Checkpoint", f"step {record.checkpoint.step:,}"))
     if record.progress.gpus and state is JobState.RUNNING:
         pairs.append(("GPU", escape(gpu_summary(record.progress.gpus))))
+    queue_line = None
+    if state is JobState.HELD:
+        wait = record.queue_wait
+        queue_line = (
+            wait_line(wait.position, wait.reason, wait.estimate)
+            if wait is not None
+            else wait_line(None, None, None)
+        )
+        pairs.append(("In the team's queue", escape(queue_line)))
     blocks: list[Block] = [
         _header(f"{STATE_EMOJI.get(state, '')} {spec.name}: {state.value}".strip()),
         _fields(pairs),
@@ -323,6 +333,8 @@ def status_card(
         f"{spec.name} ({record.job_id}) is {state.value}: {_instance(record).replace('`', '')}; "
         f"{progress}; {'cost' if terminal else 'cost so far'} {_cost_line(record, now, prices)}"
     )
+    if queue_line is not None:
+        text += f"; in the team's queue {queue_line}"
     card = _post(text, blocks)
     meta = _metadata(CARD_EVENT, job_id=record.job_id, state=state.value, version=record.version)
     return replace(card, metadata=meta)
@@ -501,8 +513,8 @@ def _held(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | No
     detail = detail.removeprefix("; ")
     said = f" ({escape(detail)})" if detail else ""
     return _reply(
-        f":double_vertical_bar: *Held in the team's queue*{said}: `respot queue` shows its "
-        "position, what it waits for and when it may start",
+        f":double_vertical_bar: *Held in the team's queue*{said}: the card above shows its "
+        "position, what it waits for and when it may start; `respot queue` lists the queue",
         _at(entry),
     )
 

@@ -21,6 +21,7 @@ from respot.core.events import (
     JobEvent,
     LaunchRefused,
     PlaceNow,
+    QueueWaitNoted,
     ReconcileTick,
     Submitted,
 )
@@ -32,6 +33,7 @@ from respot.core.lifecycle.launches import (
     _admitted,
     _launched,
     _place_now,
+    _queue_wait,
     _refused,
     _submitted,
     _unavailable,
@@ -89,4 +91,6 @@ def _apply(d: _Draft, event: JobEvent, settings: ControlSettings, policy: Market
             return _admitted(d, event)
         case AdmissionRefused():
             return _admission_refused(d, event)
+        case QueueWaitNoted():
+            return _queue_wait(d, event)
     raise TypeError(f"unknown event {event!r}")

@@ -2,7 +2,8 @@
 
 Events: `Submitted`, `PlaceNow`, `CapacityLaunched`, `CapacityUnavailable` (with the quota
 that refused it, if any) and `LaunchRefused`; the team's queue's `Admitted` and
-`AdmissionRefused` (a submission is HELD until admitted, `respot.queue`).
+`AdmissionRefused` (a submission is HELD until admitted, `respot.queue`), and
+`QueueWaitNoted` (why a held job waits, for the researcher's views).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from respot.core.events import (
     CapacityUnavailable,
     LaunchRefused,
     PlaceNow,
+    QueueWaitNoted,
     Submitted,
 )
 from respot.core.failures import (
@@ -24,7 +26,7 @@ from respot.core.failures import (
     MAX_UNAUTHORIZED_LAUNCHES,
     launch_error_kind,
 )
-from respot.core.job import Attempt, AttemptEnd, JobRecord, Market, Placement
+from respot.core.job import Attempt, AttemptEnd, JobRecord, Market, Placement, QueueWait
 from respot.core.lifecycle.attempts import _launch_effect, _new_attempt
 from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, client_token
 from respot.core.lifecycle.returns import _refused_return
@@ -99,6 +101,7 @@ def _admitted(d: _Draft, event: Admitted) -> Decision:
     if d.job.state is not JobState.HELD:
         return _unchanged(f"ignored: {d.job.state.value} is not held")
     d.go(Transition.ADMIT)
+    d.job.queue_wait = None
     d.job.admitted_at = d.now
     d.job.waiting_since = d.now  # max_spot_wait counts from here, not from the submission
     d.note("admitted", f"admitted by the team's queue ({event.reason})")
@@ -110,7 +113,46 @@ def _admission_refused(d: _Draft, event: AdmissionRefused) -> Decision:
     """HELD -> FAILED: the queue can never admit it (its `after:` failed, a GPU limit)."""
     if d.job.state is not JobState.HELD:
         return _unchanged(f"ignored: {d.job.state.value} is not held")
+    d.job.queue_wait = None
     _finish(d, Transition.FAIL, AttemptEnd.FAILED, event.reason)
+    return d.decision()
+
+
+def queue_wait_text(wait: QueueWait) -> str:
+    """One line for the timeline: '#3 in the team's queue: <reason>; estimated start ...'."""
+    where = f"#{wait.position} in the team's queue" if wait.position else "in the team's queue"
+    when = wait.estimate.strftime("%Y-%m-%d %H:%M UTC") if wait.estimate else "unknown"
+    return f"{where}: {wait.reason}; estimated start {when}"
+
+
+def _queue_wait(d: _Draft, event: QueueWaitNoted) -> Decision:
+    """Record why a HELD job waits (its position, what it waits for, its estimated start).
+
+    Only while HELD, and only when it says something new (`QueueWait.same_as`): a pass that
+    plans the same again writes nothing. Its timeline note replaces the previous one if that
+    is the newest entry, so a job that waits long does not fill its timeline; the note only
+    refreshes the job's Slack card (not a reply of its own)."""
+    if d.job.state is not JobState.HELD:
+        return _unchanged(f"ignored: {d.job.state.value} is not held")
+    wait = QueueWait(
+        kind=event.kind,
+        reason=event.reason,
+        position=event.position,
+        estimate=event.estimate,
+        at=d.now,
+    )
+    if wait.same_as(d.job.queue_wait):
+        return _unchanged("ignored: the queue says the same")
+    d.job.queue_wait = wait
+    if d.job.timeline and d.job.timeline[-1].kind == "queue-wait":
+        d.job.timeline.pop()
+    d.note(
+        "queue-wait",
+        queue_wait_text(wait),
+        waits_for=wait.kind,
+        position=wait.position,
+        estimate=wait.estimate.isoformat() if wait.estimate else None,
+    )
     return d.decision()
 
 
