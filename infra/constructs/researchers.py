@@ -126,6 +126,13 @@ class ResearcherAccess(Construct):
                 ),
                 job_objects(bucket, "ReadJobObjects", "s3:GetObject"),
                 list_job_objects(bucket),
+                # `respot run --check`: the spot prices its cost estimate is made with, read
+                # as the control plane reads them. Read-only; EC2 takes only Resource * here.
+                iam.PolicyStatement(
+                    sid="ReadSpotPrices",
+                    actions=["ec2:DescribeSpotPriceHistory"],
+                    resources=["*"],
+                ),
                 # The stored submission holds the environment values (the job record keeps
                 # only their names): no researcher reads another's, nor their own, from S3.
                 iam.PolicyStatement(
@@ -150,10 +157,13 @@ class ResearcherAccess(Construct):
             "IAM5",
             "Researchers submit and follow many jobs: they upload code only under "
             "jobs/<job>/code/ and read objects under jobs/ (checkpoints, outputs, logs). "
-            "Nothing outside jobs/ and no write elsewhere.",
+            "Nothing outside jobs/ and no write elsewhere. ec2:DescribeSpotPriceHistory (`respot "
+            "run --check`'s spot prices) supports no resource-level permissions: AWS accepts "
+            "only Resource *; it is read-only.",
             applies_to=[
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*$",
                 r"^Resource::<.*Bucket.*\.Arn>/jobs/\*/code/\*$",
+                r"^Resource::\*$",
             ],
         )
 

@@ -647,6 +647,7 @@ def test_researcher_policy_is_what_the_sdk_needs_and_no_more(researchers):
         "ReadJobObjects": "s3:GetObject",
         "ListJobObjects": "s3:ListBucket",
         "ReadJobLogs": ["logs:DescribeLogStreams", "logs:GetLogEvents"],
+        "ReadSpotPrices": "ec2:DescribeSpotPriceHistory",  # `run --check`: read-only, Resource *
         "NoSubmissions": "s3:GetObject",  # a Deny: others' environment values (docs/security.md)
     }
     statements = policy["Properties"]["PolicyDocument"]["Statement"]

@@ -156,7 +156,11 @@ def run(
         float | None, typer.Option(help="With --wait: give up waiting after this many seconds.")
     ] = None,
     check: Annotated[
-        bool, typer.Option(help="Only validate the job file; submit nothing.")
+        bool,
+        typer.Option(
+            help="Only validate the job file and print its cost estimate by its deadline "
+            "(spot and on-demand bounds at today's prices); submit nothing."
+        ),
     ] = False,
     pull: Annotated[
         Path | None,
@@ -184,11 +188,19 @@ def run(
         if not json_output:
             _warn_unsaved(job.spec)
         if check:
+            estimate, source = _cost_check(job.spec, local)
             if json_output:
-                print_json(job.spec.model_dump(mode="json", exclude_none=True))
+                print_json(
+                    {
+                        **job.spec.model_dump(mode="json", exclude_none=True),
+                        "cost_estimate": estimate_json(estimate, source),
+                    }
+                )
             else:
                 what = job.spec.entry_point or " ".join(job.spec.command or [])
                 console().print(f"{job_file or '--command'}: ok ({job.spec.name}, {what})")
+                for line in estimate_lines(estimate, source):
+                    console().print(line, markup=False)
             return
         conn = connect(local)
         from respot.client.handle import run as submit
@@ -241,6 +253,95 @@ def run(
         if not json_output:
             report_pull(pulled, False)
     _finish(status, json_output)
+
+
+def _cost_check(spec: Any, local: bool) -> tuple[Any, dict[str, Any]]:
+    """The job's cost estimate at today's prices (`--check`): reads prices, spends nothing."""
+    from respot.client.costcheck import ON_DEMAND_SOURCE, SPOT_SOURCE, check_cost
+
+    ec2 = None
+    region = None
+    allowed: tuple[str, ...] | None = None
+    unreached: str | None = None
+    try:
+        conn = connect(local)
+        ec2 = conn.client("ec2")
+        region = conn.deployment.region or conn.session.region_name
+        allowed = conn.deployment.instance_types
+    except (Exception, typer.Exit) as exc:  # no deployment: the on-demand bounds still print
+        unreached = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    types = list(spec.instance_types or allowed or [])
+    estimate, quotes = check_cost(spec, types, ec2, unreached=unreached)
+    if not types:
+        estimate.notes.insert(
+            0, "no instance_types in the job and the deployment publishes none: give some"
+        )
+    source = {
+        "spot_prices": SPOT_SOURCE.format(region=region or "?") if ec2 is not None else None,
+        "on_demand_prices": ON_DEMAND_SOURCE,
+        "quotes": [q.__dict__ for q in quotes],
+    }
+    return estimate, source
+
+
+def estimate_json(estimate: Any, source: dict[str, Any]) -> dict[str, Any]:
+    """`run --check --json`'s cost_estimate: the bounds, the prices and where they come from."""
+
+    def usd(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+
+    return {
+        "billed_hours": usd(estimate.billed_hours),
+        "hours_to_deadline": usd(estimate.hours_to_deadline),
+        "spot_usd": usd(estimate.spot_usd),
+        "spot_type": estimate.spot_type,
+        "on_demand_usd": usd(estimate.on_demand_usd),
+        "on_demand_type": estimate.on_demand_type,
+        "worst_by_deadline_usd": usd(estimate.worst_usd),
+        "notes": list(estimate.notes),
+        **source,
+    }
+
+
+def estimate_lines(estimate: Any, source: dict[str, Any]) -> list[str]:
+    """The human lines of `run --check`'s cost estimate."""
+
+    def usd(value: float | None) -> str:
+        return "unknown" if value is None else f"${value:,.2f}"
+
+    lines = ["cost estimate (nothing submitted, nothing spent):"]
+    if estimate.billed_hours is not None:
+        by = (
+            f", {estimate.hours_to_deadline:.2f} h to its deadline"
+            if estimate.hours_to_deadline is not None
+            else ", no deadline"
+        )
+        lines.append(
+            f"  {estimate.billed_hours:.2f} billed hours (estimated_runtime + changeover){by}"
+        )
+        lines.append(
+            f"  spot (never interrupted)       {usd(estimate.spot_usd)}"
+            + (f" on {estimate.spot_type}, at today's spot price" if estimate.spot_type else "")
+        )
+        lines.append(
+            f"  on-demand (spot never comes)   {usd(estimate.on_demand_usd)}"
+            + (f" on {estimate.on_demand_type}" if estimate.on_demand_type else "")
+        )
+        how = (
+            " (spot through the deadline's slack, then the whole job on on-demand)"
+            if estimate.hours_to_deadline is not None
+            else " (max_runtime at the dearest price)"
+            if estimate.worst_usd is not None
+            else ""
+        )
+        lines.append(f"  at most, by the policy         {usd(estimate.worst_usd)}{how}")
+    for note in estimate.notes:
+        lines.append(f"  note: {note}")
+    lines.append(
+        f"  prices: spot from {source['spot_prices'] or 'nowhere (unknown)'}; "
+        f"on-demand from {source['on_demand_prices']}"
+    )
+    return lines
 
 
 def _command_line(
@@ -420,6 +521,9 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
     )
     if record.reason:
         out.print(f"  reason      {record.reason}", markup=False)
+    stopping = record.policy.get("stopping")
+    if stopping and not record.state.is_terminal():  # a platform rule's stop (core.lifecycle.stops)
+        out.print(f"  stopping    {stopping['reason']} (checkpoints, then stops)", markup=False)
     said = queue_wait_json(record)
     if said is not None:
         from respot.queue.words import wait_line
