@@ -1,4 +1,5 @@
-"""Lambda `notify`: posts each job's news to the job's Slack thread.
+"""Lambda `notify`: posts each job's news to the job's Slack thread, and budget alerts
+(`{"kind": "budget-alert", ...}`, respot.queue.budgets) to the deployment's channel.
 
 Trigger: SQS FIFO `notifications` (message group = job id, so one job's messages come one at
 a time and in order). A message Slack will never take (bad token, unknown or archived
@@ -10,6 +11,7 @@ can delay or fail a job: the control plane only queued the message.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ from respot.notify import (
     SlackPermanentError,
     SlackTransientError,
 )
+from respot.queue.budgets import ALERT_MESSAGE, alert_from_message
 
 _factory: Callable[[], SlackNotifier] | None = None
 _notifier: SlackNotifier | None = None
@@ -47,7 +50,31 @@ def notifier() -> SlackNotifier:
     return _notifier
 
 
+def _deliver_alert(doc: dict[str, Any]) -> None:
+    try:
+        alert, action = alert_from_message(doc)
+    except ValueError as exc:
+        raise PoisonMessageError(f"not a budget alert: {exc}") from exc
+    try:
+        done = notifier().deliver_alert(alert, action)
+    except SlackPermanentError as exc:
+        logger.error("budget alert %s cannot be sent: %s", alert.key, exc.reason)
+        raise PoisonMessageError(str(exc)) from exc
+    except SlackTransientError as exc:
+        logger.warning("budget alert %s not sent yet, SQS will retry: %s", alert.key, exc.reason)
+        raise
+    if done.skipped:
+        logger.info("budget alert %s: %s", alert.key, done.skipped)
+
+
 def _deliver(body: str) -> None:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and doc.get("kind") == ALERT_MESSAGE:
+        _deliver_alert(doc)
+        return
     try:
         note = JobNotification.model_validate_json(body)
     except ValidationError as exc:

@@ -48,6 +48,9 @@ class LedgerState:
     spend: dict[str, float] = field(default_factory=dict)
     budgets: dict[str, float] = field(default_factory=dict)
     queues: list[str] = field(default_factory=list)  # the named queues in force
+    # The budget alerts sent this month (`respot.queue.budgets.AlertsSent.to_doc`): recorded
+    # by the pass's conditional write before any is sent, so each goes out once.
+    alerts: dict[str, Any] = field(default_factory=dict)
 
 
 def _lease_doc(lease: Lease) -> dict[str, Any]:
@@ -105,6 +108,7 @@ class QueueLedger:
             spend=doc.get("spend", {}),
             budgets=doc.get("budgets", {}),
             queues=doc.get("queues", []),
+            alerts=doc.get("alerts", {}),
         )
 
     def write(self, state: LedgerState) -> LedgerState:
@@ -123,6 +127,7 @@ class QueueLedger:
             "spend": state.spend,
             "budgets": state.budgets,
             "queues": state.queues,
+            "alerts": state.alerts,
         }
         item = {**_KEY, "version": {"N": str(state.version + 1)}, "doc": {"S": json.dumps(doc)}}
         if state.version == 0:

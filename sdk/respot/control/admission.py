@@ -27,13 +27,22 @@ from typing import Any
 from respot.aws.jobs import JobTable
 from respot.aws.queueledger import AccountUse, LedgerState, QueueLedger
 from respot.core.cost import attempt_cost, attempt_hours, on_demand_price
-from respot.core.events import AdmissionRefused, Admitted, JobEvent, QueueWaitNoted
+from respot.core.events import AdmissionRefused, Admitted, JobEvent, PlatformStop, QueueWaitNoted
 from respot.core.job import JobRecord, Market, QueueWait
+from respot.core.lifecycle.stops import STOPPING
 from respot.core.quotas import quota_for
 from respot.core.states import JobState
 from respot.exceptions import ConcurrentUpdateError
 from respot.queue import Lease, Priority, QueueLimits, QuotaRoom, WaitingJob, plan, settle
 from respot.queue.admission import Plan
+from respot.queue.budgets import (
+    AlertsSent,
+    BudgetAction,
+    BudgetAlert,
+    Running,
+    due_alerts,
+    hard_stops,
+)
 from respot.queue.estimate import estimate_starts
 from respot.queue.model import quota_key_of
 from respot.queue.settings import parse_settings, team_of
@@ -54,6 +63,10 @@ class PassResult:
     noted: list[str] = field(default_factory=list)  # held jobs whose recorded wait changed
     plan: Plan | None = None
     leases: dict[str, Lease] = field(default_factory=dict)
+    # Budget alerts this pass recorded in the ledger (its write won): the caller sends them.
+    alerts: list[BudgetAlert] = field(default_factory=list)
+    budget_action: BudgetAction = BudgetAction.HOLD
+    stopped: list[tuple[str, str]] = field(default_factory=list)  # `hard`: (job, reason)
 
 
 def _has_budgets(limits: QueueLimits) -> bool:
@@ -184,8 +197,12 @@ class Admission:
             waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
             states = self._after_states(waiting, by_id)
             rooms = self._rooms(types, new.leases)
-            spent, budgets = self._spend(limits, live, now) if _has_budgets(limits) else ({}, {})
+            spent, paid, budgets = (
+                self._spend(limits, live, now) if _has_budgets(limits) else ({}, {}, {})
+            )
             new.spend, new.budgets = spent, budgets
+            alerts, sent = due_alerts(spent, budgets, AlertsSent.from_doc(state.alerts), now)
+            new.alerts = sent.to_doc() if (alerts or state.alerts) else {}
             new.queues = sorted(limits.queues)
             p = plan(waiting, new.leases.values(), rooms, limits, new.usage, states, now, spent)
             for job in p.admit:
@@ -218,6 +235,7 @@ class Admission:
                 or _moved(state.spend, new.spend)
                 or state.budgets != new.budgets
                 or state.queues != new.queues
+                or state.alerts != new.alerts
             ):
                 new.planned_at = now.isoformat()
                 try:
@@ -225,6 +243,8 @@ class Admission:
                 except ConcurrentUpdateError:
                     continue  # another pass wrote first: read again, plan again
             result.leases = new.leases
+            result.alerts = alerts  # recorded by the write above (or nothing new to say)
+            result.budget_action = limits.budget_action
             waits = new.waits
             break
         else:
@@ -238,6 +258,8 @@ class Admission:
         for job, reason in result.plan.fail:
             apply(job.job_id, AdmissionRefused(reason))
             result.refused.append((job.job_id, reason))
+        if limits.budget_action is BudgetAction.HARD and paid:
+            result.stopped = self._hard_stops(live, limits, paid, budgets, apply)
         failed = {job.job_id for job, _ in result.plan.fail}
         for record in held:
             said = waits.get(record.job_id)
@@ -258,12 +280,14 @@ class Admission:
 
     def _spend(
         self, limits: QueueLimits, live: list[JobRecord], now: datetime
-    ) -> tuple[dict[str, float], dict[str, float]]:
+    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
         """USD spent this calendar month (UTC) by each researcher and team, from every job's
         attempts (the cost ledger: an attempt running into this month counts whole), plus
-        what admitted live jobs will spend by their estimated runtime; and the budgets."""
+        what admitted live jobs will spend by their estimated runtime; what they paid (the
+        bill alone, for `budget_action: hard`); and the budgets."""
         month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         spent: dict[str, float] = {}
+        billed: dict[str, float] = {}
         for record in self.jobs.recent(limit=1_000_000):
             owner = record.submission.submitted_by or "unidentified"
             paid = sum(
@@ -271,12 +295,14 @@ class Admission:
                 for a in record.attempts
                 if (a.ended_at or now) >= month
             )
+            bill = paid
             if not record.state.is_terminal() and record.state is not JobState.HELD:
                 paid += _committed(record, now, self.prices)
             if paid <= 0:
                 continue
             for key in (f"researcher:{owner}", f"team:{team_of(owner, limits)}"):
                 spent[key] = spent.get(key, 0.0) + paid
+                billed[key] = billed.get(key, 0.0) + bill
         budgets: dict[str, float] = {f"team:{t}": b for t, b in limits.team_budgets.items()}
         owners = {r.submission.submitted_by or "unidentified" for r in live}
         owners |= {k.split(":", 1)[1] for k in spent if k.startswith("researcher:")}
@@ -284,7 +310,32 @@ class Admission:
             budget = limits.budget_of_researcher(owner)
             if budget is not None:
                 budgets[f"researcher:{owner}"] = budget
-        return {k: round(v, 4) for k, v in spent.items()}, budgets
+        return (
+            {k: round(v, 4) for k, v in spent.items()},
+            {k: round(v, 4) for k, v in billed.items()},
+            budgets,
+        )
+
+    def _hard_stops(
+        self,
+        live: list[JobRecord],
+        limits: QueueLimits,
+        paid: dict[str, float],
+        budgets: dict[str, float],
+        apply: Callable[[str, JobEvent], Any],
+    ) -> list[tuple[str, str]]:
+        """`budget_action: hard`: checkpoint and stop the admitted jobs of each researcher or
+        team that has paid its whole budget (`PlatformStop`; a job already stopping is left)."""
+        running = []
+        for r in live:
+            if r.state.is_terminal() or r.state is JobState.HELD or STOPPING in r.policy:
+                continue
+            owner = r.submission.submitted_by or "unidentified"
+            running.append(Running(r.job_id, owner, team_of(owner, limits)))
+        stops = hard_stops(running, paid, budgets)
+        for job_id, reason in stops:
+            apply(job_id, PlatformStop(reason, "budget"))
+        return stops
 
     def _waiting(self, record: JobRecord, limits: QueueLimits, types: dict[str, str]) -> WaitingJob:
         spec = record.spec

@@ -11,6 +11,7 @@ A crash between 3 and 4 is repaired by the reconcile tick (launch timeout, heart
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -65,6 +66,7 @@ from respot.core.transfer import checkpoint_region
 from respot.credentials.policy import secrets_problem
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.identity.verify import principal_matches
+from respot.queue.budgets import BudgetAction, BudgetAlert, alert_message
 from respot.spec.jobid import is_job_id
 from respot.storage import layout
 from respot.wire.messages import CancelCommand, JobSubmission, stored_submission, submission_digest
@@ -124,6 +126,31 @@ class Notifications:
             self.client.send_message(QueueUrl=self.queue_url, MessageBody=json.dumps(body), **fifo)
         except Exception:  # a notification must never block or fail a transition
             log.exception("could not queue a notification for job %s", job.job_id)
+
+
+    def budget_alert(self, alert: BudgetAlert, action: BudgetAction) -> None:
+        """Queue a budget alert for the notifier (the deployment's channel); never raises.
+
+        Its own FIFO group; the deduplication id names the month, budget and threshold, so a
+        repeated send within SQS's five minutes is dropped too (the ledger already records
+        each alert once: `respot.queue.budgets`)."""
+        if not self.queue_url or self.client is None:
+            return
+        fifo: dict[str, str] = {}
+        if self.queue_url.endswith(".fifo"):
+            digest = hashlib.sha256(alert.key.encode()).hexdigest()[:32]
+            fifo = {
+                "MessageGroupId": "budget-alerts",
+                "MessageDeduplicationId": f"budget-{alert.month}-{digest}-{alert.threshold}",
+            }
+        try:
+            self.client.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=json.dumps(alert_message(alert, action)),
+                **fifo,
+            )
+        except Exception:  # an alert must never block or fail a pass
+            log.exception("could not queue the budget alert %s %d%%", alert.key, alert.threshold)
 
 
 class ControlPlane:
@@ -372,6 +399,8 @@ class ControlPlane:
                     [j for j, _ in result.refused],
                     result.released,
                 )
+                for alert in result.alerts:  # recorded once in the ledger by this pass
+                    self.notifications.budget_alert(alert, result.budget_action)
                 if not self._admit_again:
                     break
         finally:

@@ -151,6 +151,15 @@ class QueueWaitNoted:
 
 
 @dataclass(frozen=True)
+class PlatformStop:
+    """A platform team's rule stops the job: checkpoint and stop, keeping the checkpoint
+    (`cause`: "budget" for `budget_action: hard`; `core.lifecycle.stops`)."""
+
+    reason: str
+    cause: str
+
+
+@dataclass(frozen=True)
 class ReconcileTick:
     """The scheduled look at every live job."""
 
@@ -171,5 +180,6 @@ JobEvent = (
     | ReconcileTick
     | Admitted
     | AdmissionRefused
+    | PlatformStop
     | QueueWaitNoted
 )

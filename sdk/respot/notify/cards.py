@@ -508,6 +508,15 @@ def _idle_gpus(
     return _reply(f":zzz: *GPUs idle*: {escape(text)}", _at(entry))
 
 
+def _stopping(
+    entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
+) -> SlackPost:
+    return _reply(
+        f":octagonal_sign: *Stopped by the platform team's rule*: {escape(entry.text)}",
+        _at(entry),
+    )
+
+
 def _held(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None) -> SlackPost:
     detail = entry.text.split(" (", 1)[0].removeprefix("waiting in the team's queue")
     detail = detail.removeprefix("; ")
@@ -586,6 +595,7 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "fallback": _fallback,
     "returned": _spot_return,
     "idle-gpus": _idle_gpus,
+    "stopping": _stopping,
     "held": _held,
     "completed": _completed,
     "failed": _failed,

@@ -32,10 +32,12 @@ from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 from respot.aws.jobs import JobTable
 from respot.control.config import NotifyConfig
 from respot.core.job import JobRecord
+from respot.notify.budget import budget_card
 from respot.notify.cards import reply_for, status_card
 from respot.notify.exceptions import NotifyError, SlackPermanentError, SlackTransientError
 from respot.notify.notification import JobNotification
 from respot.notify.token import SlackTokenSource
+from respot.queue.budgets import BudgetAction, BudgetAlert
 
 log = logging.getLogger("respot.notify")
 
@@ -203,6 +205,32 @@ class SlackNotifier:
             raise
         except (OSError, TimeoutError) as exc:  # URLError, connection refused, read timeouts
             raise classify(note.job_id, exc) from exc
+
+    def deliver_alert(self, alert: BudgetAlert, action: BudgetAction) -> Delivery:
+        """Post a budget alert in the deployment's channel (a top-level message)."""
+        name = f"budget {alert.key} {alert.threshold}%"
+        token = self.tokens.get()
+        if token is None:
+            return Delivery(name, skipped="Slack notifications are off (no token)")
+        if not self.default_channel:
+            return Delivery(name, skipped="no Slack channel configured for the deployment")
+        card = budget_card(alert, action).payload()
+        try:
+            self._client(token).chat_postMessage(channel=self.default_channel, **card)
+        except SlackApiError as exc:
+            if exc.response.get("error") not in AUTH_ERRORS:
+                raise classify(name, exc) from exc
+            self.tokens.invalidate()
+            fresh = self.tokens.get()
+            if fresh is None or fresh == token:
+                raise classify(name, exc) from exc
+            try:
+                self._client(fresh).chat_postMessage(channel=self.default_channel, **card)
+            except (SlackApiError, OSError) as again:
+                raise classify(name, again) from again
+        except (OSError, TimeoutError) as exc:
+            raise classify(name, exc) from exc
+        return Delivery(name, posted_card=True)
 
     def _client(self, token: str) -> WebClient:
         if token not in self._clients:

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from respot.queue.budgets import BudgetAction
+
 
 class Priority(enum.StrEnum):
     """A job's priority among its own researcher's jobs (`priority:` in the spec)."""
@@ -89,7 +91,8 @@ class QueueLimits:
     - `team_weights`: a team's weight in fair share (default 1); `teams`: researcher -> team
       where the identity carries no team tag.
     - `half_life_hours`: how fast recent use is forgotten (see `usage`).
-    - `researcher_budget(s)`, `team_budgets`: monthly USD; at 100% new jobs are held.
+    - `researcher_budget(s)`, `team_budgets`: monthly USD; at 100% new jobs are held, and
+      with `budget_action` "hard" admitted ones are checkpointed and stopped.
     - `aging_hours`: a waiting job gains one priority level per this many hours waited,
       and a job that waited `starve_hours` goes before every job that did not (oldest first),
       its quota held for it so smaller jobs cannot keep overtaking it.
@@ -109,6 +112,7 @@ class QueueLimits:
     researcher_budget: float | None = None
     researcher_budgets: dict[str, float] = field(default_factory=dict)
     team_budgets: dict[str, float] = field(default_factory=dict)
+    budget_action: BudgetAction = BudgetAction.HOLD
 
     def budget_of_researcher(self, researcher: str) -> float | None:
         """The researcher's monthly budget in USD, or None."""

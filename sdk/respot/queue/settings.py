@@ -4,7 +4,8 @@ command `respot queue limits`), checked with errors that name the field and the 
     {"enabled": true, "researcher_gpus": 8, "team_gpus": 16, "team_gpus_by_team": {"nlp": 8},
      "queues": {"serial": {"max_running": 1}, "big": {"max_gpus": 16}},
      "team_weights": {"vision": 2}, "teams": {"arn:aws:iam::1:user/ann": "vision"},
-     "half_life_hours": 2, "aging_hours": 4, "starve_hours": 24}
+     "half_life_hours": 2, "aging_hours": 4, "starve_hours": 24,
+     "researcher_budget": 500, "team_budgets": {"nlp": 5000}, "budget_action": "hold"}
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from respot.queue.budgets import BudgetAction
 from respot.queue.model import NamedQueue, QueueLimits
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -29,6 +31,7 @@ _KEYS = {
     "researcher_budget",
     "researcher_budgets",
     "team_budgets",
+    "budget_action",
 }
 
 
@@ -109,6 +112,12 @@ def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
     enabled = data.get("enabled", False)
     if not isinstance(enabled, bool):
         raise QueueSettingsError(f"enabled: {enabled!r} is not true or false")
+    action = data.get("budget_action", BudgetAction.HOLD.value)
+    if not isinstance(action, str) or action not in {a.value for a in BudgetAction}:
+        raise QueueSettingsError(
+            f"budget_action: {action!r} is not hold or hard (hold: at 100% of a budget new "
+            "jobs are held; hard: running ones are also checkpointed and stopped)"
+        )
     defaults = QueueLimits()
     return enabled, QueueLimits(
         researcher_gpus=_count("researcher_gpus", data.get("researcher_gpus")),
@@ -127,6 +136,7 @@ def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
         else _usd("researcher_budget", data.get("researcher_budget")),
         researcher_budgets=_budgets("researcher_budgets", data.get("researcher_budgets")),
         team_budgets=_budgets("team_budgets", data.get("team_budgets")),
+        budget_action=BudgetAction(action),
     )
 
 
@@ -153,6 +163,7 @@ def settings_dict(enabled: bool, limits: QueueLimits) -> dict[str, Any]:
         "researcher_budget": limits.researcher_budget,
         "researcher_budgets": dict(limits.researcher_budgets),
         "team_budgets": dict(limits.team_budgets),
+        "budget_action": limits.budget_action.value,
     }
 
 

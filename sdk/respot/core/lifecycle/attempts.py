@@ -12,6 +12,7 @@ from respot.core.events import PlaceNow
 from respot.core.failures import boot_failures_in_a_row
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Placement
 from respot.core.lifecycle.draft import _Draft, _finish, at_step, client_token
+from respot.core.lifecycle.stops import stop_finished, stopping
 from respot.core.states import JobState, Transition, can
 
 
@@ -90,6 +91,12 @@ def _interrupt(d: _Draft, att: Attempt, why: str, *, noticed: bool) -> None:
     if noticed:
         att.notice_at = d.now
     if att is not job.current or not can(job.state, Transition.INTERRUPT):
+        return
+    if stopping(d, att):
+        # A platform rule's stop (`stops`): the job ends when the attempt does, not replaced;
+        # a notice meanwhile changes nothing (its agent checkpoints and stops either way).
+        if not noticed:
+            stop_finished(d, att)
         return
     if not noticed and att.instance_id is None and job.state is JobState.REQUESTED:
         return

@@ -21,6 +21,7 @@ from respot.core.events import (
     JobEvent,
     LaunchRefused,
     PlaceNow,
+    PlatformStop,
     QueueWaitNoted,
     ReconcileTick,
     Submitted,
@@ -40,7 +41,7 @@ from respot.core.lifecycle.launches import (
 )
 from respot.core.lifecycle.reports import _agent
 from respot.core.lifecycle.returns import _hand_over_return
-from respot.core.lifecycle.ticks import _cancel, _tick
+from respot.core.lifecycle.ticks import _cancel, _platform_stop, _tick
 from respot.core.placement import ControlSettings, MarketPolicy
 
 
@@ -85,6 +86,8 @@ def _apply(d: _Draft, event: JobEvent, settings: ControlSettings, policy: Market
             return _agent(d, event, settings)
         case CancelRequested():
             return _cancel(d, event)
+        case PlatformStop():
+            return _platform_stop(d, event)
         case ReconcileTick():
             return _tick(d, event, settings, policy)
         case Admitted():

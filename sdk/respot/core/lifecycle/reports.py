@@ -33,6 +33,7 @@ from respot.core.lifecycle.progress import (
     _progress_history,
     _progress_note,
 )
+from respot.core.lifecycle.stops import stop_finished
 from respot.core.placement import ControlSettings
 from respot.core.states import JobState, Transition
 from respot.core.transfer import note_restore
@@ -316,7 +317,9 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
     )
     if body.checkpoint_step is None:
         _note_never_checkpointed(d, att, msg.instance_id, f"stopped {at_step(body.step)}")
-    if att.notice_at is None:
+    if stop_finished(d, att):
+        pass  # a platform rule's stop (`stops`): the job ends CANCELLED with its reason
+    elif att.notice_at is None:
         _interrupt(d, att, f"{body.notice} notice seen by the agent", noticed=True)
     elif att is not job.current and job.policy.get("return_from") == att.number:
         d.note(
@@ -333,8 +336,9 @@ def _preempted(d: _Draft, att: Attempt, msg: AgentMessage, body: AgentPreempted)
             step=body.step,
             checkpoint_step=body.checkpoint_step,
         )
-    att.end = AttemptEnd.INTERRUPTED
-    att.ended_at = d.now
+    if att.end is None:  # (a platform rule's stop has ended it CANCELLED: `stops`)
+        att.end = AttemptEnd.INTERRUPTED
+        att.ended_at = d.now
     d.terminate([msg.instance_id], "stopped after its interruption checkpoint")
     return d.decision()
 

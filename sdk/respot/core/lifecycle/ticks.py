@@ -1,8 +1,8 @@
 """The scheduled look and cancellation: limits, silent instances, relaunches and market moves.
 
 Events: `ReconcileTick` (max_runtime, budget, a launch whose result was lost, silent or
-stuck instances, the on-demand attempt a return leaves, the deadline policy's moves) and
-`CancelRequested`.
+stuck instances, the on-demand attempt a return leaves, the deadline policy's moves, a rule's
+stop not carried out in time), `CancelRequested` and `PlatformStop` (`stops`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import datetime
 
 from respot.core.cost import job_cost
 from respot.core.effects import ReleaseHandoff, StopAttempt
-from respot.core.events import CancelRequested, PlaceNow, ReconcileTick
+from respot.core.events import CancelRequested, PlaceNow, PlatformStop, ReconcileTick
 from respot.core.job import Attempt, AttemptEnd, Market
 from respot.core.lifecycle.attempts import (
     _boot_failure,
@@ -21,6 +21,7 @@ from respot.core.lifecycle.attempts import (
 )
 from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, at_step
 from respot.core.lifecycle.returns import _begin_return, return_hold
+from respot.core.lifecycle.stops import STOPPING, begin_stop, stop_overdue
 from respot.core.placement import ControlSettings, MarketPolicy, SwitchPolicy
 from respot.core.states import JobState, Transition
 
@@ -36,6 +37,13 @@ def _cancel(d: _Draft, event: CancelRequested) -> Decision:
     return d.decision()
 
 
+def _platform_stop(d: _Draft, event: PlatformStop) -> Decision:
+    """A platform rule (a budget paid in full, `hard`) stops the job, keeping its checkpoint."""
+    if not begin_stop(d, event.reason, event.cause):
+        return _unchanged("ignored: over, held or already stopping")
+    return d.decision()
+
+
 def _tick(
     d: _Draft, event: ReconcileTick, settings: ControlSettings, policy: MarketPolicy
 ) -> Decision:
@@ -46,6 +54,8 @@ def _tick(
         return _unchanged("ignored: job is over")
     if job.state is JobState.HELD:
         return _unchanged("ignored: held in the team's queue")  # respot.control.admission
+    if stop_overdue(d, now):
+        return d.decision()  # a rule's stop the agent did not carry out in time
     if (
         spec.max_runtime is not None
         and now - (job.admitted_at or job.created_at) > spec.max_runtime
@@ -105,6 +115,7 @@ def _tick(
         spec.deadline is not None
         and job.state is JobState.RUNNING
         and "switching" not in job.policy
+        and STOPPING not in job.policy  # a rule's stop: no move, no new instance
         and isinstance(policy, SwitchPolicy)
     ):
         # Across pools, the deadline policy may move a job on on-demand back to spot (a job
