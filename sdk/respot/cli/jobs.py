@@ -524,9 +524,6 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
     stopping = record.policy.get("stopping")
     if stopping and not record.state.is_terminal():  # a platform rule's stop (core.lifecycle.stops)
         out.print(f"  stopping    {stopping['reason']} (checkpoints, then stops)", markup=False)
-    stopping = record.policy.get("stopping")
-    if stopping and not record.state.is_terminal():  # a platform rule's stop (core.lifecycle.stops)
-        out.print(f"  stopping    {stopping['reason']} (checkpoints, then stops)", markup=False)
     said = queue_wait_json(record)
     if said is not None:
         from respot.queue.words import wait_line
