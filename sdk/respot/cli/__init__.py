@@ -9,6 +9,7 @@ from respot.cli import (
     doctor,
     jobs,
     local,
+    notebook,
     observe,
     queue,
     replay,
@@ -39,6 +40,9 @@ app.command()(selftest.selftest)
 app.command(cls=bench.SpaceSeparatedLists)(replay.replay)
 app.add_typer(bench.app, name="bench", help="Benchmarks: the placement policy on spot traces.")
 app.add_typer(sweep.app, name="sweep", help="Optuna sweeps on spot: each trial is a respot job.")
+app.add_typer(
+    notebook.app, name="notebook", help="JupyterLab workspaces on spot GPUs (docs/notebooks.md)."
+)
 app.add_typer(local.app, name="local", help="The whole system on this machine, no AWS needed.")
 
 

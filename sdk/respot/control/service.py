@@ -69,6 +69,7 @@ from respot.identity.verify import principal_matches
 from respot.queue.budgets import BudgetAction, BudgetAlert, alert_message
 from respot.spec.jobid import is_job_id
 from respot.storage import layout
+from respot.storage.carry import carry_checkpoint
 from respot.wire.messages import CancelCommand, JobSubmission, stored_submission, submission_digest
 
 log = logging.getLogger("respot.control")
@@ -337,8 +338,13 @@ class ControlPlane:
             if record is None or record.submission_digest != submission_digest(submission):
                 raise DuplicateJobError(_duplicate_reason(record, submission))
             self._store_submission(submission)  # a crash may have come between the two writes
+            if spec.restore_from is not None and not refused:  # a crash may have cut the copy
+                carry_checkpoint(self.s3, self.bucket, spec.restore_from, job_id)
             return Applied(job_id, "Submitted", "duplicate", record.state.value, record.version)
         self._store_submission(submission)
+        if spec.restore_from is not None and not refused:
+            # Before the first launch; a failure raises, and the redelivery copies again.
+            carry_checkpoint(self.s3, self.bucket, spec.restore_from, job_id)
         applied = self._carry_out(job_id, event, decision, record, depth=0)
         if record is not None and record.state is JobState.HELD:
             self.admit("a job was submitted")
@@ -360,6 +366,8 @@ class ControlPlane:
                     f"queue: {spec.queue!r} is not a queue of this deployment; known: {known} "
                     "(`respot queue` lists them)"
                 )
+        if spec.restore_from is not None:
+            problems.extend(self._restore_problems(submission))
         for name in spec.after:
             other = self.jobs.get(name)
             if other is None:
@@ -373,6 +381,28 @@ class ControlPlane:
                     "only wait for its own submitter's jobs"
                 )
         return problems
+
+    def _restore_problems(self, submission: JobSubmission) -> list[str]:
+        """`restore_from:` names a finished job of the same verified submitter, or the job
+        is refused (its checkpoint is never copied)."""
+        source_id = submission.spec.restore_from
+        assert source_id is not None
+        source = self.jobs.get(source_id)
+        if source is None:
+            return [f"restore_from: job {source_id} does not exist; name one `respot ls` shows"]
+        owner = source.submission.submitted_by
+        if submission.submitted_by is None or owner != submission.submitted_by:
+            return [
+                f"restore_from: job {source_id} is not yours (it belongs to "
+                f"{owner or 'an unidentified submitter'}); a job may "
+                "only start from its own submitter's checkpoints"
+            ]
+        if not source.state.is_terminal():
+            return [
+                f"restore_from: job {source_id} is still {source.state.value}; its checkpoint "
+                "is not final until it stops (`respot cancel`)"
+            ]
+        return []
 
     def admit(self, reason: str) -> PassResult | None:
         """Run admission passes until none is asked for during one (at most three).

@@ -269,6 +269,12 @@ class TrainingEnvVar(BaseModel):
     queue: str | None = Field(
         default=None, description="a named queue of this deployment (`respot queue` lists them)"
     )
+    restore_from: str | None = Field(
+        default=None,
+        description="a job id of yours: this job starts from that job's newest checkpoint, "
+        "copied into this job's prefix by the control plane before the first launch (how "
+        "`respot notebook start` continues a stopped workspace)",
+    )
 
     def __init__(self, **data: Any) -> None:
         # Constructed by hand on a laptop: report problems the same way validate_spec does.
@@ -284,6 +290,16 @@ class TrainingEnvVar(BaseModel):
             raise ValueError(
                 f"{value!r} is not a job name; use 1-64 letters, digits, '.', '_' or '-', "
                 "starting with a letter or digit, e.g. 'digits-mlp'"
+            )
+        return value
+
+    @field_validator("restore_from")
+    @classmethod
+    def _check_restore_from(cls, value: str | None) -> str | None:
+        if value is not None and not is_job_id(value):
+            raise ValueError(
+                f"{str(value)[:120]!r} is not a job id: lowercase letters, digits and '-', "
+                "as `respot ls` shows them"
             )
         return value
 

@@ -1,0 +1,160 @@
+"""What `respot notebook start/open/stop` do, as functions (the CLI, the e2e tests and the
+browser test call these): each takes the deployment and the researcher's boto3 session.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from respot.aws.jobs import JobTable
+from respot.core.job import JobRecord
+from respot.workspace import names
+from respot.workspace.catalog import (
+    Workspace,
+    WorkspaceError,
+    caller_arn,
+    find,
+    live_or_explain,
+    mine,
+)
+from respot.workspace.spec import JUPYTERLAB, workspace_spec, write_code
+from respot.workspace.tokens import new_token, read_token, save_token
+from respot.workspace.tunnel import Tunnel
+
+SCAN_LIMIT = 100_000  # every job of the table: a workspace's jobs may be weeks apart
+DELETED_MARKER = "workspace-deleted"  # jobs/<id>/workspace-deleted: its owner deleted it
+
+
+@dataclass(frozen=True)
+class Started:
+    name: str
+    job_id: str
+    restored_from: str | None
+
+
+def records(deployment: Any, session: Any) -> list[JobRecord]:
+    return JobTable(deployment.table_name, deployment.client("dynamodb", session)).recent(
+        SCAN_LIMIT
+    )
+
+
+def is_deleted(deployment: Any, session: Any, job_id: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    from respot.storage import layout
+
+    key = layout.job_prefix(job_id) + DELETED_MARKER
+    try:
+        deployment.client("s3", session).head_object(Bucket=deployment.bucket, Key=key)
+    except ClientError:
+        return False
+    return True
+
+
+def my_workspace(deployment: Any, session: Any, name: str) -> Workspace | None:
+    """The caller's workspace `name` (names are per owner), or None."""
+    names.check_name(name)
+    me = caller_arn(deployment, session)
+    for workspace in mine(records(deployment, session), me):
+        if workspace.name == name:
+            return workspace
+    return None
+
+
+def start(
+    deployment: Any,
+    session: Any,
+    name: str,
+    *,
+    local: bool,
+    instance_types: list[str] | None = None,
+    requirements: Path | None = None,
+    max_runtime: str = names.DEFAULT_MAX_RUNTIME,
+    idle_minutes: float = names.DEFAULT_IDLE_MINUTES,
+    settings: dict[str, float] | None = None,
+) -> Started:
+    """Submit workspace `name`'s job: a new one, or a stopped one's continuation (restore_from:
+    its newest job). WorkspaceError if it runs already. The token is saved 0600 here."""
+    from respot.client.handle import run
+
+    names.check_name(name)
+    names.check_idle_minutes(idle_minutes)
+    workspace = my_workspace(deployment, session, name)
+    restore_from = None
+    if workspace is not None:
+        live = workspace.live
+        if live is not None:
+            raise WorkspaceError(
+                f"workspace {name!r} is in use: job {live.job_id} is {live.state.value}; "
+                f"`respot notebook open {name}` opens it, `respot notebook stop {name}` stops it"
+            )
+        previous = next((j for j in workspace.jobs if j.attempts), None)
+        if previous is not None and not is_deleted(deployment, session, previous.job_id):
+            restore_from = previous.job_id
+    token = new_token()
+    code = Path(tempfile.mkdtemp(prefix="respot-notebook-"))
+    try:
+        reqs = write_code(code, token, requirements)
+        if reqs is None and not local:
+            # On AWS, JupyterLab comes through `requirements:` and the cached wheelhouse.
+            (code / "requirements.txt").write_text(JUPYTERLAB + "\n")
+            reqs = "requirements.txt"
+        spec = workspace_spec(
+            name,
+            source_dir=code,
+            requirements=reqs,
+            instance_types=instance_types,
+            max_runtime=max_runtime,
+            idle_minutes=idle_minutes,
+            local=local,
+            restore_from=restore_from,
+            settings=settings,
+        )
+        handle = run(spec, deployment=deployment, session=session)
+    finally:
+        shutil.rmtree(code, ignore_errors=True)
+    save_token(handle.job_id, token)
+    return Started(name, handle.job_id, restore_from)
+
+
+def live_job(deployment: Any, session: Any, name: str) -> JobRecord:
+    """The caller's running workspace `name`: NotOwnerError if it is someone else's,
+    WorkspaceError if it is stopped or unknown (saying `respot notebook start NAME`)."""
+    me = caller_arn(deployment, session)
+    return live_or_explain(find(records(deployment, session), name, me), name)
+
+
+def url(port: int, token: str) -> str:
+    return f"http://127.0.0.1:{port}/lab?token={token}"
+
+
+def open_local(
+    deployment: Any, session: Any, name: str, work_root: Path, port: int = 0
+) -> tuple[Tunnel, str]:
+    """Open the caller's workspace on the local runtime: a started tunnel on
+    127.0.0.1:`port` (0: any free one) and its URL with the token. Close the tunnel when done."""
+    from respot.workspace.local import resolver
+
+    live = live_job(deployment, session, name)
+    token = read_token(live.job_id)
+    if token is None:
+        raise WorkspaceError(
+            f"no token for job {live.job_id} on this machine (it was started elsewhere); "
+            f"open it there, or `respot notebook stop {name}` and start it again here"
+        )
+    table = JobTable(deployment.table_name, deployment.client("dynamodb", session))
+    tunnel = Tunnel(resolver(table, work_root, live.job_id, name), port).start()
+    return tunnel, url(tunnel.port, token)
+
+
+def stop(deployment: Any, session: Any, name: str) -> str:
+    """Stop the caller's workspace (cancel its job); its job id."""
+    from respot.client.handle import JobHandle
+
+    live = live_job(deployment, session, name)
+    JobHandle(live.job_id, deployment, session).cancel(f"workspace {name} stopped by its owner")
+    return live.job_id

@@ -1,0 +1,114 @@
+"""A workspace on the local runtime, through the laptop's tunnel (docs/notebooks.md): a file
+written through Jupyter's contents API survives a spot interruption, and the replacement
+serves it on the same local port (the tunnel follows the workspace by itself), with no kernel
+of the old instance and the note that says why the page reloaded."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from infra.local.fleet import FleetTiming
+from infra.local.market import ChaosSchedule
+from infra.local.runtime import LocalRuntime, RuntimeOptions
+from respot.core.job import AttemptEnd
+from respot.workspace import names, ops
+from respot.workspace.tokens import ENV_DIR
+from tests.e2e.helpers import job_story, wait_for, wait_no_live_instances
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+pytest.importorskip("jupyterlab")
+
+# EC2's 120 s at 1/30 is 4 real seconds: a loaded machine may not stop JupyterLab's kernels and
+# upload in that; the notice here lasts 30 real seconds (what is asserted needs no hurry).
+SCALE = 1.0 / 30.0
+NOTICE_SECONDS = 900.0
+UP_SECONDS = 360.0  # bound: an instance boots, the agent prepares, JupyterLab starts
+
+
+@pytest.fixture(scope="module")
+def rt() -> Iterator[LocalRuntime]:
+    options = RuntimeOptions(
+        time_scale=SCALE,
+        timing=FleetTiming(notice_seconds=NOTICE_SECONDS),
+        chaos=ChaosSchedule(job_ids=set()),
+    )
+    with LocalRuntime(options) as r:
+        yield r
+
+
+def call(link: str, path: str, method: str = "GET", body: object = None) -> object:
+    parts = urlparse(link)
+    token = parse_qs(parts.query)["token"][0]
+    request = urllib.request.Request(
+        f"{parts.scheme}://{parts.netloc}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read().decode() or "null")
+
+
+def answers(link: str, path: str) -> bool:
+    try:
+        call(link, path)
+    except (OSError, ValueError):  # 503 from the tunnel while it moves, or not up yet
+        return False
+    return True
+
+
+def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
+    rt: LocalRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_DIR, str(tmp_path / "tokens"))
+    deployment, session = rt.sdk_deployment(), rt.researcher_session()
+    # GIVEN a workspace started as `respot notebook start e2e --local` does, opened
+    started = ops.start(deployment, session, "e2e", local=True)
+    job_id = started.job_id
+    wait_for(lambda: rt.job_record(job_id) is not None, 60, "the job's record")
+    tunnel, link = ops.open_local(deployment, session, "e2e", rt.work_root)
+    with tunnel:
+        wait_for(lambda: answers(link, "/api/status"), UP_SECONDS, "JupyterLab via the tunnel")
+        # a file saved through Jupyter's contents API, and a kernel (memory) on this instance
+        call(link, "/api/contents/results.txt", "PUT",
+             {"type": "file", "format": "text", "content": "accuracy 0.93"})  # fmt: skip
+        kernel = call(link, "/api/kernels", "POST", {"name": "python3"})
+        assert isinstance(kernel, dict)
+        # WHEN the instance gets a spot interruption (`respot local interrupt`)
+        first = rt.interrupt_job(job_id, wait_seconds=120)
+
+        def replacement_serves() -> bool:
+            record = rt.job_record(job_id)
+            current = record.current if record else None
+            return bool(current and current.number == 2 and answers(link, "/api/status"))
+
+        wait_for(replacement_serves, UP_SECONDS + NOTICE_SECONDS * SCALE, "the replacement")
+        # THEN the same local port reaches the replacement, which serves the saved file
+        record = rt.job_record(job_id)
+        assert record is not None and first.attempt == 1
+        assert record.attempts[0].end is AttemptEnd.INTERRUPTED, job_story(rt, job_id)
+        assert record.current is not None and record.current.instance_id != first.instance_id
+        saved = call(link, "/api/contents/results.txt")
+        assert isinstance(saved, dict) and saved["content"] == "accuracy 0.93"
+        # AND the kernels are fresh (memory is gone), and the page says why
+        kernels = call(link, "/api/kernels")
+        assert isinstance(kernels, list) and kernel["id"] not in [k["id"] for k in kernels]
+        note = call(link, f"/api/contents/{names.NOTE_FILE}")
+        assert isinstance(note, dict) and "Variables are gone; files are kept" in note["content"]
+    # and `respot notebook stop` ends it; no instance is left
+    ops.stop(deployment, session, "e2e")
+
+    def over() -> bool:
+        record = rt.job_record(job_id)
+        return record is not None and record.state.is_terminal()
+
+    wait_for(over, 120, "the stop")
+    wait_no_live_instances(rt, job_id)

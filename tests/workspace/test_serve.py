@@ -1,0 +1,178 @@
+"""The workspace supervisor against a real `jupyter lab` on 127.0.0.1.
+
+The agent's side of the command channel is played by a thread that copies the workspace on
+each `checkpoint_saved` (as the agent's snapshot does), so the tests see what would be uploaded.
+Every wait is bounded by an event (the port file, the process's exit), never by a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from respot.commands import contract
+from respot.commands.channel import ChannelReader
+from respot.workspace import names
+
+pytest.importorskip("jupyterlab")
+
+TOKEN = "t" * 48
+WAIT = 240.0  # bound on events only (JupyterLab's start on a loaded machine)
+
+
+class FakeAgent:
+    """Takes the supervisor's checkpoint_saved messages: a copy of the workspace per step."""
+
+    def __init__(self, channel: Path, workspace: Path, snapshots: Path) -> None:
+        self.reader = ChannelReader(channel)
+        self.workspace = workspace
+        self.snapshots = snapshots
+        self.steps: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            for message in self.reader.poll():
+                if message.kind == "checkpoint":
+                    shutil.copytree(self.workspace, self.snapshots / str(message.step))
+                    self.steps.append(message.step)
+                    ChannelReader.done(message)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def job(tmp_path: Path):
+    root = tmp_path / "attempt"
+    code, ws, ipc, out = root / "code", root / "checkpoint", root / "ipc", root / "output"
+    for d in (code, ws, ipc / "channel", out):
+        d.mkdir(parents=True)
+    (code / names.TOKEN_FILE).write_text(TOKEN)
+    agent = FakeAgent(ipc / "channel", ws, tmp_path / "snapshots")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "sdk"),
+        contract.ENV_CHECKPOINT_DIR: str(ws),
+        contract.ENV_NOTICE_FILE: str(ipc / "notice"),
+        contract.ENV_CHANNEL_DIR: str(ipc / "channel"),
+        contract.ENV_OUTPUT_DIR: str(out),
+        contract.ENV_JOB_ID: "ws-test",
+        contract.ENV_ATTEMPT: "1",
+        contract.ENV_RESUMED: "0",
+        names.ENV_PORT: "0",
+        names.ENV_SYNC_SECONDS: "3600",  # only the final sync, unless a test says otherwise
+        names.ENV_POLL_SECONDS: "0.5",
+        names.ENV_IDLE_MINUTES: "60",
+    }
+    yield root, env, agent
+    agent.stop()
+
+
+def start(root: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", names.SUPERVISOR_MODULE],
+        cwd=root / "code",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # a process group, as the agent starts a command
+    )
+
+
+def wait_port(root: Path, proc: subprocess.Popen[bytes]) -> int:
+    port_file = root / "ipc" / names.PORT_FILE
+    deadline = time.monotonic() + WAIT
+    while not port_file.exists():
+        if proc.poll() is not None:
+            out = proc.stdout.read().decode() if proc.stdout else ""
+            pytest.fail(f"the supervisor exited {proc.returncode} before serving:\n{out}")
+        assert time.monotonic() < deadline, "JupyterLab did not come up"
+        time.sleep(0.1)
+    return int(json.loads(port_file.read_text())["port"])
+
+
+def api(port: int, path: str, method: str = "GET", body: object = None, token: str = TOKEN):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=data,
+        method=method,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as answer:
+        return json.loads(answer.read().decode() or "null")
+
+
+def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=WAIT)
+    return proc.returncode, out.decode()
+
+
+def test_notice_syncs_the_saved_file_and_exits_as_an_interruption(job) -> None:
+    root, env, agent = job
+    env[contract.ENV_RESUMED] = "1"  # a replacement: the page must say why it reloaded
+    env[contract.ENV_ATTEMPT] = "2"
+    proc = start(root, env)
+    try:
+        port = wait_port(root, proc)
+        # The token is on: no token, no answer.
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            api(port, "/api/contents", token="wrong")
+        assert refused.value.code == 403
+        api(port, "/api/contents/notes.txt", "PUT", {"type": "file", "format": "text",
+                                                     "content": "kept across"})  # fmt: skip
+        contract.write_notice(root / "ipc" / "notice", "spot-interruption", None)
+        os.killpg(proc.pid, signal.SIGTERM)  # the agent signals the whole group
+        code, out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, out
+    assert agent.steps == [1], out  # one final snapshot, after the file was written
+    snapshot = root.parent / "snapshots" / "1"
+    assert (snapshot / "notes.txt").read_text() == "kept across"
+    assert "Variables are gone; files are kept" in (snapshot / names.NOTE_FILE).read_text()
+    assert TOKEN not in out  # Jupyter's log and ours: the token is never printed
+    assert not (root / "ipc" / names.PORT_FILE).exists()
+
+
+def test_idle_workspace_syncs_says_why_and_completes(job) -> None:
+    root, env, agent = job
+    env[names.ENV_IDLE_MINUTES] = str(4 / 60)  # 4 s without kernel activity or browser
+    proc = start(root, env)
+    try:
+        port = wait_port(root, proc)
+        api(port, "/api/contents/a.txt", "PUT", {"type": "file", "format": "text",
+                                                 "content": "a"})  # fmt: skip
+        code, out = finish(proc)  # returns once the idle rule stops it
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, out  # a clean end: the job completes (stopped, not failed)
+    assert "idle for" in out
+    assert agent.steps == [1]
+    assert (root.parent / "snapshots" / "1" / "a.txt").read_text() == "a"
+    stopped = (root / "output" / "workspace-stopped.txt").read_text()
+    assert "no kernel activity and no connected browser" in stopped
+
+
+def test_without_the_token_file_jupyter_never_starts(job) -> None:
+    root, env, _ = job
+    (root / "code" / names.TOKEN_FILE).unlink()
+    proc = start(root, env)
+    code, out = finish(proc)
+    assert code == 2 and "no Jupyter token" in out
