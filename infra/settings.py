@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from respot.control.config import IdleGpusError, parse_idle_gpus
 from respot.queue.settings import QueueSettingsError, parse_settings
 
 # The PyTorch Deep Learning AMI (NVIDIA driver, CUDA, PyTorch in the Python at
@@ -61,6 +62,7 @@ CONTEXT_KEYS = (
     "session_manager",
     "framework_python_version",
     "queue",
+    "idle_gpus",
 )
 
 _TEXT_KEYS = {
@@ -145,6 +147,9 @@ class DeploySettings:
     # {"serial": {"max_running": 1}}, ...}; an admin changes it without a deploy
     # (`respot queue --set-limits`). Empty: off (only `after:`/`queue:` jobs are held).
     queue: Mapping[str, Any] = field(default_factory=dict)
+    # Idle GPUs (docs/queue.md): {"threshold_pct": 5, "period_minutes": 30, "action": "warn"}
+    # ("stop": also checkpoint and stop the job). Empty: those defaults.
+    idle_gpus: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.fullmatch(self.stage):
@@ -245,6 +250,10 @@ class DeploySettings:
             parse_settings(dict(self.queue))
         except QueueSettingsError as exc:
             raise DeploySettingsError(f"queue: {exc}") from None
+        try:
+            parse_idle_gpus(self.idle_gpus)
+        except IdleGpusError as exc:
+            raise DeploySettingsError(str(exc)) from None
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
         for name, price in self.on_demand_prices.items():
@@ -321,6 +330,8 @@ class DeploySettings:
             values["session_manager"] = _flag(raw["session_manager"], "session_manager")
         if "queue" in raw:
             values["queue"] = dict(_mapping(raw["queue"], "queue"))
+        if "idle_gpus" in raw:
+            values["idle_gpus"] = dict(_mapping(raw["idle_gpus"], "idle_gpus"))
         if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")
             try:

@@ -63,10 +63,69 @@ ENV_SATELLITE_REGIONS = "RESPOT_SATELLITE_REGIONS"
 ENV_SATELLITE_PARAMETER = "RESPOT_SATELLITE_PARAMETER"
 # The team's queue (JSON, respot.queue.settings): {"enabled": true, "researcher_gpus": 8, ...}
 ENV_QUEUE = "RESPOT_QUEUE"
+# Idle GPUs (JSON, `parse_idle_gpus`): {"threshold_pct": 5, "period_minutes": 30, "action": "warn"}
+ENV_IDLE_GPUS = "RESPOT_IDLE_GPUS"
+IDLE_GPU_ACTIONS = ("warn", "stop")
+_IDLE_KEYS = ("threshold_pct", "period_minutes", "action")
 
 
 class ConfigError(RespotError):
     """A required environment variable is missing or malformed."""
+
+
+class IdleGpusError(ValueError):
+    """An `idle_gpus` setting that cannot be used; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class IdleGpus:
+    """The stack setting `idle_gpus` (docs/queue.md, "Idle GPUs"): a RUNNING job whose GPUs'
+    mean utilization stays below `threshold_pct` for `period` gets a warning (`warn`), or is
+    also checkpointed and stopped (`stop`)."""
+
+    threshold_pct: float = 5.0
+    period: timedelta = timedelta(minutes=30)
+    action: str = "warn"
+
+
+def parse_idle_gpus(data: Mapping[str, Any] | None) -> IdleGpus:
+    """`IdleGpus` from the setting's JSON object; `IdleGpusError` naming the field if bad."""
+    if data is None:
+        return IdleGpus()
+    if not isinstance(data, Mapping):
+        raise IdleGpusError(
+            'idle_gpus: give an object, e.g. {"threshold_pct": 5, "period_minutes": 30, '
+            '"action": "warn"}'
+        )
+    unknown = sorted(str(k) for k in data if k not in _IDLE_KEYS)
+    if unknown:
+        raise IdleGpusError(
+            f"idle_gpus: unknown field(s) {', '.join(unknown)}; known: {', '.join(_IDLE_KEYS)}"
+        )
+    default = IdleGpus()
+    pct = data.get("threshold_pct", default.threshold_pct)
+    if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 100:
+        raise IdleGpusError(
+            f"idle_gpus.threshold_pct: {pct!r} is not a percentage above 0 and at most 100 "
+            "(GPU utilization below it counts as idle; default 5)"
+        )
+    minutes = data.get("period_minutes", default.period.total_seconds() / 60)
+    if (
+        isinstance(minutes, bool)
+        or not isinstance(minutes, int | float)
+        or not 1 <= minutes <= 10080
+    ):
+        raise IdleGpusError(
+            f"idle_gpus.period_minutes: {minutes!r} is not a number of minutes from 1 to 10080 "
+            "(a week; how long GPUs stay idle before the action; default 30)"
+        )
+    action = data.get("action", default.action)
+    if not isinstance(action, str) or action not in IDLE_GPU_ACTIONS:
+        raise IdleGpusError(
+            f"idle_gpus.action: {action!r} is not warn or stop (warn: a Slack warning; stop: "
+            "also checkpoint and stop the job)"
+        )
+    return IdleGpus(float(pct), timedelta(minutes=float(minutes)), action)
 
 
 @dataclass(frozen=True)
@@ -98,6 +157,8 @@ class ControlPlaneConfig:
     satellite_parameter: str = "/respot/satellite"
     # The stack setting `queue` (respot.queue.settings); an admin's change in the ledger wins.
     queue: dict[str, Any] = field(default_factory=dict)
+    # The stack setting `idle_gpus` (`parse_idle_gpus`), checked when read.
+    idle_gpus: IdleGpus = field(default_factory=IdleGpus)
 
     def queue_limits(self) -> QueueLimits:
         """The stack's queue limits (checked when the configuration was read)."""
@@ -168,6 +229,7 @@ class ControlPlaneConfig:
             ),
             satellite_parameter=env.get(ENV_SATELLITE_PARAMETER) or "/respot/satellite",
             queue=_queue_settings(env.get(ENV_QUEUE)),
+            idle_gpus=_idle_gpus(env.get(ENV_IDLE_GPUS)),
         )
 
     def settings(self) -> ControlSettings:
@@ -186,6 +248,9 @@ class ControlPlaneConfig:
             allowed_instance_types=self.allowed_instance_types,
             on_demand_prices=dict(self.on_demand_prices),
             admission=parse_settings(self.queue)[0],
+            idle_gpu_pct=self.idle_gpus.threshold_pct,
+            idle_gpu_period=self.idle_gpus.period,
+            idle_gpu_action=self.idle_gpus.action,
         )
 
 
@@ -201,6 +266,16 @@ def _queue_settings(raw: str | None) -> dict[str, Any]:
     except (ValueError, QueueSettingsError) as exc:
         raise ConfigError(f"{ENV_QUEUE}: {exc}") from None
     return data
+
+
+def _idle_gpus(raw: str | None) -> IdleGpus:
+    """The idle_gpus setting's JSON object, checked (`ConfigError` naming the field)."""
+    if not raw:
+        return IdleGpus()
+    try:
+        return parse_idle_gpus(json.loads(raw))
+    except (ValueError, IdleGpusError) as exc:
+        raise ConfigError(f"{ENV_IDLE_GPUS}: {exc}") from None
 
 
 @dataclass(frozen=True)

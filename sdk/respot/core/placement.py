@@ -50,9 +50,12 @@ class ControlSettings:
     admission: bool = False
     # Idle GPUs (issue 26): a RUNNING job whose GPUs' mean utilization stays below this many
     # percent for `idle_gpu_period` (the agent's NVML samples, one mean per heartbeat) gets
-    # one warning in its timeline and Slack. No NVML (no samples): never idle.
+    # one warning in its timeline and Slack. No NVML (no samples): never idle. The stack
+    # setting `idle_gpus` sets all three; `idle_gpu_action` "stop" also checkpoints and stops
+    # the job (core.lifecycle.stops).
     idle_gpu_pct: float = 5.0
     idle_gpu_period: timedelta = timedelta(minutes=30)
+    idle_gpu_action: str = "warn"
 
 
 def disallowed_instance_types(requested: list[str] | None, allowed: tuple[str, ...]) -> str | None:

@@ -3,7 +3,8 @@ checkpoint line.
 
 The timeline keeps a sparse progress history (`_progress_history`) and the newest periodic
 checkpoint lines (`_drop_old_checkpoint_notes`); the notifier gets throttled progress notes
-(`_progress_note`); GPUs that stay idle get one warning (`_idle_gpus`). Used by `reports`.
+(`_progress_note`); GPUs that stay idle get one warning, or with the idle action `stop` are
+also checkpointed and stopped (`_idle_gpus`). Used by `reports`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from respot.core.job import Attempt, JobRecord, TimelineEntry
 from respot.core.lifecycle.draft import _Draft
+from respot.core.lifecycle.stops import begin_stop
 from respot.core.placement import ControlSettings
 from respot.wire.gpu import mean_utilization
 
@@ -147,13 +149,25 @@ def _idle_gpus(d: _Draft, att: Attempt, at: datetime, gpus: list[Any]) -> bool:
         return False
     spell["warned"] = at.isoformat()
     minutes = int((at - since).total_seconds() // 60)
+    idle = (
+        f"GPUs idle: mean utilization {util:g}% (below {settings.idle_gpu_pct:g}%) for "
+        f"{minutes} min on {att.instance_id or 'its instance'}"
+    )
+    stop = settings.idle_gpu_action == "stop"
+    then = (
+        "the platform team's idle_gpus action is stop: it checkpoints and stops"
+        if stop
+        else "which bills all the same; check the job's input pipeline, or cancel it "
+        f"(respot cancel {job.job_id})"
+    )
     d.note(
         "idle-gpus",
-        f"GPUs idle: mean utilization {util:g}% (below {settings.idle_gpu_pct:g}%) for "
-        f"{minutes} min on {att.instance_id or 'its instance'}, which bills all the same; check "
-        f"the job's input pipeline, or cancel it (respot cancel {job.job_id})",
+        f"{idle}, {then}" if not stop else f"{idle}; {then}",
         utilization_pct=util,
         minutes=minutes,
         attempt=att.number,
+        action=settings.idle_gpu_action,
     )
+    if stop:
+        begin_stop(d, f"{idle}; the platform team's idle_gpus action is stop", "idle-gpus")
     return True
