@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ReadTimeoutError
 
 from respot.exceptions import CheckpointError
 from respot.storage import layout
@@ -225,3 +226,57 @@ def test_restore_says_which_checkpoints_it_refused_and_why(
     assert all("SHA-256" in r.reason and "the manifest says" in r.reason for r in fresh.refused)
     # AND a clean restore refuses nothing
     assert CheckpointStore(bucket=bucket, job_id=JOB, client=s3).refused == []
+
+
+def test_a_small_file_is_restored_by_one_get_and_no_head(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # Issue 27's workspace benchmark: a HeadObject before each GET made a restore of 1,000
+    # small files 2,000 requests where `aws s3 sync` makes 1,000 (the manifest has the size).
+    files = {f"nb/{i}.ipynb": f"cell {i}".encode() for i in range(5)}
+    store.upload(write(tmp_path / "src", files), step=1, attempt=1, reason="periodic")
+    calls: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    s3.meta.events.register("before-call.s3", count)
+    restored = CheckpointStore(bucket=bucket, job_id=JOB, client=s3).restore(tmp_path / "dest")
+    assert restored is not None and read_all(tmp_path / "dest") == files
+    assert sorted(calls) == ["GetObject"] * 6 + ["ListObjectsV2"]  # the manifest, five blobs
+
+
+class _BreaksFirstBlobStream:
+    """An S3 client whose first blob GET answers with a stream that breaks half-way."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.broken = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_object(self, **kwargs: Any) -> Any:
+        response = self._client.get_object(**kwargs)
+        if "/blobs/" in kwargs["Key"] and not self.broken:
+            self.broken += 1
+            body = response["Body"]
+
+            class Broken:
+                def iter_chunks(self, size: int) -> Any:
+                    yield body.read(2)
+                    raise ReadTimeoutError(endpoint_url="moto")
+
+            response["Body"] = Broken()
+        return response
+
+
+def test_a_small_file_whose_stream_breaks_is_read_again(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    store.upload(write(tmp_path / "src", {"state": b"step 7 state"}), step=7, attempt=1, reason="x")
+    flaky = _BreaksFirstBlobStream(s3)
+    restored = CheckpointStore(bucket=bucket, job_id=JOB, client=flaky).restore(tmp_path / "dest")
+    assert flaky.broken == 1
+    assert restored is not None and restored.step == 7
+    assert read_all(tmp_path / "dest") == {"state": b"step 7 state"}

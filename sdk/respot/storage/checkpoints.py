@@ -389,7 +389,12 @@ class CheckpointStore:
         return None
 
     def _download_into(self, manifest: Manifest, tmp: Path) -> None:
-        """Download and verify every file of `manifest` into `tmp`; raise if one is bad."""
+        """Download and verify every file of `manifest` into `tmp`; raise if one is bad.
+
+        A file below the multipart threshold is one GetObject (the manifest gives its size,
+        so no HeadObject first: one request per file, not two); a larger one goes through
+        the transfer manager in ranged parts. Size and SHA-256 are checked afterwards either way.
+        """
         from boto3.s3.transfer import create_transfer_manager
 
         targets: list[tuple[ManifestFile, Path]] = []
@@ -397,20 +402,32 @@ class CheckpointStore:
             target = tmp.joinpath(*PurePosixPath(f.path).parts)
             target.parent.mkdir(parents=True, exist_ok=True)
             targets.append((f, target))
-        with create_transfer_manager(self._client, self._config) as manager:
-            futures = [
-                (f, manager.download(self.bucket, layout.blob_key(self.job_id, f.sha256), str(t)))
-                for f, t in targets
-            ]
-            for f, future in futures:
+        threshold = self._config.multipart_threshold
+        whole = [(f, t) for f, t in targets if f.size < threshold]
+        parted = [(f, t) for f, t in targets if f.size >= threshold]
+        if whole:
+            workers = max(1, min(self._config.max_request_concurrency, len(whole)))
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                gets = [(f, pool.submit(self._get_whole, f, t)) for f, t in whole]
                 try:
-                    future.result()
-                except Exception as exc:
-                    if _error_code(exc) in _MISSING_CODES:
-                        raise _UnusableCheckpointError(
-                            f"blob of {f.path} ({f.sha256[:12]}) is missing"
-                        ) from exc
-                    raise CheckpointError(f"downloading {f.path} failed: {exc}") from exc
+                    for f, get in gets:
+                        self._downloaded(f, get.result)
+                except BaseException:
+                    pool.shutdown(cancel_futures=True)  # no more GETs for a bad checkpoint
+                    raise
+        if parted:
+            with create_transfer_manager(self._client, self._config) as manager:
+                futures = [
+                    (
+                        f,
+                        manager.download(
+                            self.bucket, layout.blob_key(self.job_id, f.sha256), str(t)
+                        ),
+                    )
+                    for f, t in parted
+                ]
+                for f, future in futures:
+                    self._downloaded(f, future.result)
         for f, target in targets:
             size = target.stat().st_size
             if size != f.size:
@@ -422,6 +439,36 @@ class CheckpointStore:
                 raise _UnusableCheckpointError(
                     f"{f.path} has SHA-256 {digest[:12]}, the manifest says {f.sha256[:12]}"
                 )
+
+    def _get_whole(self, f: ManifestFile, target: Path) -> None:
+        """One GetObject of `f`'s blob into `target`; a broken stream is read again from the
+        start (as the transfer manager does), at most `num_download_attempts` times."""
+        from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
+
+        key = layout.blob_key(self.job_id, f.sha256)
+        attempts = max(1, self._config.num_download_attempts)
+        for n in range(attempts):
+            try:
+                body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+                with open(target, "wb") as out:
+                    for chunk in body.iter_chunks(_HASH_CHUNK_BYTES):
+                        out.write(chunk)
+                return
+            except S3_RETRYABLE_DOWNLOAD_ERRORS:
+                if n + 1 == attempts:
+                    raise
+
+    @staticmethod
+    def _downloaded(f: ManifestFile, result: Any) -> None:
+        """Wait for one download (`result()`); a missing blob makes the checkpoint unusable."""
+        try:
+            result()
+        except Exception as exc:
+            if _error_code(exc) in _MISSING_CODES:
+                raise _UnusableCheckpointError(
+                    f"blob of {f.path} ({f.sha256[:12]}) is missing"
+                ) from exc
+            raise CheckpointError(f"downloading {f.path} failed: {exc}") from exc
 
     # ---- prune -------------------------------------------------------------------------------
 
