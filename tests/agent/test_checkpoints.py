@@ -280,3 +280,67 @@ def test_a_small_file_whose_stream_breaks_is_read_again(
     assert flaky.broken == 1
     assert restored is not None and restored.step == 7
     assert read_all(tmp_path / "dest") == {"state": b"step 7 state"}
+
+
+def _counting(s3: Any) -> list[str]:
+    calls: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    s3.meta.events.register("before-call.s3", count)
+    return calls
+
+
+def test_many_unknown_blobs_are_checked_by_one_listing_and_a_deleted_one_is_sent_again(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    # 100 files stored by one process; one of their blobs then disappears from S3.
+    old = {f"src/{i:03d}.py": f"print({i})".encode() for i in range(100)}
+    store.upload(write(tmp_path / "ws", old), step=1, attempt=1, reason="periodic")
+    gone = hashlib.sha256(b"print(7)").hexdigest()
+    s3.delete_object(Bucket=bucket, Key=layout.blob_key(JOB, gone))
+    new = {f"nb/{i:03d}.ipynb": f"cell {i}".encode() for i in range(50)}
+    write(tmp_path / "ws", new)
+    # A fresh process (a new instance) knows none of the 150: it lists instead of 150 HEADs.
+    calls = _counting(s3)
+    fresh = CheckpointStore(bucket=bucket, job_id=JOB, client=s3)
+    result = fresh.upload(tmp_path / "ws", step=2, attempt=2, reason="periodic")
+    assert "HeadObject" not in calls and calls.count("ListObjectsV2") == 1
+    assert result.uploaded_bytes == sum(len(b) for b in new.values()) + len(b"print(7)")
+    assert fresh.restore(tmp_path / "dest") is not None
+    assert read_all(tmp_path / "dest") == {**old, **new}
+
+
+class _OneKeyPages:
+    """An S3 client whose listings come one key a page."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def get_paginator(self, name: str) -> Any:
+        real = self._client.get_paginator(name)
+
+        class OneKey:
+            def paginate(self, **kwargs: Any) -> Any:
+                return real.paginate(**kwargs, PaginationConfig={"PageSize": 1})
+
+        return OneKey()
+
+
+def test_a_listing_longer_than_the_heads_it_saves_gives_way_to_heads(
+    store: CheckpointStore, s3: Any, bucket: str, tmp_path: Path
+) -> None:
+    stored = {f"a/{i:02d}": f"kept {i}".encode() for i in range(20)}
+    store.upload(write(tmp_path / "a", stored), step=1, attempt=1, reason="periodic")
+    fresh_files = {f"b/{i:03d}": f"new {i}".encode() for i in range(90)}
+    write(tmp_path / "a", fresh_files)
+    calls = _counting(s3)
+    # 110 unknown: at most 11 pages are worth it; 20 blobs at one a page are more.
+    fresh = CheckpointStore(bucket=bucket, job_id=JOB, client=_OneKeyPages(s3))
+    result = fresh.upload(tmp_path / "a", step=2, attempt=2, reason="periodic")
+    assert calls.count("HeadObject") == 110
+    assert result.uploaded_bytes == sum(len(b) for b in fresh_files.values())

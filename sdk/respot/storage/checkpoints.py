@@ -48,6 +48,9 @@ MULTIPART_THRESHOLD_BYTES = 64 * 1024 * 1024
 MULTIPART_CHUNK_BYTES = 16 * 1024 * 1024
 MAX_CONCURRENCY = 10
 DELETE_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
+# From this many blobs not known to be stored, one listing of the job's blobs asks S3 instead
+# of a HeadObject each (a first upload of a workspace of 1,000 files: 1 request, not 1,000).
+LIST_OVER_HEAD = 100
 _HASH_CHUNK_BYTES = 1024 * 1024
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
@@ -272,9 +275,15 @@ class CheckpointStore:
         return out
 
     def _present_in_s3(self, digests: list[str]) -> set[str]:
-        """Which of `digests` are already stored (HeadObject each, in parallel)."""
+        """Which of `digests` are already stored: from one listing of the job's blobs when
+        `LIST_OVER_HEAD` or more are asked about and the listing is short enough (a page of
+        1,000 keys per request against ten HeadObjects at a time), else HeadObject each."""
         if not digests:
             return set()
+        if len(digests) >= LIST_OVER_HEAD:
+            stored = self._stored_blobs(max_pages=max(1, len(digests) // MAX_CONCURRENCY))
+            if stored is not None:
+                return stored.intersection(digests)
 
         def exists(digest: str) -> bool:
             try:
@@ -290,6 +299,22 @@ class CheckpointStore:
         with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENCY, len(digests))) as pool:
             found = list(pool.map(exists, digests))
         return {d for d, ok in zip(digests, found, strict=True) if ok}
+
+    def _stored_blobs(self, max_pages: int) -> set[str] | None:
+        """The digests of every blob of the job (a listing), or None past `max_pages` pages."""
+        prefix = layout.blob_key(self.job_id, "")
+        found: set[str] = set()
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for n, page in enumerate(pages):
+                if n >= max_pages:
+                    return None
+                found.update(obj["Key"][len(prefix) :] for obj in page.get("Contents", []))
+        except Exception as exc:
+            raise CheckpointError(f"listing the stored blobs failed: {exc}") from exc
+        return found
 
     def _put_blobs(self, files: list[_LocalFile]) -> None:
         if not files:
