@@ -57,6 +57,51 @@ def call(link: str, path: str, method: str = "GET", body: object = None) -> obje
         return json.loads(answer.read().decode() or "null")
 
 
+def run_cell(link: str, kernel_id: str, code: str) -> str:
+    """Execute `code` in the kernel through the tunnel, over Jupyter's kernel websocket (as
+    JupyterLab does); its printed output. A cell that raises fails the test."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    parts = urlparse(link)
+    token = parse_qs(parts.query)["token"][0]
+    msg_id = uuid.uuid4().hex
+    message = {
+        "header": {"msg_id": msg_id, "username": "e2e", "session": uuid.uuid4().hex,
+                   "msg_type": "execute_request", "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": False,
+                    "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
+    }  # fmt: skip
+
+    async def go() -> str:
+        url = f"ws://{parts.netloc}/api/kernels/{kernel_id}/channels"
+        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
+        await ws.write_message(json.dumps(message))
+        out: list[str] = []
+        try:
+            while True:  # until the kernel is idle after our request (bounded per message)
+                raw = await asyncio.wait_for(ws.read_message(), UP_SECONDS)
+                assert raw is not None, "the kernel's websocket closed"
+                reply = json.loads(raw)
+                if reply.get("parent_header", {}).get("msg_id") != msg_id:
+                    continue
+                kind, content = reply["msg_type"], reply["content"]
+                if kind == "error":
+                    raise AssertionError(f"the cell raised {content['ename']}: {content['evalue']}")
+                if kind == "stream":
+                    out.append(content["text"])
+                if kind == "status" and content["execution_state"] == "idle":
+                    return "".join(out)
+        finally:
+            ws.close()
+
+    return asyncio.run(go())
+
+
 def answers(link: str, path: str) -> bool:
     try:
         call(link, path)
@@ -80,8 +125,21 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
         # a file saved through Jupyter's contents API, and a kernel (memory) on this instance
         call(link, "/api/contents/results.txt", "PUT",
              {"type": "file", "format": "text", "content": "accuracy 0.93"})  # fmt: skip
-        kernel = call(link, "/api/kernels", "POST", {"name": "python3"})
-        assert isinstance(kernel, dict)
+        # a notebook's session, as JupyterLab opens one: its kernel runs in the notebook's folder
+        opened = call(link, "/api/sessions", "POST", {"path": "analysis.ipynb", "type": "notebook",
+                      "name": "analysis.ipynb", "kernel": {"name": "python3"}})  # fmt: skip
+        assert isinstance(opened, dict)
+        kernel = opened["kernel"]
+        # a cell that imports respot and writes a file: the kernel is a new process of the
+        # instance's framework Python, which does not see respot (infra/local/sandbox.py)
+        printed = run_cell(
+            link,
+            kernel["id"],
+            "import pathlib, respot\n"
+            "pathlib.Path('from_kernel.txt').write_text('written by ' + respot.__name__)\n"
+            "print(respot.__file__)",
+        )
+        assert "/ipc/pylib/respot/" in printed  # respot alone, from the command's PYTHONPATH
         # WHEN the instance gets a spot interruption (`respot local interrupt`)
         first = rt.interrupt_job(job_id, wait_seconds=120)
 
@@ -98,6 +156,8 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
         assert record.current is not None and record.current.instance_id != first.instance_id
         saved = call(link, "/api/contents/results.txt")
         assert isinstance(saved, dict) and saved["content"] == "accuracy 0.93"
+        from_kernel = call(link, "/api/contents/from_kernel.txt")
+        assert isinstance(from_kernel, dict) and from_kernel["content"] == "written by respot"
         # AND the kernels are fresh (memory is gone), and the page says why
         kernels = call(link, "/api/kernels")
         assert isinstance(kernels, list) and kernel["id"] not in [k["id"] for k in kernels]

@@ -103,9 +103,15 @@ class Jupyter:
     """`jupyter lab` as a child process; its output copied with the token masked."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], token: str, out: IO[str] | None = None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        token: str,
+        out: IO[str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.argv = argv
+        self.cwd = cwd
         self.env = env
         self.token = token
         self.out = out or sys.stdout
@@ -115,6 +121,7 @@ class Jupyter:
     def start(self) -> None:
         self.proc = subprocess.Popen(  # noqa: S603 - our own argv, no shell
             self.argv,
+            cwd=self.cwd,
             env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -240,7 +247,8 @@ class Supervisor:
         env = self._env(token_file)
         for _ in range(PORT_TRIES):
             self.port = self.wanted_port or free_port()
-            self.jupyter = Jupyter(self._argv(self.port), env, self.token)
+            # In the workspace: a kernel started without a notebook's path works there too.
+            self.jupyter = Jupyter(self._argv(self.port), env, self.token, cwd=self.workspace)
             self.jupyter.start()
             if self._wait_ready():
                 return

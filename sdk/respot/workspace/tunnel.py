@@ -120,8 +120,7 @@ class Tunnel:
             try:
                 upstream = self._connect()
             except NotReachableError as exc:
-                with contextlib.suppress(OSError):
-                    client.sendall(_unavailable(str(exc)))
+                _answer(client, _unavailable(str(exc)))
                 return
             with upstream:
                 upstream.settimeout(None)
@@ -129,6 +128,18 @@ class Tunnel:
                 back.start()
                 _pipe(client, upstream)
                 back.join()
+
+
+def _answer(client: socket.socket, reply: bytes) -> None:
+    """Read the request (a close with unread bytes would reset the connection and lose the
+    reply), send `reply`, and close our side."""
+    with contextlib.suppress(OSError):
+        client.settimeout(2.0)
+        client.recv(BUFFER)
+        client.sendall(reply)
+        client.shutdown(socket.SHUT_WR)
+        while client.recv(BUFFER):
+            pass
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
