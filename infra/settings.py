@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from respot.control.config import IdleGpusError, parse_idle_gpus
+from respot.control.config import IdleGpusError, parse_idle_gpus, parse_launch_pacing
 from respot.queue.settings import QueueSettingsError, parse_settings
 
 # The PyTorch Deep Learning AMI (NVIDIA driver, CUDA, PyTorch in the Python at
@@ -63,6 +63,7 @@ CONTEXT_KEYS = (
     "framework_python_version",
     "queue",
     "idle_gpus",
+    "launch_pacing",
 )
 
 _TEXT_KEYS = {
@@ -150,6 +151,9 @@ class DeploySettings:
     # Idle GPUs (docs/queue.md): {"threshold_pct": 5, "period_minutes": 30, "action": "warn"}
     # ("stop": also checkpoint and stop the job). Empty: those defaults.
     idle_gpus: Mapping[str, Any] = field(default_factory=dict)
+    # Launch pacing (docs/queue.md, "Launch pacing"): {"rate_per_second": 1, "burst": 10},
+    # respot's launches per second for the whole account. Empty: those defaults.
+    launch_pacing: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.stage is not None and not _STAGE.fullmatch(self.stage):
@@ -254,6 +258,10 @@ class DeploySettings:
             parse_idle_gpus(self.idle_gpus)
         except IdleGpusError as exc:
             raise DeploySettingsError(str(exc)) from None
+        try:
+            parse_launch_pacing(dict(self.launch_pacing))
+        except ValueError as exc:
+            raise DeploySettingsError(str(exc)) from None
         if self.alarm_topic_arn is not None and ":sns:" not in self.alarm_topic_arn:
             raise DeploySettingsError(f"alarm_topic_arn {self.alarm_topic_arn!r}: an SNS ARN")
         for name, price in self.on_demand_prices.items():
@@ -332,6 +340,8 @@ class DeploySettings:
             values["queue"] = dict(_mapping(raw["queue"], "queue"))
         if "idle_gpus" in raw:
             values["idle_gpus"] = dict(_mapping(raw["idle_gpus"], "idle_gpus"))
+        if "launch_pacing" in raw:
+            values["launch_pacing"] = dict(_mapping(raw["launch_pacing"], "launch_pacing"))
         if "on_demand_prices" in raw:
             prices = _mapping(raw["on_demand_prices"], "on_demand_prices")
             try:

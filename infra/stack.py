@@ -199,6 +199,8 @@ class RespotStack(Stack):
             env[config.ENV_ON_DEMAND_PRICES] = self.to_json_string(dict(settings.on_demand_prices))
         if settings.queue:
             env[config.ENV_QUEUE] = self.to_json_string(dict(settings.queue))
+        if settings.launch_pacing:
+            env[config.ENV_LAUNCH_PACING] = self.to_json_string(dict(settings.launch_pacing))
         if settings.idle_gpus:
             env[config.ENV_IDLE_GPUS] = self.to_json_string(dict(settings.idle_gpus))
         if notify_queue is not None:

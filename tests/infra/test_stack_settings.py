@@ -64,6 +64,12 @@ def test_the_queue_setting_reaches_the_functions_as_one_json_value():
     assert s.queue == {"enabled": True, "queues": {"serial": {"max_running": 1}}}
 
 
+def test_launch_pacing_reaches_the_functions_as_one_json_value():
+    s = settings(launch_pacing='{"rate_per_second": 0.5, "burst": 4}')
+    assert s.launch_pacing == {"rate_per_second": 0.5, "burst": 4}
+    assert settings().launch_pacing == {}  # the defaults (1/s, burst 10: respot.aws.pacing)
+
+
 @pytest.mark.parametrize(
     ("context", "message"),
     [
@@ -92,6 +98,8 @@ def test_the_queue_setting_reaches_the_functions_as_one_json_value():
         ({"queue": {"researcher_gpus": -1}}, "queue: researcher_gpus"),
         ({"queue": '{"queues": {"Night Q": {"max_running": 1}}}'}, "queue: queues"),
         ({"queue": {"max_gpus": 4}}, "queue: unknown queue setting"),
+        ({"launch_pacing": {"rate_per_second": 500}}, "launch_pacing.rate_per_second"),
+        ({"launch_pacing": '{"burst": 0}'}, "launch_pacing.burst"),
     ],
 )
 def test_bad_context_is_refused_with_the_key_named(context, message):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from respot.aws.pacing import PACED_ERROR, LaunchPacer
 from respot.core.cost import on_demand_price
 from respot.core.effects import LaunchInstance
 from respot.core.events import CapacityLaunched, CapacityUnavailable, LaunchRefused
@@ -48,6 +49,7 @@ class Ec2Capacity:
         client: EC2Client | Any = None,
         quotas_client: Any = None,
         sleep: Callable[[float], None] = time.sleep,
+        pacer: LaunchPacer | None = None,
     ) -> None:
         if client is None:
             import boto3
@@ -61,6 +63,8 @@ class Ec2Capacity:
         self.launch_template_version = launch_template_version
         self.on_demand_prices = on_demand_prices or {}
         self.deployment_name = deployment_name
+        # The account's launch pacing (`aws.pacing`), shared by every handler; None: unpaced.
+        self.pacer = pacer
 
     def launch(
         self, effect: LaunchInstance
@@ -106,6 +110,21 @@ class Ec2Capacity:
             kwargs["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot_options}
             specs.append({"ResourceType": "spot-instances-request", "Tags": tags})
         kwargs["TagSpecifications"] = specs
+        if self.pacer is not None:
+            grant = self.pacer.take(effect.client_token)
+            if not grant.granted:
+                pacing = self.pacer.pacing
+                log.info("job %s: launch paced (next token in %.1fs)", effect.job_id, grant.wait)
+                return CapacityUnavailable(
+                    attempt=effect.attempt,
+                    client_token=effect.client_token,
+                    error_code=PACED_ERROR,
+                    message=(
+                        f"respot's launches in this account are at their pace "
+                        f"({pacing.rate_per_second:g}/s, burst {pacing.burst}: stack setting "
+                        f"launch_pacing); the next token is due in {grant.wait:.1f}s"
+                    ),
+                )
         try:
             response = self._run_instances(kwargs)
         except ClientError as exc:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from respot.aws.pacing import Pacing
 from respot.core.placement import ControlSettings, SubnetRef
 from respot.exceptions import RespotError
 from respot.queue.model import QueueLimits
@@ -63,6 +64,8 @@ ENV_SATELLITE_REGIONS = "RESPOT_SATELLITE_REGIONS"
 ENV_SATELLITE_PARAMETER = "RESPOT_SATELLITE_PARAMETER"
 # The team's queue (JSON, respot.queue.settings): {"enabled": true, "researcher_gpus": 8, ...}
 ENV_QUEUE = "RESPOT_QUEUE"
+# Launch pacing (JSON, `parse_launch_pacing`): {"rate_per_second": 1, "burst": 10}
+ENV_LAUNCH_PACING = "RESPOT_LAUNCH_PACING"
 # Idle GPUs (JSON, `parse_idle_gpus`): {"threshold_pct": 5, "period_minutes": 30, "action": "warn"}
 ENV_IDLE_GPUS = "RESPOT_IDLE_GPUS"
 IDLE_GPU_ACTIONS = ("warn", "stop")
@@ -157,6 +160,7 @@ class ControlPlaneConfig:
     satellite_parameter: str = "/respot/satellite"
     # The stack setting `queue` (respot.queue.settings); an admin's change in the ledger wins.
     queue: dict[str, Any] = field(default_factory=dict)
+    launch_pacing: Pacing = field(default_factory=Pacing)  # aws.pacing; docs/queue.md
     # The stack setting `idle_gpus` (`parse_idle_gpus`), checked when read.
     idle_gpus: IdleGpus = field(default_factory=IdleGpus)
 
@@ -229,6 +233,7 @@ class ControlPlaneConfig:
             ),
             satellite_parameter=env.get(ENV_SATELLITE_PARAMETER) or "/respot/satellite",
             queue=_queue_settings(env.get(ENV_QUEUE)),
+            launch_pacing=_launch_pacing(env.get(ENV_LAUNCH_PACING)),
             idle_gpus=_idle_gpus(env.get(ENV_IDLE_GPUS)),
         )
 
@@ -252,6 +257,37 @@ class ControlPlaneConfig:
             idle_gpu_period=self.idle_gpus.period,
             idle_gpu_action=self.idle_gpus.action,
         )
+
+
+def parse_launch_pacing(data: Mapping[str, Any] | None) -> Pacing:
+    """`Pacing` from the stack setting `launch_pacing`; `ValueError` naming the field."""
+    if not data:
+        return Pacing()
+    if not isinstance(data, Mapping):
+        raise ValueError('launch_pacing: give an object, e.g. {"rate_per_second": 1, "burst": 10}')
+    unknown = sorted(str(k) for k in data if k not in ("rate_per_second", "burst"))
+    if unknown:
+        raise ValueError(
+            f"launch_pacing: unknown field(s) {', '.join(unknown)}; known: rate_per_second, burst"
+        )
+    rate, burst = data.get("rate_per_second", Pacing.rate_per_second), data.get("burst")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.01 <= rate <= 100:
+        raise ValueError(
+            f"launch_pacing.rate_per_second {rate!r}: give launches per second, 0.01..100 "
+            "(default 1: half of EC2's RunInstances refill of 2 instances a second)"
+        )
+    if burst is None:
+        burst = Pacing.burst
+    if isinstance(burst, bool) or not isinstance(burst, int) or not 1 <= burst <= 1000:
+        raise ValueError(f"launch_pacing.burst {burst!r}: give a whole number 1..1000 (default 10)")
+    return Pacing(rate_per_second=float(rate), burst=burst)
+
+
+def _launch_pacing(raw: str | None) -> Pacing:
+    try:
+        return parse_launch_pacing(json.loads(raw) if raw else None)
+    except ValueError as exc:
+        raise ConfigError(f"{ENV_LAUNCH_PACING}: {exc}") from None
 
 
 def _queue_settings(raw: str | None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from botocore.exceptions import ClientError
 
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.jobs import JobTable
+from respot.aws.pacing import LaunchPacer
 from respot.aws.pools import PoolTable
 from respot.aws.queueledger import AccountUse, QueueLedger
 from respot.aws.satellites import (
@@ -31,6 +32,7 @@ from respot.aws.satellites import (
     load_satellites,
     with_satellite_subnets,
 )
+from respot.aws.teamtags import PrincipalTeams
 from respot.control.admission import Admission, PassResult
 from respot.control.config import ControlPlaneConfig
 from respot.control.queuecommand import QueueSettingsCommand
@@ -67,6 +69,7 @@ from respot.credentials.policy import secrets_problem
 from respot.exceptions import DuplicateJobError, NotOwnerError
 from respot.identity.verify import principal_matches
 from respot.queue.budgets import BudgetAction, BudgetAlert, alert_message
+from respot.queue.settings import mapped_team
 from respot.spec.jobid import is_job_id
 from respot.storage import layout
 from respot.storage.carry import carry_checkpoint
@@ -128,7 +131,6 @@ class Notifications:
         except Exception:  # a notification must never block or fail a transition
             log.exception("could not queue a notification for job %s", job.job_id)
 
-
     def budget_alert(self, alert: BudgetAlert, action: BudgetAction) -> None:
         """Queue a budget alert for the notifier (the deployment's channel); never raises.
 
@@ -172,8 +174,11 @@ class ControlPlane:
         pools: PoolTable | None = None,
         objects: JobObjects | None = None,
         admission: Admission | None = None,
+        teams: PrincipalTeams | None = None,
     ) -> None:
         self.jobs = jobs
+        # Teams from the submitters' IAM principal tags (respot.aws.teamtags); None: not read.
+        self.teams = teams
         # With satellite regions: where each job's objects are, and the copies that move
         # them with the job (respot.aws.satellites); None: one region, one bucket.
         self.objects = objects
@@ -241,8 +246,16 @@ class ControlPlane:
             "deployment_name": config.deployment_name,
             "client": clients["ec2"],
             "quotas_client": clients["service-quotas"],
+            # One bucket for the account, whichever region a launch goes to (aws.pacing).
+            "pacer": LaunchPacer(config.table_name, clients["dynamodb"], config.launch_pacing),
         }
         settings = config.settings()
+
+        def given_or_new(service: str) -> Any:  # made on first use (respot.aws.teamtags)
+            return clients.get(service) or session.client(
+                service, config=retrying, endpoint_url=endpoint_url
+            )
+
         capacity: Ec2Capacity
         objects: JobObjects | None = None
         if config.satellite_regions:
@@ -305,6 +318,10 @@ class ControlPlane:
                 limits=config.queue_limits(),
                 prices=dict(config.on_demand_prices),
             ),
+            teams=PrincipalTeams(
+                lambda: given_or_new("iam"),
+                lambda: str(given_or_new("sts").get_caller_identity()["Account"]),
+            ),
         )
         if config.satellite_regions:
             plane.satellite_role_ids = tuple(s.instance_role_id for s in satellites.values())
@@ -332,7 +349,9 @@ class ControlPlane:
         reads = [d.key for d in spec.data if d.bucket == self.bucket]
         if (why := secrets_problem(job_id, list(spec.secrets.values()), reads)) is not None:
             refused.append(why)
-        event = Submitted(submission, tuple(refused), hold=self._queue_on(read=True))
+        hold = self._queue_on(read=True)
+        team = self._tagged_team(submission.submitted_by, hold)
+        event = Submitted(submission, tuple(refused), hold=hold, team=team)
         decision, record = self._commit(job_id, event)
         if decision.outcome == "duplicate":
             if record is None or record.submission_digest != submission_digest(submission):
@@ -352,6 +371,15 @@ class ControlPlane:
             if after is not None:
                 applied.state, applied.version = after.state.value, after.version
         return applied
+
+    def _tagged_team(self, submitter: str | None, hold: bool) -> str | None:
+        """The submitter's IAM principal tag `respot:team` (respot.aws.teamtags), read only when
+        the queue is on and the platform team's mapping does not name them (it wins)."""
+        if self.teams is None or not submitter or not hold:
+            return None
+        if mapped_team(submitter, self.admission.limits_seen) is not None:
+            return None
+        return self.teams.team(submitter)
 
     def _queue_problems(self, submission: JobSubmission) -> list[str]:
         """A spec's `queue:` and `after:` against this deployment: a queue it does not name,

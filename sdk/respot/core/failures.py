@@ -33,6 +33,12 @@ THROTTLE_ERRORS = frozenset({"RequestLimitExceeded"})
 # Launches of one attempt EC2 throttled before the job fails (each after Ec2Capacity's own
 # backoff, then one launch timeout: about a quarter of an hour of throttling in all).
 MAX_THROTTLED_LAUNCHES = 5
+# respot's own launch pacing (`aws.pacing`: a token bucket per account) had no token for the
+# launch, so it was not sent: says nothing of the pool, nor of EC2. The same pool is tried
+# again at the next tick, never marked tried; at most this many paced launches of one attempt
+# (about an hour of ticks), then the job fails saying why.
+PACED_ERRORS = frozenset({"RespotLaunchPaced"})
+MAX_PACED_LAUNCHES = 60
 # IAM refused the launch. During a deploy that picks a new AMI, the functions' role already
 # names the new image while they still launch the previous launch template version (the
 # previous image): refused until CloudFormation has updated the functions, a few minutes. So
@@ -47,8 +53,8 @@ TRANSIENT_ERRORS = frozenset(
 
 
 def launch_error_kind(code: str) -> str:
-    """'capacity', 'quota', 'throttle', 'unauthorized', 'transient' or 'refused' (anything
-    else: fail the job at once).
+    """'capacity', 'quota', 'throttle', 'paced', 'unauthorized', 'transient' or 'refused'
+    (anything else: fail the job at once).
 
     'refused' covers InvalidParameterValue (a mistyped instance type such as g5.xlarg),
     UnauthorizedOperation, KMS key errors, a missing AMI...: the same request fails again.
@@ -59,6 +65,8 @@ def launch_error_kind(code: str) -> str:
         return "capacity"
     if code in THROTTLE_ERRORS:
         return "throttle"
+    if code in PACED_ERRORS:
+        return "paced"
     if code in DEPLOY_WINDOW_ERRORS:
         return "unauthorized"
     if code in TRANSIENT_ERRORS:

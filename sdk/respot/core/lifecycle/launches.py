@@ -8,7 +8,7 @@ that refused it, if any) and `LaunchRefused`; the team's queue's `Admitted` and
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from respot.core.deadline import record_availability
 from respot.core.events import (
@@ -22,6 +22,7 @@ from respot.core.events import (
     Submitted,
 )
 from respot.core.failures import (
+    MAX_PACED_LAUNCHES,
     MAX_THROTTLED_LAUNCHES,
     MAX_UNAUTHORIZED_LAUNCHES,
     launch_error_kind,
@@ -265,7 +266,7 @@ def _unavailable(
         or job.state is not JobState.REQUESTED
     ):
         return _unchanged("ignored: stale capacity error")
-    if launch_error_kind(event.error_code) in ("throttle", "unauthorized"):
+    if launch_error_kind(event.error_code) in ("throttle", "unauthorized", "paced"):
         return _retry_same_pool(d, att, event)
     att.tried.append(f"{att.placement.key}: {event.error_code}")
     pools = _in_order(job, candidates(job, att.placement.market, settings))
@@ -322,11 +323,15 @@ def _unavailable(
 def _retry_same_pool(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
     """A refusal that says nothing of the pool: EC2 throttled RunInstances (the account's API
     rate), or IAM refused it while a deploy moves the functions to a new launch template
-    version (`UnauthorizedOperation`). The same pool is launched again by the tick after
-    `launch_timeout` (same client token), never marked tried; after the bound of its kind
-    (`MAX_THROTTLED_LAUNCHES`, `MAX_UNAUTHORIZED_LAUNCHES`) the job fails with AWS's text."""
+    version (`UnauthorizedOperation`), or respot's own launch pacing had no token for it
+    (`PACED_ERRORS`: it was not sent). The same pool is launched again by the tick after
+    `launch_timeout` (a paced one at the next tick), same client token, never marked tried;
+    after the bound of its kind (`MAX_THROTTLED_LAUNCHES`, `MAX_UNAUTHORIZED_LAUNCHES`,
+    `MAX_PACED_LAUNCHES`) the job fails with AWS's text or the pacing's."""
     job = d.job
     p = att.placement
+    if launch_error_kind(event.error_code) == "paced":
+        return _paced(d, att, event)
     throttle = launch_error_kind(event.error_code) == "throttle"
     limit = MAX_THROTTLED_LAUNCHES if throttle else MAX_UNAUTHORIZED_LAUNCHES
     key = f"{'throttled' if throttle else 'unauthorized'}-{att.number}"
@@ -357,6 +362,43 @@ def _retry_same_pool(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Dec
         "throttled" if throttle else "launch-refused",
         f"{what}; the same pool is tried again in {wait}s ({count} of {limit} before the "
         "job fails)",
+        attempt=att.number,
+        error=event.error_code,
+    )
+    return d.decision()
+
+
+def _paced(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
+    """respot's launch pacing held the launch back (not EC2, not the pool): ask again at the
+    next tick, at most `MAX_PACED_LAUNCHES` times for one attempt."""
+    job = d.job
+    p = att.placement
+    key = f"paced-{att.number}"
+    count = int(job.policy.get(key, 0)) + 1
+    job.policy[key] = count
+    what = (
+        f"launch of {p.market.value} {p.instance_type} in {p.availability_zone} paced: "
+        f"{event.message or 'no launch token'}"
+    )
+    if count >= MAX_PACED_LAUNCHES:
+        _finish(
+            d,
+            Transition.FAIL,
+            AttemptEnd.FAILED,
+            f"{what}; {count} times in a row (at most {MAX_PACED_LAUNCHES}): more launches "
+            "than the stack setting launch_pacing allows keep coming; raise its "
+            "rate_per_second, or submit again later",
+        )
+        return d.decision()
+    # The tick launches again once launch_timeout has passed since requested_at: date it so
+    # that this happens at the next tick.
+    att.requested_at = d.now - max(
+        d.settings.launch_timeout - d.settings.policy_tick, timedelta(0)
+    )
+    d.note(
+        "paced",
+        f"{what}; the same pool is tried again at the next tick ({count} of "
+        f"{MAX_PACED_LAUNCHES} before the job fails); not a lack of capacity",
         attempt=att.number,
         error=event.error_code,
     )

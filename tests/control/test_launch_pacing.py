@@ -1,0 +1,157 @@
+"""The account's launch pacing bucket in DynamoDB (issue 26): handlers racing for tokens never
+launch faster than the rate (burst + rate x elapsed), and duplicates of one launch never take
+two tokens. Real conditional writes (moto's DynamoDB); the race is forced: every handler
+reads the bucket before any of them writes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from respot.aws.pacing import LaunchPacer, Pacing, refill
+from respot.control.config import ConfigError, _launch_pacing, parse_launch_pacing
+
+TABLE = "respot-pacing-test"
+PACING = Pacing(rate_per_second=2.0, burst=5, max_wait_seconds=0.0)
+
+
+@pytest.fixture
+def dynamodb() -> Iterator[Any]:
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(
+            TableName=TABLE,
+            KeySchema=[
+                {"AttributeName": "pk", "KeyType": "HASH"},
+                {"AttributeName": "sk", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "pk", "AttributeType": "S"},
+                {"AttributeName": "sk", "AttributeType": "S"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield client
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ReadsTogether:
+    """A DynamoDB client whose first bucket read of each handler waits until all have read.
+
+    Its writes go one at a time: DynamoDB applies each conditional write atomically, which
+    moto's in-process backend does not do across threads; the race under test is the one
+    between each handler's read and its write."""
+
+    def __init__(self, client: Any, handlers: int) -> None:
+        self.client = client
+        self.barrier = threading.Barrier(handlers, timeout=30)
+        self.first = threading.local()
+        self.atomic = threading.Lock()
+
+    def get_item(self, **kwargs: Any) -> Any:
+        item = self.client.get_item(**kwargs)
+        if not getattr(self.first, "done", False):
+            self.first.done = True
+            self.barrier.wait()
+        return item
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        with self.atomic:
+            return self.client.transact_write_items(**kwargs)
+
+
+def _race(client: Any, clock: Clock, launch_ids: list[str]) -> list[bool]:
+    racing = ReadsTogether(client, len(launch_ids))
+    granted: list[bool] = [False] * len(launch_ids)
+
+    def handler(i: int) -> None:
+        granted[i] = LaunchPacer(TABLE, racing, PACING, clock=clock).take(launch_ids[i]).granted
+
+    threads = [threading.Thread(target=handler, args=(i,)) for i in range(len(launch_ids))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return granted
+
+
+def test_concurrent_launches_never_exceed_the_rate(dynamodb: Any) -> None:
+    clock = Clock()
+    # GIVEN 12 handlers launching at the same instant (a reclaim of 12 jobs), bucket of 5
+    first = _race(dynamodb, clock, [f"launch-{i}" for i in range(12)])
+    # THEN exactly the burst is granted, the others are paced
+    assert sum(first) == PACING.burst
+    # WHEN 2.5 s pass (5 tokens at 2/s) and 12 more race
+    clock.now += 2.5
+    second = _race(dynamodb, clock, [f"later-{i}" for i in range(12)])
+    # THEN no more than the refill: burst + rate x elapsed over the whole run
+    assert sum(first) + sum(second) <= PACING.burst + PACING.rate_per_second * 2.5
+    assert sum(second) == 5
+
+
+def test_a_duplicate_launch_never_takes_a_second_token(dynamodb: Any) -> None:
+    clock = Clock()
+    pacer = LaunchPacer(TABLE, dynamodb, PACING, clock=clock)
+    # GIVEN one launch granted
+    assert pacer.take("tok-A").granted
+    # WHEN the same launch comes again (a redelivered event), twice at once with others
+    again = _race(dynamodb, clock, ["tok-A", "tok-A", "tok-B"])
+    # THEN it is let through as a duplicate, and only tok-B took a token: 5 - 2 left
+    assert again == [True, True, True]
+    item = dynamodb.get_item(
+        TableName=TABLE, Key={"pk": {"S": "PACING#launches"}, "sk": {"S": "PACING"}}
+    )["Item"]
+    assert float(item["tokens"]["N"]) == pytest.approx(PACING.burst - 2)
+
+
+def test_a_paced_take_says_when_the_next_token_is_due(dynamodb: Any) -> None:
+    clock = Clock()
+    pacer = LaunchPacer(TABLE, dynamodb, PACING, clock=clock)
+    for i in range(PACING.burst):
+        assert pacer.take(f"t{i}").granted
+    grant = pacer.take("late")
+    assert not grant.granted and grant.wait == pytest.approx(0.5)
+    # AND a handler allowed to wait that long gets it after waiting (its own sleep)
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        clock.now += s
+
+    patient = LaunchPacer(
+        TABLE, dynamodb, Pacing(2.0, 5, max_wait_seconds=1.0), clock=clock, sleep=sleep
+    )
+    assert patient.take("late").granted and slept == [pytest.approx(0.5)]
+
+
+def test_refill_is_capped_and_a_clock_going_back_adds_nothing() -> None:
+    assert refill(0.0, 100.0, 110.0, PACING) == PACING.burst
+    assert refill(1.0, 100.0, 90.0, PACING) == 1.0
+    assert refill(0.0, 100.0, 101.0, PACING) == 2.0
+
+
+def test_bad_settings_name_the_field() -> None:
+    assert parse_launch_pacing(None) == Pacing()
+    assert parse_launch_pacing({"rate_per_second": 3, "burst": 20}) == Pacing(3.0, 20)
+    for bad, field in (
+        ({"rate_per_second": 0}, "launch_pacing.rate_per_second"),
+        ({"burst": 0}, "launch_pacing.burst"),
+        ({"burst": 2.5}, "launch_pacing.burst"),
+        ({"rate": 1}, "unknown field(s) rate"),
+    ):
+        with pytest.raises(ValueError, match=field.replace("(", r"\(").replace(")", r"\)")):
+            parse_launch_pacing(bad)
+    with pytest.raises(ConfigError, match=r"RESPOT_LAUNCH_PACING: launch_pacing\.burst"):
+        _launch_pacing('{"burst": -1}')
