@@ -432,6 +432,34 @@ def _describe(t: GrantTargets, function: str) -> GrantPolicy:
     return GrantPolicy(statements, (_DESCRIBE, _QUOTAS))
 
 
+_PRINCIPALS = (
+    r"^Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:(role|user)/\*$",
+    "The team's queue reads the respot:team tag of whoever submits a job (the researcher "
+    "policy, not this stack, decides who may), so those roles and users cannot be named here: "
+    "iam:ListRoleTags and iam:ListUserTags only, read-only, on this account's roles and users.",
+)
+
+
+def _principal_tags(t: GrantTargets, function: str) -> GrantPolicy:
+    def arn(kind: str) -> str:
+        return t.stack.format_arn(
+            service="iam",
+            region="",
+            resource=kind,
+            resource_name="*",
+            arn_format=ArnFormat.SLASH_RESOURCE_NAME,
+        )
+
+    statements = [
+        iam.PolicyStatement(
+            sid="ReadSubmittersTeamTag",
+            actions=["iam:ListRoleTags", "iam:ListUserTags"],
+            resources=[arn("role"), arn("user")],
+        )
+    ]
+    return GrantPolicy(statements, (_PRINCIPALS,))
+
+
 def _send(sid: str, queue: sqs.IQueue) -> GrantPolicy:
     return GrantPolicy(
         [iam.PolicyStatement(sid=sid, actions=["sqs:SendMessage"], resources=[queue.queue_arn])]
@@ -499,6 +527,7 @@ _BUILDERS: dict[str, Callable[[GrantTargets, str], GrantPolicy]] = {
     Grant.DLQ_SEND: _dead_letters,
     Grant.SLACK_TOKEN_READ: _slack,
     Grant.SWEEP_SEND: _sweep,
+    Grant.PRINCIPAL_TAGS_READ: _principal_tags,
 }
 
 

@@ -42,6 +42,9 @@ class Grant(enum.StrEnum):
     # ssm:GetParameter on the Slack token parameter, kms:Decrypt through SSM for it only
     SLACK_TOKEN_READ = "slack-token-read"  # noqa: S105 - a grant name, not a secret
     SWEEP_SEND = "sweep-send"  # SendMessage to the sweep-events queue
+    # iam:ListRoleTags / iam:ListUserTags in this account: a submitter's `respot:team` tag
+    # (respot.aws.teamtags, the team's queue); read-only
+    PRINCIPAL_TAGS_READ = "principal-tags-read"
 
 
 CONTROL_GRANTS = frozenset(
@@ -170,7 +173,7 @@ WIRING = Wiring(
         Function(
             "commands",
             "lambdas.commands",
-            CONTROL_GRANTS | {Grant.DLQ_SEND},
+            CONTROL_GRANTS | {Grant.DLQ_SEND, Grant.PRINCIPAL_TAGS_READ},
             description="Researchers' commands: submits and cancels jobs, starts and stops sweeps",
         ),
         Function(

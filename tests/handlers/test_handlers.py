@@ -44,7 +44,9 @@ class Env:
 
     def __init__(self, endpoint: str) -> None:
         self.local = cloud.provision(endpoint, prefix=f"t{secrets.token_hex(4)}")
-        self.clients = {n: self.local.client(n) for n in ("dynamodb", "ec2", "s3", "sqs")}
+        self.clients = {
+            n: self.local.client(n) for n in ("dynamodb", "ec2", "s3", "sqs", "iam", "sts")
+        }
         config = ControlPlaneConfig.from_env(self.local.function_env("commands"))
         self.control = ControlPlane.from_config(
             config, session=cloud.session(), clients=self.clients

@@ -1,5 +1,6 @@
 """The team's queue in the synthesized stack (issue 26): the `idle_gpus` setting reaches every
-control-plane function as RESPOT_IDLE_GPUS (read back by `ControlPlaneConfig`)."""
+control-plane function as RESPOT_IDLE_GPUS (read back by `ControlPlaneConfig`); the commands
+function alone may read principals' tags (a submitter's `respot:team`), in this account only."""
 
 from __future__ import annotations
 
@@ -39,3 +40,50 @@ def test_the_idle_gpus_setting_reaches_every_control_function(
         assert isinstance(raw, str), name  # plain JSON, no token left to resolve
         assert parse_idle_gpus(json.loads(raw)) == parse_idle_gpus(IDLE)
     assert parse_idle_gpus(IDLE) != IdleGpus()
+
+
+def _policies_of(template: assertions.Template) -> dict[str, list[dict[str, Any]]]:
+    """Each IAM policy's statements, by the logical id of the role it is attached to."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        props = policy["Properties"]
+        for role in props.get("Roles", []):
+            out.setdefault(role["Ref"], []).extend(props["PolicyDocument"]["Statement"])
+    return out
+
+
+def _commands_role(template: assertions.Template) -> str:
+    (fn,) = [
+        f
+        for f in _functions(template).values()
+        if f["Properties"].get("Handler") == "lambdas.commands.handler"
+    ]
+    return str(fn["Properties"]["Role"]["Fn::GetAtt"][0])
+
+
+def test_only_the_commands_function_reads_principal_tags_and_only_this_account_s(
+    template: assertions.Template,
+) -> None:
+    by_role = _policies_of(template)
+    commands = _commands_role(template)
+    reading = {
+        role: s
+        for role, statements in by_role.items()
+        for s in statements
+        if {"iam:ListRoleTags", "iam:ListUserTags"} & set(_list(s["Action"]))
+    }
+    # THEN exactly one statement, on the commands function's role
+    assert list(reading) == [commands]
+    (statement,) = reading.values()
+    assert statement["Effect"] == "Allow"
+    assert sorted(_list(statement["Action"])) == ["iam:ListRoleTags", "iam:ListUserTags"]
+    resources = [json.dumps(r) for r in _list(statement["Resource"])]
+    assert len(resources) == 2
+    for kind, resource in zip(("role", "user"), resources, strict=True):
+        # arn:<partition>:iam::<this account>:<kind>/* : no other account, nothing but tags
+        assert '"AWS::AccountId"' in resource and f':{kind}/*"' in resource
+        assert ":iam::" in resource
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]

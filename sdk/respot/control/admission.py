@@ -138,6 +138,7 @@ class Admission:
         self.limits = limits or QueueLimits()
         self.prices = dict(prices or {})  # on-demand list prices (the cost ledger's fallback)
         self.enabled_seen = enabled  # the effective switch as the last ledger read said
+        self.limits_seen = self.limits  # and the limits in force
 
     def enabled_now(self) -> bool:
         """The effective switch: an admin's setting in the ledger, else the stack's."""
@@ -147,7 +148,7 @@ class Admission:
         """(enabled, limits): the admin's, when one set them, else the stack's."""
         found = parse_settings(state.settings) if state.settings is not None else None
         enabled, limits = found or (self.enabled, self.limits)
-        self.enabled_seen = enabled
+        self.enabled_seen, self.limits_seen = enabled, limits
         return enabled, limits
 
     def queue_names(self) -> set[str]:
@@ -300,7 +301,7 @@ class Admission:
                 paid += _committed(record, now, self.prices)
             if paid <= 0:
                 continue
-            for key in (f"researcher:{owner}", f"team:{team_of(owner, limits)}"):
+            for key in (f"researcher:{owner}", f"team:{team_of(owner, limits, record.team)}"):
                 spent[key] = spent.get(key, 0.0) + paid
                 billed[key] = billed.get(key, 0.0) + bill
         budgets: dict[str, float] = {f"team:{t}": b for t, b in limits.team_budgets.items()}
@@ -331,7 +332,7 @@ class Admission:
             if r.state.is_terminal() or r.state is JobState.HELD or STOPPING in r.policy:
                 continue
             owner = r.submission.submitted_by or "unidentified"
-            running.append(Running(r.job_id, owner, team_of(owner, limits)))
+            running.append(Running(r.job_id, owner, team_of(owner, limits, r.team)))
         stops = hard_stops(running, paid, budgets)
         for job_id, reason in stops:
             apply(job_id, PlatformStop(reason, "budget"))
@@ -349,7 +350,7 @@ class Admission:
         return WaitingJob(
             job_id=record.job_id,
             researcher=owner or "unidentified",
-            team=team_of(owner, limits),
+            team=team_of(owner, limits, record.team),
             submitted_at=record.created_at,
             quota_key=key,
             vcpus=vcpus,

@@ -26,6 +26,9 @@ class Submitted:
     # Held in the team's queue until admitted (respot.queue): the control plane's effective
     # setting (an admin's change included); None: the deployment's `ControlSettings.admission`.
     hold: bool | None = None
+    # The submitter's IAM principal tag `respot:team` (respot.aws.teamtags), read by the
+    # commands function; kept on the record (the platform team's mapping still wins).
+    team: str | None = None
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,9 @@ class JobRecord(BaseModel):
     updated_at: datetime
     submission: JobSubmission  # environment values redacted (respot.wire.messages.redacted)
     submission_digest: str | None = None  # SHA-256 of the full submission, to spot duplicates
+    # The submitter's team from their IAM principal tag `respot:team`, read at submission
+    # (respot.aws.teamtags); the platform team's mapping wins (respot.queue.settings.team_of).
+    team: str | None = None
     attempts: list[Attempt] = Field(default_factory=list)
     interruptions: int = 0
     waiting_since: datetime | None = None  # when the job last began to wait for capacity

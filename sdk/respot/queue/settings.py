@@ -167,12 +167,18 @@ def settings_dict(enabled: bool, limits: QueueLimits) -> dict[str, Any]:
     }
 
 
-def team_of(principal: str | None, limits: QueueLimits) -> str:
-    """The team of a submitter: the platform team's mapping by full ARN, then by its last
-    name (the user, or the role's session name), else "default"."""
+def mapped_team(principal: str | None, limits: QueueLimits) -> str | None:
+    """The platform team's mapping for a submitter: by full ARN, then by its last name (the
+    user, or the role's session name); None if it names neither."""
     if not principal:
-        return "default"
+        return None
     if principal in limits.teams:
         return limits.teams[principal]
-    short = principal.rsplit("/", 1)[-1]
-    return limits.teams.get(short, "default")
+    return limits.teams.get(principal.rsplit("/", 1)[-1])
+
+
+def team_of(principal: str | None, limits: QueueLimits, tagged: str | None = None) -> str:
+    """The team of a submitter: the platform team's mapping (`mapped_team`) wins, then the
+    team the submitter's IAM principal tag `respot:team` named at submission (`tagged`,
+    respot.aws.teamtags), else "default"."""
+    return mapped_team(principal, limits) or tagged or "default"

@@ -34,7 +34,10 @@ def _kept(d: _Draft) -> str:
     ckpt = d.job.checkpoint
     if ckpt is None:
         return "no checkpoint exists (the job never saved one)"
-    return f"its checkpoint at step {ckpt.step} is kept in S3 (respot pull --checkpoint fetches it)"
+    return (
+        f"its checkpoint at step {ckpt.step} is kept in S3 (a new job naming restore_from: "
+        f"{d.job.job_id} starts from it)"
+    )
 
 
 def begin_stop(d: _Draft, reason: str, cause: str) -> bool:
@@ -72,7 +75,9 @@ def begin_stop(d: _Draft, reason: str, cause: str) -> bool:
 def stopping(d: _Draft, att: Attempt) -> bool:
     """True if a rule is stopping this attempt (the job not over yet)."""
     stop = d.job.policy.get(STOPPING)
-    return bool(stop) and stop.get("attempt") == att.number and not d.job.state.is_terminal()
+    if not stop or d.job.state.is_terminal():
+        return False
+    return bool(stop.get("attempt") == att.number)
 
 
 def stop_finished(d: _Draft, att: Attempt) -> bool:
