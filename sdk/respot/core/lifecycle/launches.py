@@ -57,6 +57,7 @@ def _submitted(
         submission=redacted(sub),
         submission_digest=submission_digest(sub),
         waiting_since=now,
+        team=event.team,
     )
     d = _Draft(record, now, settings)
     spec = sub.spec
