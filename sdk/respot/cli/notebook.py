@@ -53,9 +53,9 @@ def _names_checked(func: Any) -> Any:
 
 
 def _me(conn: Connection) -> str:
-    from respot.workspace.catalog import caller_arn
+    from respot.workspace import ops
 
-    return caller_arn(conn.deployment, conn.session)
+    return ops.caller_arn(conn.deployment, conn.session)
 
 
 def _records(conn: Connection) -> list[JobRecord]:
@@ -142,8 +142,8 @@ def open_(
     if not 0 <= port <= 65535:
         fail(f"--port {port}: give a port between 1024 and 65535 (0: any free one)")
     conn = connect(local)
+    live = ops.live_job(conn.deployment, conn.session, name)  # yours, and running
     if not conn.local:
-        live = ops.live_job(conn.deployment, conn.session, name)
         _open_aws(conn, live, name, port)
         return
     from respot.client.localstate import read_state
@@ -151,6 +151,7 @@ def open_(
     state = read_state()
     if state is None:
         fail("no local runtime is running; start one with `respot local up`")
+    moved = live.interruptions
     tunnel, link = ops.open_local(conn.deployment, conn.session, name, Path(state.work_root), port)
     stop = threading.Event()
 
@@ -160,6 +161,8 @@ def open_(
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         console().print(f"workspace {name!r}: {link}", markup=False, soft_wrap=True)
+        if moved:
+            console().print(_moved(moved), markup=False)
         console().print(
             "the tunnel follows the workspace to a new instance (reload the page); "
             "Ctrl-C closes it",
@@ -200,6 +203,13 @@ def _open_aws(conn: Connection, live: JobRecord, name: str, port: int) -> None:
     ssm.forward(conn.deployment, attempt.instance_id, names.REMOTE_PORT, port)
 
 
+def _moved(times: int) -> str:
+    return (
+        f"it moved to a new instance {times} time(s) after spot interruptions: variables are "
+        "gone; files are kept"
+    )
+
+
 def _row(conn: Connection, workspace: Workspace, now: datetime) -> dict[str, Any]:
     from respot.core.cost import job_cost
 
@@ -214,6 +224,7 @@ def _row(conn: Connection, workspace: Workspace, now: datetime) -> dict[str, Any
         "interruptions": sum(j.interruptions for j in workspace.jobs),
         "paid_usd": round(sum(job_cost(j, now).paid_usd for j in workspace.jobs), 6),
         "last_reason": None if live is not None else newest.reason,
+        "note": _moved(live.interruptions) if live is not None and live.interruptions else None,
         "since": (live or newest).created_at.isoformat(),
     }
 
@@ -242,7 +253,7 @@ def ls(local: LocalOption = False, json_output: JsonOption = False) -> None:
     from rich.table import Table
 
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("name", "state", "job", "instance", "interr.", "paid"):
+    for col in ("name", "state", "job", "instance", "interr.", "paid", "note"):
         table.add_column(col)
     for row in rows:
         table.add_row(
@@ -252,6 +263,7 @@ def ls(local: LocalOption = False, json_output: JsonOption = False) -> None:
             row["instance_id"] or "-",
             str(row["interruptions"]),
             f"${row['paid_usd']:.4f}",
+            row["note"] or row["last_reason"] or "",
         )
     console().print(table)
 
