@@ -7,7 +7,9 @@ the resource and every condition. Wildcards `*` and `?` in actions, resources an
 ArnEquals/ArnLike/ArnNotEquals/ArnNotLike, Bool, NumericLessThanEquals/GreaterThanEquals,
 each with the `IfExists` suffix, and `Null` (`"true"`: the request lacks the key); several
 values of one key are OR-ed, keys and operators are AND-ed. A key missing from the request
-fails a positive operator (as in IAM). It is used by tests against the synthesized template
+fails a positive operator (as in IAM). Policy variables (`${aws:userid}`, and the literal
+`${*}`, `${?}`, `${$}`) in resources and condition values take the request's value; one the
+request lacks matches nothing. It is used by tests against the synthesized template
 (`tests/infra/test_iam_policies.py`) and by the local runtime's enforcement
 (`infra/local/iam.py`: conditional Denies and session policies).
 """
@@ -29,6 +31,33 @@ def _glob(pattern: str, value: str, *, case: bool = True) -> bool:
     return re.match(regex, value, 0 if case else re.IGNORECASE) is not None
 
 
+_VARIABLE = re.compile(r"\$\{([^}]+)\}")
+_LITERALS = {"*": "*", "?": "?", "$": "$"}
+
+
+def _substitute(value: Any, context: Mapping[str, Any]) -> str | None:
+    """`value` with its policy variables replaced from `context`; None if one is missing."""
+    text = str(value)
+    missing = False
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal missing
+        name = match.group(1)
+        if name in _LITERALS:
+            return _LITERALS[name]
+        if name not in context:
+            missing = True
+            return ""
+        return str(_list(context[name])[0])
+
+    resolved = _VARIABLE.sub(one, text)
+    return None if missing else resolved
+
+
+def _resolved(values: Any, context: Mapping[str, Any]) -> list[str]:
+    return [v for v in (_substitute(p, context) for p in _list(values)) if v is not None]
+
+
 def _matches(patterns: Any, value: str, *, case: bool = True) -> bool:
     return any(_glob(str(p), value, case=case) for p in _list(patterns))
 
@@ -41,7 +70,7 @@ def _condition(operator: str, key: str, expected: Any, context: Mapping[str, Any
     if key not in context:
         return if_exists or op.startswith(("StringNot", "ArnNot"))
     actual = [str(v) for v in _list(context[key])]
-    values = [str(v) for v in _list(expected)]
+    values = _resolved(expected, context)
     negated = "Not" in op
     if op in ("StringEquals", "StringNotEquals", "ArnEquals", "ArnNotEquals"):
         hit = any(a == v for a in actual for v in values)
@@ -65,9 +94,9 @@ def _statement_applies(
         return False
     if "NotAction" in st and _matches(st["NotAction"], action, case=False):
         return False
-    if "Resource" in st and not _matches(st["Resource"], resource):
+    if "Resource" in st and not _matches(_resolved(st["Resource"], context), resource):
         return False
-    if "NotResource" in st and _matches(st["NotResource"], resource):
+    if "NotResource" in st and _matches(_resolved(st["NotResource"], context), resource):
         return False
     for operator, keys in (st.get("Condition") or {}).items():
         for key, expected in keys.items():

@@ -208,7 +208,7 @@ class SatelliteStack(Stack):
                 }
             ),
         )
-        if settings.session_manager:  # opt-in shell access, no inbound port
+        if settings.session_manager or settings.workspaces:  # shell (opt-in), tunnels; no port
             SessionManagerAccess(self, "SessionManager", role=self.fleet.role)
         Tags.of(self).add(SATELLITE_TAG, home_name)
         Tags.of(self.fleet.launch_template).add(MANAGED_TAG, home_name)

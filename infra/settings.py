@@ -60,6 +60,7 @@ CONTEXT_KEYS = (
     "allowed_instance_types",
     "extra_regions",
     "session_manager",
+    "workspaces",
     "framework_python_version",
     "queue",
     "idle_gpus",
@@ -141,6 +142,11 @@ class DeploySettings:
     # Shell access to instances through Session Manager (infra/constructs/session_manager.py):
     # the instance role gets the SSM Agent's session permissions; no inbound port either way.
     session_manager: bool = False
+    # Interactive notebooks (`respot notebook`, docs/notebooks-platform.md): the instance role
+    # gets the SSM Agent's session permissions (as with session_manager) and the researcher
+    # policy a port-forwarding tunnel to their own instances only
+    # (infra/constructs/workspaces.py). false: neither.
+    workspaces: bool = True
     # The version of `framework_python`: the agent package is built for that Python only
     # (infra/bundling.py); the bootstrap names this setting if the AMI's differs.
     framework_python_version: str = DEFAULT_FRAMEWORK_PYTHON_VERSION
@@ -336,6 +342,8 @@ class DeploySettings:
                 ) from exc
         if "session_manager" in raw:
             values["session_manager"] = _flag(raw["session_manager"], "session_manager")
+        if "workspaces" in raw:
+            values["workspaces"] = _flag(raw["workspaces"], "workspaces")
         if "queue" in raw:
             values["queue"] = dict(_mapping(raw["queue"], "queue"))
         if "idle_gpus" in raw:

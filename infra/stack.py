@@ -36,6 +36,7 @@ from infra.constructs import (
 from infra.constructs.activity import wire_activity
 from infra.constructs.naming import pascal_id
 from infra.constructs.session_manager import SessionManagerAccess
+from infra.constructs.workspaces import add_researcher_tunnels
 from infra.grants import GrantError, GrantPolicy, GrantTargets, policy_for
 from infra.nag import suppress
 from infra.regions import satellite_parameter_name
@@ -136,7 +137,9 @@ class RespotStack(Stack):
                 satellite_regions=settings.extra_regions,
             )
 
-        if settings.session_manager:  # opt-in shell access, no inbound port
+        # Shell access (opt-in) and workspaces' tunnels (on by default) both need the SSM Agent's
+        # session permissions on the instance role; no inbound port either way.
+        if settings.session_manager or settings.workspaces:
             SessionManagerAccess(self, "SessionManager", role=self.fleet.role)
 
         self.selftest = SelftestExperiment(self, "Selftest", deployment_name=self.stack_name)
@@ -162,6 +165,12 @@ class RespotStack(Stack):
             publisher_role_arns=settings.allowed_publisher_role_arns,
             fis_template_id=self.selftest.template_id,
         )
+        if settings.workspaces:  # `respot notebook open`: a tunnel to one's own instances only
+            add_researcher_tunnels(
+                self.researchers.policy,
+                deployment_name=self.stack_name,
+                regions=settings.extra_regions,
+            )
 
     def _machine_image(self, settings: DeploySettings) -> ec2.IMachineImage:
         if settings.ami_id:

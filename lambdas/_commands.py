@@ -210,4 +210,7 @@ def _verified(
         )
     except ProofError as exc:
         raise PoisonMessageError(f"identity: {exc}") from exc
-    return command.model_copy(update={identity_field: caller.arn, "proof": None})
+    update: dict[str, Any] = {identity_field: caller.arn, "proof": None}
+    if "submitted_by_id" in type(command).model_fields:  # a job's: its instances' owner tag
+        update["submitted_by_id"] = caller.user_id or None
+    return command.model_copy(update=update)

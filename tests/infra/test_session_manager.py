@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from aws_cdk import assertions
 
 from infra.constructs.session_manager import SESSION_MANAGER_ACTIONS
 from infra.iam_eval import allowed
@@ -53,8 +52,8 @@ def test_with_the_option_instances_take_sessions_and_nothing_more(with_sessions)
     assert _ingress(with_sessions) == []
 
 
-def test_without_it_the_instances_cannot_register_with_ssm(template: assertions.Template):
-    plain = template.to_json()
+def test_without_it_and_without_workspaces_the_instances_cannot_register_with_ssm():
+    plain = respot_template(workspaces=False)[1].to_json()
     docs = _instance_documents(plain)
     assert docs
     for action in SESSION_MANAGER_ACTIONS:

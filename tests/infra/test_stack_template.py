@@ -11,6 +11,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import assertions
 
+from infra.constructs.session_manager import SESSION_MANAGER_ACTIONS
 from infra.grants import GrantError, known_grants
 from infra.nag import add_checks
 from infra.settings import DeploySettings
@@ -301,17 +302,28 @@ def test_sends_go_only_to_named_queues(resources):
 
 
 def test_describe_is_the_only_star_resource(resources):
+    """Besides Describe*: the SSM Agent's session permissions (workspaces, on by default; the
+    ssmmessages channels have no resource type) and the researcher's data channel of the
+    sessions their tunnels start (infra/constructs/workspaces.py)."""
     for name, statement in statements(resources):
         if statement["Effect"] == "Allow" and "*" in as_list(statement.get("Resource", [])):
+            actions = set(as_list(statement["Action"]))
+            if name.startswith("SessionManagerPolicy"):
+                assert actions == set(SESSION_MANAGER_ACTIONS), name
+                continue
+            if name.startswith("ResearchersResearcherPolicy") and actions == {
+                "ssmmessages:OpenDataChannel"
+            }:
+                continue
             # (the selftest's FIS role holds DescribeInstances alone; the instances' ECR login
             # for image jobs has no resource type, AWS requires '*')
-            assert set(as_list(statement["Action"])) <= {
+            assert actions <= {
                 "ec2:DescribeInstances",
                 "ec2:DescribeSpotPriceHistory",
                 "ecr:GetAuthorizationToken",
                 "ec2:DescribeInstanceTypes",  # the vCPUs named when a quota refuses a launch
             }, name
-            if "ecr:GetAuthorizationToken" in as_list(statement["Action"]):
+            if "ecr:GetAuthorizationToken" in actions:
                 assert name.startswith("FleetInstancePolicy"), name
 
 

@@ -72,6 +72,26 @@ def test_the_owner_is_the_caller_sts_names_not_the_claim(verified: Env, moto_end
     assert record.submission.proof is None  # the proof is not kept
 
 
+def test_the_instances_owner_tag_is_the_user_id_sts_names_not_the_claim(
+    verified: Env, moto_endpoint: str
+) -> None:
+    """The tag the researcher policy's Session Manager grant compares with `${aws:userid}`
+    (infra/constructs/workspaces.py) is STS's `UserId` of the submitter, whatever they wrote."""
+    alice, mallory = person(moto_endpoint, "alice"), person(moto_endpoint, "mallory")
+    sts = mallory.session.client("sts", endpoint_url=moto_endpoint)
+    mallory_id = sts.get_caller_identity()["UserId"]
+    alice_id = alice.session.client("sts", endpoint_url=moto_endpoint).get_caller_identity()[
+        "UserId"
+    ]
+    assert alice_id and alice_id != mallory_id
+    job_id = new_job(verified, alice, moto_endpoint, submitted_by_id=mallory_id)
+    record = verified.control.jobs.get(job_id)
+    assert record is not None and record.submission.submitted_by_id == alice_id
+    (instance,) = verified.instances(job_id)
+    tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+    assert tags["respot:owner"] == alice_id
+
+
 def test_only_the_owner_can_cancel(verified: Env, moto_endpoint: str) -> None:
     alice, mallory = person(moto_endpoint, "alice"), person(moto_endpoint, "mallory")
     job_id = new_job(verified, alice, moto_endpoint)

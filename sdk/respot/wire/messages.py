@@ -103,6 +103,8 @@ class JobSubmission(_Message):
     provenance: Provenance | None = None
     submitted_at: datetime
     submitted_by: str | None = None  # the control plane sets it to the caller STS verified
+    # ... and this to that caller's `UserId` (IAM's `aws:userid`): the instances' owner tag
+    submitted_by_id: str | None = Field(default=None, max_length=256)
     proof: IdentityProof | None = None
     sweep: TrialRef | None = None
 

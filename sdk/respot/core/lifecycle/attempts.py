@@ -11,7 +11,7 @@ from respot.core.effects import LaunchInstance
 from respot.core.events import PlaceNow
 from respot.core.failures import boot_failures_in_a_row
 from respot.core.job import Attempt, AttemptEnd, JobRecord, Placement
-from respot.core.lifecycle.draft import _Draft, _finish, at_step, client_token
+from respot.core.lifecycle.draft import OWNER_TAG, _Draft, _finish, at_step, client_token
 from respot.core.lifecycle.stops import stop_finished, stopping
 from respot.core.states import JobState, Transition, can
 
@@ -58,13 +58,17 @@ def _launch_effect(job: JobRecord, attempt: Attempt) -> LaunchInstance:
     handoff = _handoff_from(job)
     if handoff == attempt.number:
         handoff = None
+    tags = dict(job.spec.tags)
+    owner = job.submission.submitted_by_id
+    if owner:  # who may open a tunnel to it (infra/constructs/workspaces.py); last, so it wins
+        tags[OWNER_TAG] = owner
     return LaunchInstance(
         job_id=job.job_id,
         attempt=attempt.number,
         placement=attempt.placement,
         client_token=attempt.client_token,
         await_handoff_from=handoff,
-        tags=dict(job.spec.tags),
+        tags=tags,
     )
 
 

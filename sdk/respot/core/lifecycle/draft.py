@@ -21,6 +21,12 @@ JOB_TAG = "respot:job-id"
 ATTEMPT_TAG = "respot:attempt"
 HANDOFF_TAG = "respot:await-handoff"
 MANAGED_TAG = "respot:managed"
+# Who submitted the job: the `UserId` STS answered for the proof (`AROA...:session-name` for a
+# role's session, `AIDA...` for an IAM user), which is what IAM's `${aws:userid}` reads. The
+# researcher policy lets a researcher open a Session Manager tunnel only to instances whose tag
+# equals their own `aws:userid` (infra/constructs/workspaces.py); set by the control plane
+# alone (a spec's tags may not use `respot:`), absent when no verified id is known.
+OWNER_TAG = "respot:owner"
 # Every resource of a satellite stack (infra/satellite.py) carries this tag, its value the
 # home stack's name: how the home grants and `respot doctor` tell one deployment's apart.
 SATELLITE_TAG = "respot:satellite-of"
