@@ -54,6 +54,7 @@ HEADERS = (
     "tool CPU s",
     "moto CPU s",
     "respot: snapshot / upload s, MiB sent",
+    "requests moto answered",
 )
 MTIME_GAP_SECONDS = 1.1  # sync tools compare mtimes at one-second resolution
 
@@ -76,19 +77,27 @@ def tool_order(repeat: int, tools: tuple[str, ...]) -> tuple[str, ...]:
 
 def measure(action: Callable[[], dict[str, Any]], server: S3Server) -> dict[str, Any]:
     """Run `action`; its detail plus the CPU seconds of this process and its children (the
-    tool) and of the S3 server over the same span."""
+    tool) and of the S3 server over the same span, and the requests the server answered."""
+    asked0 = server.request_counts()
     own0 = resource.getrusage(resource.RUSAGE_SELF)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     moto0 = server.cpu_seconds()
     detail = action()
     moto1 = server.cpu_seconds()
+    asked1 = server.request_counts()
     own1 = resource.getrusage(resource.RUSAGE_SELF)
     kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     client = (
         own1.ru_utime - own0.ru_utime + own1.ru_stime - own0.ru_stime
         + kids1.ru_utime - kids0.ru_utime + kids1.ru_stime - kids0.ru_stime
     )  # fmt: skip
-    return {**detail, "client_cpu_s": round(client, 3), "moto_cpu_s": round(moto1 - moto0, 3)}
+    requests = {k: n - asked0.get(k, 0) for k, n in sorted(asked1.items()) if n > asked0.get(k, 0)}
+    return {
+        **detail,
+        "client_cpu_s": round(client, 3),
+        "moto_cpu_s": round(moto1 - moto0, 3),
+        "requests": requests,
+    }
 
 
 def median(values: list[float]) -> float:
@@ -114,7 +123,11 @@ def summarize(samples: dict[tuple[str, str, str], list[dict[str, Any]]]) -> list
             "client_cpu_s": round(median([r["client_cpu_s"] for r in runs]), 3),
             "moto_cpu_s": round(median([r["moto_cpu_s"] for r in runs]), 3),
         }
-        for key in ("snapshot_s", "upload_s", "bytes_sent", "prune_s_not_in_figure"):
+        ops = sorted({op for r in runs for op in r.get("requests", {})})
+        row["requests"] = {
+            op: round(median([r.get("requests", {}).get(op, 0) for r in runs])) for op in ops
+        }
+        for key in ("snapshot_s", "upload_s", "bytes_sent", "prune_s"):
             values = [r[key] for r in runs if key in r]
             if values:
                 row[key] = round(median(values), 4)
@@ -317,7 +330,7 @@ def run(
         "tools": {
             "respot": "CheckpointSnapshots.take + CheckpointStore.upload (manifest last); "
             f"restore: a fresh CheckpointStore.restore; prune to keep={KEEP} after each sync, "
-            "timed apart, not in the figure",
+            "timed apart (prune_s), not in the figure, its CPU or its requests",
             "aws s3 sync": f"{parse_aws_version(aws_version()) or 'unknown'} (awscli from PyPI, "
             "requirements.txt), --delete",
             "s5cmd sync": f"{parse_s5cmd_version(s5cmd_version()) or 'not installed'} (the "
@@ -377,7 +390,8 @@ def _one_repeat(
 
     def sync_all(scenario: str) -> None:
         for tool in order:
-            add(scenario, tool, measure(lambda: syncs[tool].sync(src), server))  # noqa: B023
+            sample = measure(lambda: syncs[tool].sync(src), server)  # noqa: B023
+            add(scenario, tool, {**sample, **syncs[tool].after_sync()})
 
     probe = None
     try:
@@ -458,6 +472,7 @@ def markdown(payload: dict[str, Any]) -> str:
                     )
                     if "snapshot_s" in r
                     else "",
+                    ", ".join(f"{op} {n}" for op, n in r.get("requests", {}).items()),
                 ]
                 for r in payload["rows"]
             ],

@@ -4,17 +4,26 @@
 shares the interpreter lock with respot's client threads but not with the command-line tools
 (processes of their own), which slows respot alone.
 In a process of its own moto stands where S3 stands for every tool: elsewhere. Its CPU
-seconds are read from /proc, so a figure can be split into what moto spent and the rest.
+seconds are read from /proc, so a figure can be split into what moto spent and the rest, and
+it counts the requests it answers by S3 operation (from werkzeug's request log: the same for
+every tool), so a figure can be explained by what each tool asked.
 
-    python -m bench.workspace.s3server    # prints the endpoint, serves until stdin closes
+    python -m bench.workspace.s3server    # prints the endpoint; a line "counts" on stdin is
+                                          # answered with a JSON line; serves until stdin closes
 """
 
 from __future__ import annotations
 
+import collections
+import json
+import logging
 import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,6 +57,15 @@ class S3Server:
         assert self._proc is not None
         return self._proc.pid
 
+    def request_counts(self) -> dict[str, int]:
+        """Requests answered so far, by operation ("HeadObject", "GetObject:404", ...)."""
+        assert self._proc is not None and self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        self._proc.stdin.write("counts\n")
+        self._proc.stdin.flush()
+        counts: dict[str, int] = json.loads(self._proc.stdout.readline())
+        return counts
+
     def cpu_seconds(self) -> float:
         """User + system CPU seconds the server process has used so far (all its threads)."""
         return process_cpu_seconds(self.pid)
@@ -75,14 +93,72 @@ def process_cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def operation(method: str, target: str, code: str) -> str:
+    """The S3 operation of a path-style request ("GET /bucket/key?x=1"), with ":<code>" added
+    when it did not succeed."""
+    parts = urlsplit(target)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    has_key = "/" in parts.path.strip("/")
+    if method == "HEAD":
+        name = "HeadObject" if has_key else "HeadBucket"
+    elif method == "GET":
+        name = "GetObject" if has_key else "ListObjects"
+    elif method == "PUT" and "partNumber" in query:
+        name = "UploadPart"
+    elif method == "PUT":
+        name = "PutObject" if has_key else "CreateBucket"
+    elif method == "POST":
+        if "uploads" in query:
+            name = "CreateMultipartUpload"
+        elif "uploadId" in query:
+            name = "CompleteMultipartUpload"
+        else:
+            name = "DeleteObjects" if "delete" in query else "POST"
+    elif method == "DELETE":
+        name = "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
+    else:
+        name = method
+    return name if code.startswith("2") else f"{name}:{code}"
+
+
+class _Counter(logging.Handler):
+    """Counts werkzeug's request log lines by S3 operation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args
+        if not isinstance(args, tuple) or len(args) < 2:
+            return
+        words = _ANSI.sub("", str(args[0])).split()
+        if len(words) < 2:
+            return
+        with self.guard:
+            self.counts[operation(words[0], words[1], str(args[1]))] += 1
+
+
 def main() -> int:
-    """Serve until stdin closes."""
+    """Serve; answer "counts" lines; stop when stdin closes."""
     from infra.local import cloud
 
-    server = cloud.MotoServer()
+    server = cloud.MotoServer()  # sets werkzeug's logger to ERROR: counted from here on
+    counter = _Counter()
+    werkzeug = logging.getLogger("werkzeug")
+    werkzeug.handlers = [counter]
+    werkzeug.propagate = False
+    werkzeug.setLevel(logging.INFO)
     print(server.start(), flush=True)
     try:
-        sys.stdin.read()
+        for line in sys.stdin:
+            if line.strip() == "counts":
+                with counter.guard:
+                    print(json.dumps(dict(counter.counts)), flush=True)
     finally:
         server.stop()
     return 0

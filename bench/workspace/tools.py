@@ -5,10 +5,11 @@ empty directory.
 respot syncs the way an agent syncs a command job's checkpoint directory (the workspace is
 one): a snapshot (`CheckpointSnapshots.take`: unchanged files hard-linked from the previous
 snapshot, the others copied), then `CheckpointStore.upload` of the snapshot (hash what
-changed, HeadObject the digests it does not know, PUT the missing blobs, the manifest last).
+changed, ask S3 about the digests it does not know, PUT the missing blobs, the manifest last).
 The figure ends when the manifest is written (the sync is committed). What the agent's
-uploader does next (prune to `checkpoint_keep`, remove the older snapshot) is timed apart and
-left out of the figure. A restore is a fresh store's (a new instance's) `restore`.
+uploader does next (prune to `checkpoint_keep`, remove the older snapshot) is timed apart
+(`prune_s`) and left out of the figure, its CPU and its requests. A restore is a fresh
+store's (a new instance's) `restore`.
 
 The command-line tools sync with `--delete` (a file deleted in the workspace must not come
 back on a restore, as it does not with respot's manifest) and with respot's transfer settings
@@ -48,7 +49,7 @@ class RespotSync:
         self.step = 0
 
     def sync(self, src: Path) -> dict[str, Any]:
-        """Snapshot and upload; what it took apart (snapshot, upload, bytes sent, prune)."""
+        """Snapshot and upload; what it took apart (snapshot, upload, bytes sent)."""
         if self.snapshots is None:
             self.snapshots = CheckpointSnapshots(src, self.staging)
         self.step += 1
@@ -57,20 +58,24 @@ class RespotSync:
         t1 = time.perf_counter()
         result = self.store.upload(snapshot, step=self.step, attempt=1, reason="periodic")
         t2 = time.perf_counter()
-        pruned = self.store.prune(KEEP)
-        t3 = time.perf_counter()
-        for old in self.staging.iterdir():  # what the uploader removes after an upload
-            seq = snapshot_seq(old)
-            if seq is not None and seq < self.step:
-                shutil.rmtree(old, ignore_errors=True)
         return {
             "seconds": t2 - t0,
             "snapshot_s": round(t1 - t0, 4),
             "upload_s": round(t2 - t1, 4),
             "bytes_sent": result.uploaded_bytes,
-            "prune_s_not_in_figure": round(t3 - t2, 4),
-            "blobs_pruned": pruned.blobs_deleted,
         }
+
+    def after_sync(self) -> dict[str, Any]:
+        """What the agent's uploader does after an upload, off the clock: prune to KEEP and
+        remove the snapshots older than the newest."""
+        t0 = time.perf_counter()
+        pruned = self.store.prune(KEEP)
+        seconds = time.perf_counter() - t0
+        for old in self.staging.iterdir():
+            seq = snapshot_seq(old)
+            if seq is not None and seq < self.step:
+                shutil.rmtree(old, ignore_errors=True)
+        return {"prune_s": round(seconds, 4), "blobs_pruned": pruned.blobs_deleted}
 
     def restore(self, dest: Path) -> dict[str, Any]:
         """A fresh store (its client made before the clock starts) restores into `dest`."""
@@ -112,6 +117,9 @@ class CliSync:
         else:
             self._cli.s5cmd("sync", "--part-size", str(PART_MIB), f"{self.url}*", f"{dest}/")
         return {"seconds": time.perf_counter() - t0}
+
+    def after_sync(self) -> dict[str, Any]:
+        return {}
 
     def close(self) -> None:
         pass

@@ -18,7 +18,7 @@ from bench.workspace.runner import (
     summarize,
     tool_order,
 )
-from bench.workspace.s3server import process_cpu_seconds
+from bench.workspace.s3server import operation, process_cpu_seconds
 from bench.workspace.tools import parse_aws_version, parse_s5cmd_version
 
 
@@ -159,3 +159,19 @@ def test_cpu_seconds_of_a_process_are_read_from_proc() -> None:
     assert spent > 0
     sum(range(2_000_000))  # burn a little CPU
     assert process_cpu_seconds(os.getpid()) >= spent
+
+
+def test_requests_in_moto_log_are_named_by_s3_operation() -> None:
+    key = "/bench-workspace/jobs/j/checkpoints/blobs/ab"
+    assert operation("HEAD", key, "404") == "HeadObject:404"
+    assert operation("GET", key, "200") == "GetObject"
+    assert operation("GET", key, "206") == "GetObject"
+    assert operation("GET", "/bench-workspace?list-type=2&prefix=x%2F", "200") == "ListObjects"
+    assert operation("GET", "/bench-workspace/?list-type=2", "200") == "ListObjects"
+    assert operation("PUT", key, "200") == "PutObject"
+    assert operation("PUT", f"{key}?partNumber=3&uploadId=u", "200") == "UploadPart"
+    assert operation("POST", f"{key}?uploads", "200") == "CreateMultipartUpload"
+    assert operation("POST", f"{key}?uploadId=u", "200") == "CompleteMultipartUpload"
+    assert operation("POST", "/bench-workspace?delete", "200") == "DeleteObjects"
+    assert operation("DELETE", key, "204") == "DeleteObject"
+    assert operation("PUT", "/bench-workspace", "200") == "CreateBucket"
