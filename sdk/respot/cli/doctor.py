@@ -138,6 +138,7 @@ def _aws_target(
         satellite_parameter=satellite_parameter_name(settings.name_prefix),
         forward_rules=_forward_rules(),
         root_volume_gb=settings.root_volume_gb,
+        workspaces=settings.workspaces,
     )
 
     def regional(service: str, region: str) -> Any:

@@ -10,7 +10,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
 from respot.aws.satellites import Satellite
-from respot.doctor import checks, deployed, ebs, satellites, support
+from respot.doctor import checks, deployed, ebs, laptop, satellites, support
 from respot.doctor.findings import Finding, skipped, warn
 from respot.doctor.satellites import RegionalFactory
 from respot.doctor.target import Target
@@ -170,6 +170,9 @@ def run_checks(
             parameter_name=target.slack_token_parameter,
             slack_configured=target.slack_configured,
         ),
+    )
+    findings.append(
+        laptop.check_session_manager_plugin(local=target.local, workspaces=target.workspaces)
     )
     if extra_regions:
         if regional is None:

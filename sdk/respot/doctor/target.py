@@ -33,3 +33,4 @@ class Target:
     satellite_parameter: str = "/respot/satellite"
     forward_rules: int = 0  # forwarding rules a satellite stack makes (one per wiring rule)
     root_volume_gb: int = 200  # each instance's gp3 root volume (cdk.json `root_volume_gb`)
+    workspaces: bool = True  # `respot notebook` on (cdk.json `workspaces`): the laptop's plugin

@@ -1,0 +1,193 @@
+"""`respot notebook open` on AWS (respot.workspace.ssm): the StartSession request for
+`AWS-StartPortForwardingSession`, the plugin's argv as the AWS CLI builds it (the session's
+token never on a command line), the plugin checked before any session starts, and a tunnel
+through a stand-in plugin that listens where the real one would, closed with its session."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from respot.workspace import ssm
+
+INSTANCE = "i-0123456789abcdef0"
+RESPONSE = {"SessionId": "alice-0abc", "TokenValue": "SECRET-TOKEN", "StreamUrl": "wss://x/y"}
+
+
+def test_the_request_forwards_the_laptops_port_to_jupyterlab_on_the_instance():
+    assert ssm.port_forwarding_request(INSTANCE, 8888, 8890) == {
+        "Target": INSTANCE,
+        "DocumentName": "AWS-StartPortForwardingSession",
+        "Parameters": {"portNumber": ["8888"], "localPortNumber": ["8890"]},
+    }
+    assert ssm.port_forwarding_request("i-0123abcd", 1, 65535)["Target"] == "i-0123abcd"
+
+
+@pytest.mark.parametrize(
+    ("instance", "remote", "local", "field"),
+    [
+        ("i-xyz", 8888, 8888, "instance_id"),
+        ("mi-0123456789abcdef0", 8888, 8888, "instance_id"),  # a managed node: not respot's
+        (f"{INSTANCE}\n", 8888, 8888, "instance_id"),
+        ("", 8888, 8888, "instance_id"),
+        (INSTANCE, 0, 8888, "remote_port"),
+        (INSTANCE, 8888, 65536, "local_port"),
+        (INSTANCE, True, 8888, "remote_port"),
+        (INSTANCE, 8888, "8888", "local_port"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field(instance, remote, local, field):
+    with pytest.raises(ssm.SessionManagerError, match=field):
+        ssm.port_forwarding_request(instance, remote, local)
+
+
+def test_the_plugin_gets_the_session_by_an_environment_variable_not_its_command_line():
+    request = ssm.port_forwarding_request(INSTANCE, 8888, 8890)
+    argv, env = ssm.plugin_argv(
+        "/usr/local/bin/session-manager-plugin",
+        {**RESPONSE, "ResponseMetadata": {}},
+        region="eu-west-1",
+        request=request,
+        endpoint_url="https://ssm.eu-west-1.amazonaws.com",
+    )
+    assert argv == [
+        "/usr/local/bin/session-manager-plugin",
+        "AWS_SSM_START_SESSION_RESPONSE",
+        "eu-west-1",
+        "StartSession",
+        "",
+        json.dumps(request),
+        "https://ssm.eu-west-1.amazonaws.com",
+    ]
+    assert not any("SECRET-TOKEN" in a for a in argv)
+    assert json.loads(env["AWS_SSM_START_SESSION_RESPONSE"]) == RESPONSE
+
+
+@pytest.mark.parametrize(
+    ("said", "parsed"),
+    [("1.2.764.0\n", (1, 2, 764, 0)), ("1.2", (1, 2, 0, 0)), ("v1.2", None), ("", None)],
+)
+def test_plugin_versions(said, parsed):
+    assert ssm.parse_version(said) == parsed
+
+
+def _run(version: str) -> Any:
+    return lambda argv, **kw: SimpleNamespace(stdout=version, returncode=0)
+
+
+def test_the_plugin_check_names_the_fix():
+    missing = ssm.plugin_problem(lambda name: None, _run("1.2.764.0"))
+    assert missing is not None and "not installed" in missing and ssm.INSTALL_URL in missing
+    old = ssm.plugin_problem(lambda name: "/bin/smp", _run("1.2.707.0"))
+    assert old is not None and "1.2.707.0 is older than 1.2.764.0" in old
+    assert ssm.INSTALL_URL in old
+    assert ssm.plugin_problem(lambda name: "/bin/smp", _run("1.2.896.0\n")) is None
+
+
+class FakeSsm:
+    """The SSM client: records StartSession and TerminateSession."""
+
+    def __init__(self) -> None:
+        self.started: list[dict[str, Any]] = []
+        self.terminated: list[str] = []
+        self.meta = SimpleNamespace(region_name="eu-west-1", endpoint_url="https://ssm.test")
+
+    def start_session(self, **request: Any) -> dict[str, Any]:
+        self.started.append(request)
+        return dict(RESPONSE)
+
+    def terminate_session(self, SessionId: str) -> dict[str, Any]:  # noqa: N803 - boto3's
+        self.terminated.append(SessionId)
+        return {"SessionId": SessionId}
+
+
+class FakeDeployment:
+    def __init__(self) -> None:
+        self.ssm = FakeSsm()
+
+    def session(self) -> Any:
+        return SimpleNamespace(profile_name="default")
+
+    def client(self, service: str, session: Any = None) -> Any:
+        assert service == "ssm"
+        return self.ssm
+
+
+def test_without_the_plugin_no_session_is_started():
+    deployment = FakeDeployment()
+    with pytest.raises(ssm.PluginMissingError, match="session-manager-plugin is not installed"):
+        ssm.forward(deployment, INSTANCE, 8888, 8890, which=lambda name: None)
+    assert deployment.ssm.started == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stand_in_plugin(tmp_path: Path) -> Path:
+    """A session-manager-plugin stand-in: `--version`; otherwise it records what it was given
+    and listens on the request's localPortNumber (127.0.0.1) until it is stopped."""
+    script = tmp_path / "session-manager-plugin"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        + textwrap.dedent(
+            f"""
+            import json, os, socket, sys
+            if sys.argv[1:] == ["--version"]:
+                print("1.2.896.0")
+                sys.exit(0)
+            response = json.loads(os.environ[sys.argv[1]])
+            request = json.loads(sys.argv[5])
+            with open({str(tmp_path / "given.json")!r}, "w") as f:
+                json.dump({{"argv": sys.argv[1:], "response": response}}, f)
+            port = int(request["Parameters"]["localPortNumber"][0])
+            server = socket.create_server(("127.0.0.1", port))
+            print("Waiting for connections...", flush=True)
+            while True:
+                server.accept()[0].close()
+            """
+        )
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_a_tunnel_opens_on_the_laptops_port_and_closes_with_its_session(tmp_path: Path):
+    plugin = stand_in_plugin(tmp_path)
+    deployment, port = FakeDeployment(), _free_port()
+    which = lambda name: str(plugin) if name == ssm.PLUGIN else None  # noqa: E731
+    with ssm.forward(deployment, INSTANCE, 8888, port, which=which) as tunnel:
+        tunnel.wait_ready(timeout=60)
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        given = json.loads((tmp_path / "given.json").read_text())
+        assert given["response"] == RESPONSE  # by the environment variable
+        assert given["argv"][1:4] == ["eu-west-1", "StartSession", ""]
+        assert "SECRET-TOKEN" not in json.dumps(given["argv"])
+        assert deployment.ssm.started == [ssm.port_forwarding_request(INSTANCE, 8888, port)]
+    assert tunnel.process.poll() is not None  # the plugin is stopped
+    assert deployment.ssm.terminated == ["alice-0abc"]  # and the session ended
+
+
+def test_a_plugin_that_ends_at_once_says_so_and_the_session_is_ended(tmp_path: Path):
+    script = tmp_path / "session-manager-plugin"
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "if sys.argv[1:] == ['--version']:\n    print('1.2.896.0'); sys.exit(0)\n"
+        "print('An error occurred (TargetNotConnected)'); sys.exit(255)\n"
+    )
+    script.chmod(0o755)
+    deployment = FakeDeployment()
+    tunnel = ssm.forward(deployment, INSTANCE, 8888, _free_port(), which=lambda n: str(script))
+    with pytest.raises(ssm.SessionManagerError, match="TargetNotConnected"):
+        tunnel.wait_ready(timeout=60)
+    assert deployment.ssm.terminated == ["alice-0abc"]
