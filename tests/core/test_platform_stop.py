@@ -75,6 +75,18 @@ def test_a_training_job_checkpoints_stops_and_ends_cancelled_with_the_reason() -
     assert len(story.launches) == launches
     assert any(isinstance(e, TerminateInstances) for e in story.effects)
     assert _kinds(story)[-1] == "cancelled"
+    # AND the job's Slack thread says both, with the reason
+    from respot.notify import reply_for
+
+    entries = [e for n in story.notifications for e in n.entries]
+    stopping = next(e for e in entries if e.kind == "stopping")
+    cancelled = next(e for e in entries if e.kind == "cancelled")
+    for entry, head in (
+        (stopping, "Stopped by the platform team's rule"),
+        (cancelled, "Cancelled"),
+    ):
+        reply = reply_for(entry, record)
+        assert reply is not None and head in reply.text and REASON in reply.text
 
 
 def test_a_spot_notice_while_stopping_does_not_replace_the_job() -> None:
