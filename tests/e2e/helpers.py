@@ -17,6 +17,7 @@ from respot.client.handle import JobHandle, JobStatus
 from respot.core.job import JobRecord
 from respot.spec.training import TrainingEnvVar
 from respot.storage import layout
+from tests.core.launch_record import launch_mismatch
 
 SESSIONS = Path(__file__).parent / "sessions"
 
@@ -149,10 +150,13 @@ def wait_no_live_instances(rt: LocalRuntime, job_id: str, timeout: float = 60.0)
 
 
 def assert_launches_match_attempts(rt: LocalRuntime, record: JobRecord) -> None:
-    """Every instance EC2 started for the job is one of its attempts, in order."""
+    """Every instance EC2 started for the job is one of its attempts, in order, and every
+    attempt's instance is one EC2 started (`tests.core.launch_record`: an attempt whose launch
+    had no answer before the job ended launched nothing). The message names the instances."""
     assert rt.fleet is not None
-    instances = rt.fleet.of_job(record.job_id)
-    assert [i.instance_id for i in instances] == [a.instance_id for a in record.attempts]
+    launched = [i.instance_id for i in rt.fleet.of_job(record.job_id)]
+    problem = launch_mismatch(launched, record)
+    assert problem is None, f"{record.job_id}: {problem}\n{job_story(rt, record.job_id)}"
 
 
 def job_story(rt: LocalRuntime, job_id: str, *, timeline: int = 20, log_lines: int = 30) -> str:
