@@ -175,3 +175,26 @@ def test_requests_in_moto_log_are_named_by_s3_operation() -> None:
     assert operation("POST", "/bench-workspace?delete", "200") == "DeleteObjects"
     assert operation("DELETE", key, "204") == "DeleteObject"
     assert operation("PUT", "/bench-workspace", "200") == "CreateBucket"
+
+
+def test_the_lifecycle_bench_saves_text_files_and_reports_its_three_measures() -> None:
+    from bench.workspace import lifecycle
+
+    files = lifecycle.saved_files(30, seed=1)
+    assert len(files) == 30 and files == lifecycle.saved_files(30, seed=1)
+    assert all(1024 <= len(text.encode()) <= 20 * 1024 for text in files.values())
+    assert all(path.startswith("bench/s1/") for path in files)
+    summary = {"n": 2, "median": 1.0, "p95": 2.0, "max": 2.0}
+    text = lifecycle.markdown(
+        {
+            "time_scale": 1 / 30,
+            "notice_real_seconds": 30.0,
+            "terminate_real_seconds": 0.17,
+            "notice_to_committed_s": summary,
+            "idle_to_shutting_down_s": summary,
+            "idle_to_terminated_s": summary,
+            "files_lost": 0,
+        }
+    )
+    assert "| notice -> workspace committed in S3 | 2 | 1.000 | 2.000 | 2.000 |" in text
+    assert "idle stop -> instance shutting-down" in text and "lost: 0" in text
