@@ -141,6 +141,14 @@ class ResearcherAccess(Construct):
                     actions=["s3:GetObject"],
                     resources=[bucket.arn_for_objects(f"{jobs}*/submission.json")],
                 ),
+                # A workspace's Jupyter token (docs/notebooks.md): only the job's credentials
+                # read it; its owner keeps a copy on the laptop.
+                iam.PolicyStatement(
+                    sid="NoWorkspaceTokens",
+                    effect=iam.Effect.DENY,
+                    actions=["s3:GetObject"],
+                    resources=[bucket.arn_for_objects(f"{jobs}*/code/{layout.WORKSPACE_TOKEN}")],
+                ),
             ],
         )
         if job_logs is not None:

@@ -1,7 +1,8 @@
 """A workspace on the local runtime, through the laptop's tunnel (docs/notebooks.md): a file
 written through Jupyter's contents API survives a spot interruption, and the replacement
 serves it on the same local port (the tunnel follows the workspace by itself), with no kernel
-of the old instance and the note that says why the page reloaded."""
+of the old instance and the note that says why the page reloaded. (The token object's
+policies are evaluated in tests/workspace/test_token_iam.py.)"""
 
 from __future__ import annotations
 

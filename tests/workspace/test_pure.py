@@ -18,6 +18,7 @@ import pytest
 from respot.core.job import JobRecord
 from respot.core.states import JobState
 from respot.exceptions import NotOwnerError
+from respot.storage import layout
 from respot.wire.messages import JobSubmission
 from respot.workspace import names
 from respot.workspace.catalog import WorkspaceError, find, live_or_explain, mine, workspaces
@@ -95,20 +96,27 @@ def test_api_activity_moves_the_clock_and_an_older_report_never_moves_it_back() 
 # ---- the spec --------------------------------------------------------------------------------
 
 
+JOB = "nb-nlp-20261127-0100-abcdef"
+
+
+def spec_of(tmp_path: Path, **kwargs: object) -> object:
+    return workspace_spec("nlp", job_id=JOB, bucket="jobs-bucket", source_dir=tmp_path, **kwargs)
+
+
 def test_the_spec_is_a_tagged_command_job_with_a_max_runtime_and_no_token(tmp_path: Path) -> None:
-    token = new_token()
-    assert len(token) == 48
-    reqs = write_code(tmp_path, token, None)
-    spec = workspace_spec("nlp", source_dir=tmp_path, requirements=reqs, idle_minutes=5,
-                          local=True, max_runtime="8h")  # fmt: skip
+    assert len(new_token()) == 48
+    reqs = write_code(tmp_path, None)
+    assert reqs is None and sorted(p.name for p in tmp_path.iterdir()) == ["README.txt"]
+    spec = spec_of(tmp_path, requirements=reqs, idle_minutes=5, local=True, max_runtime="8h")
     assert spec.command == names.COMMAND and spec.tags == {names.TAG: "nlp"}
     assert spec.max_runtime == timedelta(hours=8)
     assert spec.hyperparameters == {"idle_minutes": 5, "port": 0}
-    assert token not in spec.model_dump_json()  # the token is only in the code
-    token_file = tmp_path / names.TOKEN_FILE
-    assert token_file.read_text() == token
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
-    aws = workspace_spec("nlp", source_dir=tmp_path, local=False)
+    # the token is an object of its own, named (not held) by the spec: the agent downloads it
+    (source,) = spec.data
+    assert source.s3_uri == f"s3://jobs-bucket/{layout.workspace_token_key(JOB)}"
+    assert source.local_path == names.TOKEN_DATA_PATH
+    assert layout.WORKSPACE_TOKEN == names.TOKEN_OBJECT  # the key the researcher policy denies
+    aws = workspace_spec("nlp", job_id=JOB, bucket="jobs-bucket", source_dir=tmp_path, local=False)
     assert "port" not in aws.hyperparameters  # JupyterLab on 8888 of the instance
     assert aws.max_runtime == timedelta(hours=12)  # every workspace has one
 
@@ -116,20 +124,20 @@ def test_the_spec_is_a_tagged_command_job_with_a_max_runtime_and_no_token(tmp_pa
 def test_requirements_get_jupyterlab_and_a_missing_file_is_named(tmp_path: Path) -> None:
     mine_ = tmp_path / "mine.txt"
     mine_.write_text("pandas==2.2.3\n")
-    assert write_code(tmp_path / "code", "t", mine_) == "requirements.txt"
+    assert write_code(tmp_path / "code", mine_) == "requirements.txt"
     lines = (tmp_path / "code" / "requirements.txt").read_text().splitlines()
     assert lines == ["pandas==2.2.3", JUPYTERLAB]
     with pytest.raises(FileNotFoundError, match="--requirements"):
-        write_code(tmp_path / "code2", "t", tmp_path / "nope.txt")
+        write_code(tmp_path / "code2", tmp_path / "nope.txt")
 
 
 def test_bad_settings_are_refused_before_anything_is_spent(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--idle-minutes"):
-        workspace_spec("nlp", source_dir=tmp_path, idle_minutes=0)
+        spec_of(tmp_path, idle_minutes=0)
     with pytest.raises(ValueError, match="workspace settings"):
-        workspace_spec("nlp", source_dir=tmp_path, settings={"idel_minutes": 1})
+        spec_of(tmp_path, settings={"idel_minutes": 1})
     with pytest.raises(names.WorkspaceNameError):
-        workspace_spec("NLP", source_dir=tmp_path)
+        workspace_spec("NLP", job_id=JOB, bucket="jobs-bucket", source_dir=tmp_path)
 
 
 # ---- which jobs are whose workspaces ---------------------------------------------------------
@@ -199,8 +207,11 @@ def test_the_token_file_is_0600_in_a_0700_directory(
 
 
 def test_the_supervisor_reads_its_settings_from_the_hyperparameters(tmp_path: Path) -> None:
-    (tmp_path / names.TOKEN_FILE).write_text("tok")
+    token = tmp_path / "data" / names.TOKEN_DATA_PATH / names.TOKEN_OBJECT
+    token.parent.mkdir(parents=True)
+    token.write_text("tok")
     env = {
+        "RESPOT_DATA_DIR": str(tmp_path / "data"),
         "RESPOT_CHECKPOINT_DIR": str(tmp_path / "ws"),
         "RESPOT_NOTICE_FILE": str(tmp_path / "ipc" / "notice"),
         "RESPOT_HYPERPARAMETERS": json.dumps({"idle_minutes": 2, "port": 0}),

@@ -59,9 +59,10 @@ class FakeAgent:
 def job(tmp_path: Path):
     root = tmp_path / "attempt"
     code, ws, ipc, out = root / "code", root / "checkpoint", root / "ipc", root / "output"
-    for d in (code, ws, ipc / "channel", out):
+    token = root / "data" / names.TOKEN_DATA_PATH / names.TOKEN_OBJECT
+    for d in (code, ws, ipc / "channel", out, token.parent):
         d.mkdir(parents=True)
-    (code / names.TOKEN_FILE).write_text(TOKEN)
+    token.write_text(TOKEN)  # where the agent downloads the job's token object
     agent = FakeAgent(ipc / "channel", ws, tmp_path / "snapshots")
     env = {
         **os.environ,
@@ -70,6 +71,7 @@ def job(tmp_path: Path):
         contract.ENV_NOTICE_FILE: str(ipc / "notice"),
         contract.ENV_CHANNEL_DIR: str(ipc / "channel"),
         contract.ENV_OUTPUT_DIR: str(out),
+        contract.ENV_DATA_DIR: str(root / "data"),
         contract.ENV_JOB_ID: "ws-test",
         contract.ENV_ATTEMPT: "1",
         contract.ENV_RESUMED: "0",
@@ -172,7 +174,7 @@ def test_idle_workspace_syncs_says_why_and_completes(job) -> None:
 
 def test_without_the_token_file_jupyter_never_starts(job) -> None:
     root, env, _ = job
-    (root / "code" / names.TOKEN_FILE).unlink()
+    (root / "data" / names.TOKEN_DATA_PATH / names.TOKEN_OBJECT).unlink()
     proc = start(root, env)
     code, out = finish(proc)
     assert code == 2 and "no Jupyter token" in out

@@ -179,28 +179,46 @@ def open_(
 
 
 def _open_aws(conn: Connection, live: JobRecord, name: str, port: int) -> None:
-    """Session Manager port forwarding to the instance's 127.0.0.1:8888 (respot.workspace.ssm)."""
-    from respot.workspace import ops
+    """Session Manager port forwarding to the instance's 127.0.0.1:8888, following the
+    workspace to a replacement (respot.workspace.ssm, docs/notebooks-platform.md)."""
+    from respot.workspace import ops, ssm
+    from respot.workspace.local import table_of
     from respot.workspace.tokens import read_token
 
+    if port == 0:
+        fail("--port 0: on AWS give the laptop's port (Session Manager's plugin needs one)")
     token = read_token(live.job_id)
     if token is None:
         fail(
             f"no token for job {live.job_id} on this machine (it was started elsewhere); "
             f"open it there, or `respot notebook stop {name}` and start it again here"
         )
-    try:
-        from respot.workspace import ssm  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        fail(
-            "opening a workspace on AWS needs Session Manager port forwarding, which this "
-            "version of respot does not have yet (respot.workspace.ssm); use --local"
-        )
-    attempt = live.current
-    if attempt is None or attempt.instance_id is None:
-        fail(f"workspace {name!r} is waiting for an instance; try again in a minute")
     console().print(f"workspace {name!r}: {ops.url(port, token)}", markup=False, soft_wrap=True)
-    ssm.forward(conn.deployment, attempt.instance_id, names.REMOTE_PORT, port)
+    if live.interruptions:
+        console().print(_moved(live.interruptions), markup=False)
+    console().print("Ctrl-C closes the tunnel", markup=False)
+    console().file.flush()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        why = ssm.follow(
+            conn.deployment,
+            ssm.instance_resolver(table_of(conn.deployment, conn.session), live.job_id, name),
+            names.REMOTE_PORT,
+            port,
+            stop,
+            say=lambda text: console().print(text, markup=False),
+            session=conn.session,
+        )
+        console().print(why, markup=False)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _moved(times: int) -> str:

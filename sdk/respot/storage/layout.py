@@ -69,6 +69,17 @@ def code_key(job_id: str, sha256: str) -> str:
     return f"{job_prefix(job_id)}code/{sha256}.zip"
 
 
+# Under code/: researchers may upload it, none may read it.
+WORKSPACE_TOKEN = "workspace-token"  # noqa: S105 - an object's name, not a secret
+
+
+def workspace_token_key(job_id: str) -> str:
+    """A workspace's Jupyter token (docs/notebooks.md): uploaded create-only by its owner with
+    the code, read only with the job's own credentials (the researcher policy denies every
+    researcher, its owner too, `s3:GetObject` on it; the laptop keeps its own copy)."""
+    return f"{job_prefix(job_id)}code/{WORKSPACE_TOKEN}"
+
+
 def checkpoints_prefix(job_id: str) -> str:
     """All checkpoint data of a job."""
     return f"{job_prefix(job_id)}checkpoints/"

@@ -14,8 +14,11 @@ REMOTE_PORT = 8888  # on an instance, JupyterLab listens on 127.0.0.1:8888 (SSM 
 DEFAULT_IDLE_MINUTES = 30
 MAX_IDLE_MINUTES = 7 * 24 * 60
 DEFAULT_MAX_RUNTIME = "12h"
-# The token's file in the job's code (under the job's own S3 prefix), never in the spec.
-TOKEN_FILE = ".respot-workspace-token"  # noqa: S105 - a file name, not a secret
+# The Jupyter token: an object of its own beside the job's code (storage.layout's
+# workspace_token_key, which no researcher may read), that the agent downloads with the job's
+# credentials as a data source: RESPOT_DATA_DIR/<TOKEN_DATA_PATH>/<TOKEN_OBJECT>.
+TOKEN_OBJECT = "workspace-token"  # noqa: S105 - an object's name (= layout.WORKSPACE_TOKEN)
+TOKEN_DATA_PATH = "respot-workspace"  # noqa: S105 - a directory's name
 PORT_FILE = "workspace.json"  # beside the notice file: the port JupyterLab got, for the laptop
 NOTE_FILE = "RESPOT-README.md"  # in the workspace: why the page reloaded on a new instance
 ENV_IDLE_MINUTES = "RESPOT_WORKSPACE_IDLE_MINUTES"

@@ -7,11 +7,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from respot.aws.jobs import JobTable
 from respot.core.job import JobRecord
+from respot.exceptions import DuplicateJobError
+from respot.storage import layout
+from respot.wire.messages import new_job_id
 from respot.workspace import names
 from respot.workspace.catalog import (
     Workspace,
@@ -21,7 +25,7 @@ from respot.workspace.catalog import (
     live_or_explain,
     mine,
 )
-from respot.workspace.spec import JUPYTERLAB, workspace_spec, write_code
+from respot.workspace.spec import JUPYTERLAB, job_name, workspace_spec, write_code
 from respot.workspace.tokens import new_token, read_token, save_token
 from respot.workspace.tunnel import Tunnel
 
@@ -53,6 +57,26 @@ def is_deleted(deployment: Any, session: Any, job_id: str) -> bool:
     except ClientError:
         return False
     return True
+
+
+def put_token(deployment: Any, session: Any, job_id: str, token: str) -> None:
+    """Upload the job's token object, create-only (nobody replaces a token once written)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        deployment.client("s3", session).put_object(
+            Bucket=deployment.bucket,
+            Key=layout.workspace_token_key(job_id),
+            Body=token.encode(),
+            IfNoneMatch="*",
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+            raise DuplicateJobError(
+                f"job id {job_id}: a workspace token is already stored under it; start again "
+                "(a new id is chosen)"
+            ) from None
+        raise
 
 
 def my_workspace(deployment: Any, session: Any, name: str) -> Workspace | None:
@@ -96,15 +120,18 @@ def start(
         if previous is not None and not is_deleted(deployment, session, previous.job_id):
             restore_from = previous.job_id
     token = new_token()
+    job_id = new_job_id(job_name(name), datetime.now(UTC))
     code = Path(tempfile.mkdtemp(prefix="respot-notebook-"))
     try:
-        reqs = write_code(code, token, requirements)
+        reqs = write_code(code, requirements)
         if reqs is None and not local:
             # On AWS, JupyterLab comes through `requirements:` and the cached wheelhouse.
             (code / "requirements.txt").write_text(JUPYTERLAB + "\n")
             reqs = "requirements.txt"
         spec = workspace_spec(
             name,
+            job_id=job_id,
+            bucket=deployment.bucket,
             source_dir=code,
             requirements=reqs,
             instance_types=instance_types,
@@ -114,10 +141,12 @@ def start(
             restore_from=restore_from,
             settings=settings,
         )
-        handle = run(spec, deployment=deployment, session=session)
+        # The laptop's copy first, then the job's: a token object is never without its copy.
+        save_token(job_id, token)
+        put_token(deployment, session, job_id, token)
+        handle = run(spec, deployment=deployment, session=session, job_id=job_id)
     finally:
         shutil.rmtree(code, ignore_errors=True)
-    save_token(handle.job_id, token)
     return Started(name, handle.job_id, restore_from)
 
 

@@ -6,9 +6,10 @@ directory, with a command job's environment (docs/commands.md):
    instance ...; variables are gone; files are kept"), so the reloaded page says why;
 2. starts `jupyter lab` on 127.0.0.1 (port 8888 on an instance; any free port where
    RESPOT_WORKSPACE_PORT is 0, as on the local runtime, whose instances share one host), its
-   root the workspace (RESPOT_CHECKPOINT_DIR), Jupyter's token ON (read from the token file in
-   the job's code, never an argument or a log line: Jupyter logs a configured token as '...',
-   and every line of its output is copied with the token masked), JupyterLab's autosave short;
+   root the workspace (RESPOT_CHECKPOINT_DIR), Jupyter's token ON (read from the token
+   object the agent downloaded as a data source, never an argument or a log line: Jupyter logs
+   a configured token as '...', and every line of its output is copied with the token
+   masked), JupyterLab's autosave short;
 3. writes the port it got beside the notice file (`workspace.json`), for the laptop's tunnel;
 4. every RESPOT_WORKSPACE_SYNC_SECONDS (60) when files changed: `respot.checkpoint_saved`,
    so the agent snapshots the workspace and the checkpoint store uploads what changed;
@@ -26,6 +27,7 @@ directory, with a command job's environment (docs/commands.md):
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
 import shutil
@@ -55,6 +57,7 @@ DEFAULT_POLL_SECONDS = 15.0
 DEFAULT_AUTOSAVE_SECONDS = 10
 PORT_TRIES = 5  # a free port can be taken between our look and Jupyter's bind
 STOPPED_FILE = "workspace-stopped.txt"
+COOKIE_SECRET = "cookie_secret"  # noqa: S105 - a file name
 
 
 class WorkspaceError(RuntimeError):
@@ -221,6 +224,7 @@ class Supervisor:
             f"--port={port}",
             "--port-retries=0",
             f"--ServerApp.root_dir={self.workspace}",
+            f"--ServerApp.cookie_secret_file={self._private / COOKIE_SECRET}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.news_url=",
             "--LabApp.extension_manager=readonly",  # an instance installs no extensions
@@ -244,6 +248,12 @@ class Supervisor:
         token_file = self._private / "token"
         token_file.write_text(self.token)
         token_file.chmod(0o600)
+        # The login cookie outlives the instance: its secret derives from the token, the same
+        # on every instance of the workspace, so the page reloaded after an interruption is
+        # still logged in (with Jupyter's random secret per server it got the login page).
+        secret = self._private / COOKIE_SECRET
+        secret.write_bytes(hmac.digest(self.token.encode(), b"respot-workspace-cookie", "sha256"))
+        secret.chmod(0o600)
         env = self._env(token_file)
         for _ in range(PORT_TRIES):
             self.port = self.wanted_port or free_port()
@@ -420,15 +430,16 @@ def supervisor_from_env(env: dict[str, str], cwd: Path) -> Supervisor:
             f"{', '.join(missing)} unset: respot.workspace.serve runs as a workspace job's "
             "command (`respot notebook start`), not by hand"
         )
-    token_path = cwd / names.TOKEN_FILE
+    data = Path(env.get(contract.ENV_DATA_DIR) or cwd / "data")
+    token_path = data / names.TOKEN_DATA_PATH / names.TOKEN_OBJECT
     try:
         token = token_path.read_text().strip()
     except OSError:
         token = ""
     if not token:
         raise WorkspaceError(
-            f"no Jupyter token in the job's code ({names.TOKEN_FILE}): start workspaces with "
-            "`respot notebook start`, which generates it"
+            f"no Jupyter token ({token_path}; the job's data source {names.TOKEN_OBJECT}): "
+            "start workspaces with `respot notebook start`, which generates it"
         )
     settings = _settings(env)
     port_text = settings.get(names.ENV_PORT, str(names.REMOTE_PORT))

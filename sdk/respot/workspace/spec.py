@@ -1,10 +1,12 @@
 """The job a workspace is: the spec `respot notebook start` submits (docs/notebooks.md).
 
 A command job whose command is the supervisor (`python -m respot.workspace.serve`), tagged with
-the workspace's name, with a `max_runtime` always, and its code directory holding the Jupyter
-token alone (plus the researcher's requirements file): the code zip goes under the job's own
-S3 prefix, which only that job's credentials (and its owner) read; the token is never in the
-spec, the record, Slack or a log.
+the workspace's name, with a `max_runtime` always. Its code is a README and the researcher's
+requirements file. The Jupyter token is an object of its own under the job's prefix
+(`layout.workspace_token_key`), which the owner uploads create-only and no researcher may read
+(the researcher policy's `NoWorkspaceTokens`); the job names it as a data source, so its agent
+downloads it with the job's own credentials. The spec names the object, never the token: it is
+not in the spec, the record, Slack or a log.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from respot.spec.training import TrainingEnvVar, validate_spec
+from respot.storage import layout
 from respot.workspace import names
 
 # JupyterLab in the job's Python: pinned as in requirements.txt. With `requirements:` the
@@ -27,15 +30,17 @@ def job_name(name: str) -> str:
     return f"nb-{names.check_name(name)}"
 
 
-def write_code(
-    directory: Path, token: str, requirements: Path | None = None
-) -> list[str] | str | None:
-    """Fill `directory` (the job's source_dir) with the token file (0600) and the requirements;
-    the `requirements` value for the spec."""
+README = (
+    "respot workspace: the supervisor (python -m respot.workspace.serve) runs from here.\n"
+    "Your files are in the workspace, JupyterLab's root, not here.\n"
+)
+
+
+def write_code(directory: Path, requirements: Path | None = None) -> list[str] | str | None:
+    """Fill `directory` (the job's source_dir) with a README and the requirements; the
+    `requirements` value for the spec."""
     directory.mkdir(parents=True, exist_ok=True)
-    token_file = directory / names.TOKEN_FILE
-    token_file.write_text(token)
-    token_file.chmod(0o600)
+    (directory / "README.txt").write_text(README)
     if requirements is None:
         return None
     if not requirements.is_file():
@@ -50,9 +55,19 @@ def write_code(
     return REQUIREMENTS_FILE
 
 
+def token_source(bucket: str, job_id: str) -> dict[str, str]:
+    """The data source that brings the token object onto the instance."""
+    return {
+        "s3_uri": f"s3://{bucket}/{layout.workspace_token_key(job_id)}",
+        "local_path": names.TOKEN_DATA_PATH,
+    }
+
+
 def workspace_spec(
     name: str,
     *,
+    job_id: str,
+    bucket: str,
     source_dir: Path,
     requirements: list[str] | str | None = None,
     instance_types: list[str] | None = None,
@@ -77,6 +92,7 @@ def workspace_spec(
         "source_dir": str(source_dir),
         "hyperparameters": hyperparameters,
         "tags": {names.TAG: name},
+        "data": [token_source(bucket, job_id)],
         "max_runtime": max_runtime,
         "warm_start": False,  # a command job's replacement starts cold in any case
     }
