@@ -4,6 +4,7 @@ before anything is submitted. The job table is replaced by records made here."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,26 +12,56 @@ import pytest
 from typer.testing import CliRunner
 
 from respot.cli import app
+from respot.core.job import Attempt, JobRecord, Placement
+from respot.core.placement import Market
 from respot.core.states import JobState
-from respot.workspace import ops
+from respot.workspace import names, ops
+from respot.workspace.tokens import ENV_DIR
 from tests.workspace.test_pure import ALICE, BOB, job
+
+
+def ran(record: JobRecord) -> JobRecord:
+    """The record with one attempt (it launched, so it may hold a checkpoint)."""
+    attempt = Attempt(
+        number=1,
+        placement=Placement(
+            market=Market.SPOT,
+            instance_type="g5.xlarge",
+            subnet_id="subnet-1",
+            availability_zone="us-east-1a",
+        ),
+        client_token="t",
+        requested_at=record.created_at,
+    )
+    return record.model_copy(update={"attempts": [attempt]})
+
 
 RECORDS = [
     job(1, "nlp", ALICE, JobState.RUNNING),
-    job(2, "old", ALICE, JobState.COMPLETED),
+    ran(job(2, "old", ALICE, JobState.COMPLETED)),
+    job(4, "old", ALICE, JobState.FAILED),  # refused at submission: never launched
     job(3, "bobs", BOB, JobState.RUNNING),
+    ran(job(5, "bobs", BOB, JobState.CANCELLED)),
 ]
 
 
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     submitted: list[Any] = []
-    conn = SimpleNamespace(deployment=SimpleNamespace(bucket="b"), session=None, local=True)
+    conn = SimpleNamespace(
+        deployment=SimpleNamespace(bucket="jobs-bucket"), session=None, local=True
+    )
     monkeypatch.setattr("respot.cli.notebook.connect", lambda local: conn)
     monkeypatch.setattr(ops, "records", lambda deployment, session: RECORDS)
     monkeypatch.setattr(ops, "caller_arn", lambda deployment, session: ALICE)
     monkeypatch.setattr(ops, "is_deleted", lambda deployment, session, job_id: False)
-    monkeypatch.setattr("respot.client.handle.run", lambda *a, **k: submitted.append(a))
+    monkeypatch.setattr(ops, "put_token", lambda *a: None)
+
+    def run(spec: Any, **kwargs: Any) -> Any:
+        submitted.append(spec)
+        return SimpleNamespace(job_id=kwargs["job_id"])
+
+    monkeypatch.setattr("respot.client.handle.run", run)
     return submitted
 
 
@@ -65,3 +96,17 @@ def test_bad_input_names_the_rule(cli: list[Any]) -> None:
     assert "lowercase letters" in invoke("start", "My Notebook").output
     assert "--idle-minutes" in invoke("start", "fine", "--idle-minutes", "0").output
     assert cli == []
+
+
+def test_starting_a_stopped_workspace_continues_from_its_newest_launched_job(
+    cli: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    result = invoke("start", "old", "--json")
+    assert result.exit_code == 0, result.output
+    (spec,) = cli
+    assert spec.restore_from == "nb-old-0002"  # not the refused nb-old-0004
+    assert spec.tags == {names.TAG: "old"}
+    # a new name starts empty, even where someone else has one by that name
+    assert invoke("start", "bobs").exit_code == 0
+    assert cli[1].restore_from is None
