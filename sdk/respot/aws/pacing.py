@@ -12,11 +12,15 @@ lifecycle retries on the same pool at the next tick (bounded, `core.failures`), 
 capacity".
 
 Items: pk=PACING#launches (tokens, at, version) and, per launch, pk=PACING#launch#<client
-token> (ttl one day). One TransactWriteItems writes both, each conditional: the bucket only if
-its version is the one read (two handlers never spend the same token), the launch's item only
-if it does not exist, so a duplicate of the same launch (same client token: a redelivered
-event, the tick's re-launch after a crash) never takes a second token: it goes on to EC2,
-whose client token makes it one instance.
+token> (ttl one day). A take (single-item conditional writes, each authorized as PutItem):
+1. the launch's marker exists: a duplicate of a launch that has its token (same client token:
+   a redelivered event, the tick's re-launch after a crash): let through, no token taken; it
+   goes on to EC2, whose client token makes it the same instance;
+2. read the bucket, refill it, and put it back one token lighter only if its version is still
+   the one read (two handlers never spend the same token; the loser reads again);
+3. put the marker only if none exists; if a concurrent duplicate put it first, give this
+   token back (a duplicate never holds two). A crash between 2 and 3 loses one token: the
+   pace errs slower, never faster.
 """
 
 from __future__ import annotations
@@ -101,45 +105,69 @@ class LaunchPacer:
             return float(self.pacing.burst), self.clock(), 0
         return float(item["tokens"]["N"]), float(item["at"]["N"]), int(item["version"]["N"])
 
+    def _write(self, tokens: float, at: float, version: int) -> bool:
+        """Put the bucket if its version is still `version`; False if another wrote first."""
+        put: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": {
+                **_BUCKET_KEY,
+                "tokens": {"N": repr(tokens)},
+                "at": {"N": repr(at)},
+                "version": {"N": str(version + 1)},
+            },
+        }
+        if version == 0:
+            put["ConditionExpression"] = "attribute_not_exists(pk)"
+        else:
+            put["ConditionExpression"] = "version = :v"
+            put["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
+        try:
+            self.client.put_item(**put)
+            return True
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            return False
+
+    def _marker_key(self, launch_id: str) -> dict[str, Any]:
+        return {"pk": {"S": f"PACING#launch#{launch_id}"}, "sk": {"S": "PACING"}}
+
     def _try(self, launch_id: str) -> Grant:
+        marker = self._marker_key(launch_id)
+        if self.client.get_item(TableName=self.table_name, Key=marker, ConsistentRead=True).get(
+            "Item"
+        ):
+            return Grant(True, duplicate=True)  # this launch already holds its token
         for _ in range(_CAS_TRIES):
             tokens, at, version = self._read()
             now = self.clock()
             have = refill(tokens, at, now, self.pacing)
             if have < 1.0:
                 return Grant(False, wait=(1.0 - have) / self.pacing.rate_per_second)
-            bucket = {
-                **_BUCKET_KEY,
-                "tokens": {"N": repr(have - 1.0)},
-                "at": {"N": repr(max(now, at))},
-                "version": {"N": str(version + 1)},
-            }
-            bucket_put: dict[str, Any] = {"TableName": self.table_name, "Item": bucket}
-            if version == 0:
-                bucket_put["ConditionExpression"] = "attribute_not_exists(pk)"
-            else:
-                bucket_put["ConditionExpression"] = "version = :v"
-                bucket_put["ExpressionAttributeValues"] = {":v": {"N": str(version)}}
-            marker = {
-                "TableName": self.table_name,
-                "Item": {
-                    "pk": {"S": f"PACING#launch#{launch_id}"},
-                    "sk": {"S": "PACING"},
-                    "ttl": {"N": str(int(now) + MARKER_TTL_SECONDS)},
-                },
-                "ConditionExpression": "attribute_not_exists(pk)",
-            }
-            try:
-                self.client.transact_write_items(
-                    TransactItems=[{"Put": bucket_put}, {"Put": marker}]
-                )
-                return Grant(True)
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] != "TransactionCanceledException":
-                    raise
-                reasons = [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
-                if len(reasons) == 2 and reasons[1] == "ConditionalCheckFailed":
-                    return Grant(True, duplicate=True)  # this launch already holds its token
-                continue  # another handler took a token first: read again
-        log.warning("launch %s: the pacing bucket kept changing; paced", launch_id)
-        return Grant(False, wait=1.0 / self.pacing.rate_per_second)
+            if self._write(have - 1.0, max(now, at), version):
+                break
+        else:
+            log.warning("launch %s: the pacing bucket kept changing; paced", launch_id)
+            return Grant(False, wait=1.0 / self.pacing.rate_per_second)
+        # The token is this launch's once its marker is written; a duplicate of the same
+        # launch that wrote it first keeps its own, and this one goes back to the bucket.
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item={**marker, "ttl": {"N": str(int(now) + MARKER_TTL_SECONDS)}},
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+            self._give_back()
+            return Grant(True, duplicate=True)
+        return Grant(True)
+
+    def _give_back(self) -> None:
+        """Return one token (a duplicate took it); bounded, and never above the burst."""
+        for _ in range(_CAS_TRIES):
+            tokens, at, version = self._read()
+            if self._write(min(tokens + 1.0, float(self.pacing.burst)), at, version):
+                return
+        log.warning("a duplicate launch's token could not be given back: paced a little more")
