@@ -9,11 +9,14 @@ import json
 import socket
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from respot.workspace import ssm
 
@@ -191,3 +194,116 @@ def test_a_plugin_that_ends_at_once_says_so_and_the_session_is_ended(tmp_path: P
     with pytest.raises(ssm.SessionManagerError, match="TargetNotConnected"):
         tunnel.wait_ready(timeout=60)
     assert deployment.ssm.terminated == ["alice-0abc"]
+
+
+class MovingSsm(FakeSsm):
+    """A session per StartSession; `refuse[instance]`: errors its next calls raise first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: dict[str, list[str]] = {}
+
+    def start_session(self, **request: Any) -> dict[str, Any]:
+        pending = self.refuse.get(request["Target"], [])
+        if pending:
+            code = pending.pop(0)
+            raise ClientError({"Error": {"Code": code, "Message": code}}, "StartSession")
+        self.started.append(request)
+        return {**RESPONSE, "SessionId": f"alice-{len(self.started)}"}
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _until(check: Any, what: str, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {seconds}s")
+
+
+def test_follow_moves_the_tunnel_to_the_replacement_on_the_same_local_port(tmp_path: Path):
+    plugin = stand_in_plugin(tmp_path)
+    deployment, port = FakeDeployment(), _free_port()
+    deployment.ssm = MovingSsm()
+    where: list[str | None] = [INSTANCE]
+    said: list[str] = []
+    stop = threading.Event()
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(
+                ssm.follow(
+                    deployment,
+                    lambda: where[0],
+                    8888,
+                    port,
+                    stop,
+                    say=said.append,
+                    poll_seconds=0.05,
+                    which=lambda name: str(plugin),
+                )
+            )
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        _until(lambda: len(deployment.ssm.started) == 1 and _accepts(port), "the first tunnel")
+        # WHEN the workspace moves (interruption): no instance for a while, then the
+        # replacement, whose SSM Agent has not registered yet at the first StartSession
+        replacement = "i-0fedcba9876543210"
+        deployment.ssm.refuse[replacement] = ["TargetNotConnected"]
+        where[0] = None
+        _until(lambda: deployment.ssm.terminated == ["alice-1"], "the old tunnel closed")
+        where[0] = replacement
+        _until(lambda: len(deployment.ssm.started) == 2 and _accepts(port), "the tunnel re-opened")
+        # THEN the same local port reaches the replacement
+        assert deployment.ssm.started[1]["Target"] == replacement
+        assert any("not reachable yet" in s for s in said), said
+        assert any("moved from i-0123456789abcdef0 to None" in s for s in said), said
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert outcome == ["closed (Ctrl-C)"]
+    assert deployment.ssm.terminated == ["alice-1", "alice-2"]
+
+
+def test_follow_stops_at_once_when_session_manager_refuses(tmp_path: Path):
+    plugin = stand_in_plugin(tmp_path)
+    deployment = FakeDeployment()
+    deployment.ssm = MovingSsm()
+    deployment.ssm.refuse[INSTANCE] = ["AccessDeniedException"] * 100
+    with pytest.raises(ssm.SessionRefusedError, match="AccessDeniedException"):
+        ssm.follow(
+            deployment, lambda: INSTANCE, 8888, _free_port(), threading.Event(),
+            say=lambda s: None, poll_seconds=0.01, which=lambda name: str(plugin),
+        )  # fmt: skip
+    assert deployment.ssm.refuse[INSTANCE] == ["AccessDeniedException"] * 99  # asked once
+
+
+def test_the_resolver_names_the_current_instance_and_says_when_the_workspace_stopped():
+    def record(state: str, instance: str | None) -> Any:
+        current = SimpleNamespace(instance_id=instance) if instance or state == "RUNNING" else None
+        return SimpleNamespace(
+            state=SimpleNamespace(is_terminal=lambda: state == "COMPLETED", value=state),
+            current=current,
+        )
+
+    rows: dict[str, Any] = {"j-1": record("RUNNING", INSTANCE)}
+    resolve = ssm.instance_resolver(SimpleNamespace(get=rows.get), "j-1", "mine")
+    assert resolve() == INSTANCE
+    rows["j-1"] = record("RUNNING", None)  # moving: the replacement has no instance yet
+    assert resolve() is None
+    rows["j-1"] = record("COMPLETED", None)
+    with pytest.raises(ssm.SessionManagerError, match="`respot notebook start mine`"):
+        resolve()

@@ -10,6 +10,11 @@ URL, token) handed over by the name of an environment variable, never on the com
 and never through a shell. The instance needs no inbound port: its SSM Agent connects out
 (infra/constructs/workspaces.py, docs/notebooks-platform.md).
 
+`follow(deployment, instance_resolver(table, job_id, name), ...)` keeps that tunnel on the
+same local port across interruptions: it asks where the workspace runs now every few seconds,
+closes the session to an instance that is gone and opens one to the replacement (retrying while
+the new instance's SSM Agent is not registered yet), so a reload of the page reaches it.
+
 What IAM lets a researcher do here: start such a session only with that document, only on
 their own workspace's instance (its `respot:owner` tag is their `aws:userid`), and end only
 their own sessions; anything else is AWS's AccessDeniedException, reported as such.
@@ -25,8 +30,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -43,6 +49,11 @@ INSTALL_URL = (
 MIN_PLUGIN_VERSION = (1, 2, 764, 0)
 RESPONSE_ENV = "AWS_SSM_START_SESSION_RESPONSE"  # the plugin reads the response from it
 READY_SECONDS = 60.0  # bound: the plugin opens its WebSocket and listens on the local port
+FOLLOW_POLL_SECONDS = 5.0  # how often `follow` asks where the workspace runs now
+# A new instance's SSM Agent registers a while after boot (TargetNotConnected until then):
+# `follow` tries one instance this many times, FOLLOW_POLL_SECONDS apart, before giving up.
+FOLLOW_TRIES = 60
+NOT_CONNECTED = "TargetNotConnected"  # StartSession's answer for an instance not registered
 STOP_SECONDS = 5.0
 _INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}(?:[0-9a-f]{9})?")
 _VERSION = re.compile(r"\d+(?:\.\d+){0,3}")
@@ -54,6 +65,10 @@ class SessionManagerError(RespotError):
 
 class PluginMissingError(SessionManagerError):
     """The laptop has no (or too old a) session-manager-plugin."""
+
+
+class SessionRefusedError(SessionManagerError):
+    """Session Manager refused StartSession (AccessDenied, an unknown instance)."""
 
 
 def port_forwarding_request(instance_id: str, remote_port: int, local_port: int) -> dict[str, Any]:
@@ -218,7 +233,10 @@ def forward(
     try:
         response = client.start_session(**request)
     except Exception as exc:  # botocore's ClientError: AccessDenied names the missing grant
-        raise SessionManagerError(
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+        if code == NOT_CONNECTED:  # a new instance whose SSM Agent has not registered yet
+            raise SessionManagerError(f"{instance_id}: {exc}") from exc
+        raise SessionRefusedError(
             f"Session Manager refused a tunnel to {instance_id}: {exc}. Only a workspace's "
             "owner may open it, and the stack must have workspaces on "
             "(docs/notebooks-platform.md)"
@@ -254,3 +272,83 @@ def _profile(session: Any) -> str:
     reads the same environment and default chain as boto3), as the AWS CLI passes it."""
     name = getattr(session, "profile_name", None)
     return str(name) if name and name != "default" else ""
+
+
+def instance_resolver(table: Any, job_id: str, name: str) -> Callable[[], str | None]:
+    """For `follow`: the instance `job_id` (workspace `name`) runs on now, read from the job
+    table (`respot.aws.jobs.JobTable`) each time; None while it has none (moving); raises
+    SessionManagerError once the job has ended (the workspace stopped)."""
+
+    def current() -> str | None:
+        record = table.get(job_id)
+        if record is None:
+            raise SessionManagerError(f"job {job_id} of workspace {name!r} is not in the table")
+        if record.state.is_terminal():
+            raise SessionManagerError(
+                f"workspace {name!r} stopped (job {job_id} is {record.state.value}): "
+                f"`respot notebook start {name}` starts it again where it was"
+            )
+        attempt = record.current
+        return attempt.instance_id if attempt is not None else None
+
+    return current
+
+
+def follow(
+    deployment: Any,
+    current_instance: Callable[[], str | None],
+    remote_port: int,
+    local_port: int,
+    stop: threading.Event,
+    *,
+    say: Callable[[str], None] = print,
+    poll_seconds: float = FOLLOW_POLL_SECONDS,
+    tries: int = FOLLOW_TRIES,
+    ready_seconds: float = READY_SECONDS,
+    **forward_options: Any,
+) -> str:
+    """Keep the laptop's 127.0.0.1:`local_port` forwarded to the instance the workspace runs
+    on now, until `stop` is set: after an interruption `current_instance()` names the
+    replacement (None while there is none), the old tunnel is closed and a new one opened on
+    the same local port, so a reload of the page reaches the replacement. Returns why it
+    stopped; raises what `current_instance` raises (the workspace stopped) and, after `tries`
+    failed attempts at one instance, the last failure. Session Manager refusing the session
+    (AccessDenied) is raised at once: trying again cannot fix it."""
+    tunnel: Forward | None = None
+    target: str | None = None
+    failures = 0
+    try:
+        while not stop.is_set():
+            instance = current_instance()
+            if tunnel is not None and (instance != target or tunnel.process.poll() is not None):
+                tunnel.close()
+                tunnel = None
+                say(
+                    f"the workspace moved from {target} to {instance}: reload the page"
+                    if instance != target
+                    else f"the tunnel to {target} ended; opening it again"
+                )
+            if tunnel is None and instance is not None:
+                if instance != target:
+                    target, failures = instance, 0
+                try:
+                    tunnel = forward(
+                        deployment, instance, remote_port, local_port, **forward_options
+                    )
+                    tunnel.wait_ready(ready_seconds)
+                    say(f"tunnel open: 127.0.0.1:{local_port} -> {instance}:{remote_port}")
+                except (PluginMissingError, SessionRefusedError):
+                    raise  # trying again cannot fix these
+                except SessionManagerError as exc:
+                    tunnel = None
+                    failures += 1
+                    if failures >= tries:
+                        raise SessionManagerError(
+                            f"no tunnel to {instance} after {tries} tries: {exc}"
+                        ) from exc
+                    say(f"{instance} is not reachable yet ({exc}); trying again")
+            stop.wait(poll_seconds)
+        return "closed (Ctrl-C)"
+    finally:
+        if tunnel is not None:
+            tunnel.close()
