@@ -47,6 +47,21 @@ USER_DATA = "var/lib/cloud/instance/user-data.txt"
 PYTHON_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def _link_data(framework: Path, data: Path) -> None:
+    """`<framework>/share/jupyter` -> this checkout's `data` (if it has one)."""
+    if not data.is_dir():
+        return
+    link = framework / "share" / "jupyter"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() and link.resolve() == data.resolve():
+        return
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(data, target_is_directory=True)
+
+
 def _package_zip() -> bytes:
     """The agent package: `site-<python>/respot/...` plus a .pth to this checkout's packages."""
     source = Path(respot.__file__).resolve().parent
@@ -123,6 +138,10 @@ class LocalImage:
         # written on every build, so a kept --work-root gets this layout too.
         shared = framework_site(root / "framework-site")
         Path(purelib, "framework.pth").write_text(f'import site; site.addsitedir("{shared}")\n')
+        # ... and their data files, as a venv they were installed into has them (JupyterLab's
+        # application assets in share/jupyter/lab: without them /lab answers "JupyterLab
+        # application assets not found", which a browser shows and the REST API does not)
+        _link_data(framework, Path(sys.prefix) / "share" / "jupyter")
         package = _package_zip()
         key = key or f"agent/{hashlib.sha256(package).hexdigest()[:16]}.zip"
         with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
