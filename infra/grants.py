@@ -23,8 +23,9 @@ from infra.wiring import Grant
 from respot.core.lifecycle import MANAGED_TAG
 from respot.storage import layout
 
-# The table adapter's calls: compare-and-set writes, reads and the `live` index query.
-# (TransactWriteItems is authorized per item by these same actions.)
+# The table adapter's calls: compare-and-set writes, reads and the `live` index query; Scan:
+# an admission pass with budgets counts the month's spend over every job (issue 26,
+# `control.admission._spend`). (TransactWriteItems is authorized per item by these actions.)
 TABLE_ACTIONS = (
     "dynamodb:BatchGetItem",
     "dynamodb:ConditionCheckItem",
@@ -32,6 +33,7 @@ TABLE_ACTIONS = (
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:Query",
+    "dynamodb:Scan",
     "dynamodb:UpdateItem",
 )
 BUCKET_OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject")

@@ -299,10 +299,11 @@ def test_every_principal_has_policies_and_counts_are_small(policies):
     print(counts)
     assert set(counts) >= {"instance", "researcher", "function:commands", "function:notify"}
     # commands and reconcile read the switched pollers' state (events:DescribeRule,
-    # lambda:GetEventSourceMapping: a deploy can disable them under live jobs): 32; commands
-    # also reads a submitter's respot:team tag (iam:ListRoleTags, iam:ListUserTags): 34
-    assert all(0 < n <= 34 for n in counts.values())
-    assert all(n <= 32 for p, n in counts.items() if p != "function:commands")
+    # lambda:GetEventSourceMapping: a deploy can disable them under live jobs), and scan the
+    # table (an admission pass counts budgets' spend over every job): 33; commands also reads
+    # a submitter's respot:team tag (iam:ListRoleTags, iam:ListUserTags): 35
+    assert all(0 < n <= 35 for n in counts.values())
+    assert all(n <= 33 for p, n in counts.items() if p != "function:commands")
 
 
 def test_the_slack_token_is_decrypted_only_through_ssm_and_only_for_that_parameter(policies, arns):
