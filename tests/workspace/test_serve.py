@@ -178,3 +178,45 @@ def test_without_the_token_file_jupyter_never_starts(job) -> None:
     proc = start(root, env)
     code, out = finish(proc)
     assert code == 2 and "no Jupyter token" in out
+
+
+def gone(pid: int) -> bool:
+    """Exited (a zombie whose new parent has not reaped it counts)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_when_the_agent_dies_jupyter_and_the_supervisor_leave_nothing_running(job) -> None:
+    """The local runtime kills an instance's process group; the supervisor, in a session of
+    its own as every command is, must not outlive the agent with its JupyterLab."""
+    root, env, _ = job
+    agent = subprocess.Popen(  # stands for the agent: starts the command, prints its pid
+        [sys.executable, "-c",
+         "import subprocess, sys\n"
+         f"p = subprocess.Popen([sys.executable, '-m', '{names.SUPERVISOR_MODULE}'], "
+         "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+         "print(p.pid, flush=True)\n"
+         "p.wait()\n"],
+        cwd=root / "code",
+        env=env,
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert agent.stdout is not None
+    supervisor = int(agent.stdout.readline())
+    try:
+        port = wait_port(root, agent)
+        assert api(port, "/api/status") is not None
+        agent.kill()  # the machine goes: SIGKILL to the agent, nothing to the command
+        agent.wait()
+        deadline = time.monotonic() + WAIT
+        while not gone(supervisor):
+            assert time.monotonic() < deadline, "the supervisor outlived its agent"
+            time.sleep(0.1)
+        with pytest.raises(OSError):  # and its JupyterLab is gone with it
+            api(port, "/api/status")
+    finally:
+        if not gone(supervisor):
+            os.killpg(supervisor, signal.SIGKILL)

@@ -21,7 +21,10 @@ directory, with a command job's environment (docs/commands.md):
    outputs), stops Jupyter, takes a final snapshot and exits 0: the job completes (stopped,
    not failed);
 7. Jupyter ending on its own before any of that: a final snapshot, exit 1 (the job fails with
-   the log's tail).
+   the log's tail);
+8. the agent gone (its parent process changed: the agent was killed with its machine, as the
+   local runtime kills an instance's processes; the supervisor runs in a session of its own):
+   stops Jupyter and exits at once, nothing left running (no snapshot: no agent takes it).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ DEFAULT_SYNC_SECONDS = 60.0
 DEFAULT_POLL_SECONDS = 15.0
 DEFAULT_AUTOSAVE_SECONDS = 10
 PORT_TRIES = 5  # a free port can be taken between our look and Jupyter's bind
+SNAPSHOT_SECONDS = 300.0  # checkpoint_saved: the agent's snapshot (hard links and copies)
 STOPPED_FILE = "workspace-stopped.txt"
 COOKIE_SECRET = "cookie_secret"  # noqa: S105 - a file name
 
@@ -206,6 +210,7 @@ class Supervisor:
         self.step = start_step
         self.python = python
         self.clock = clock
+        self.parent = os.getppid()  # the agent; another parent means it is gone
         self.stop_requested = threading.Event()
         self.jupyter: Jupyter | None = None
         self.synced = contract.signature(workspace)  # what was restored counts as synced
@@ -279,7 +284,7 @@ class Supervisor:
         while time.monotonic() < deadline:
             if self.jupyter.exit_code() is not None:
                 return False
-            if self.stop_requested.is_set() or self.notice_file.exists():
+            if self.stop_requested.is_set() or self.notice_file.exists() or self.orphaned():
                 return False
             try:
                 api_get(self.port, self.token, "/api/status", timeout=2.0)
@@ -287,6 +292,10 @@ class Supervisor:
             except (OSError, ValueError):
                 time.sleep(0.2)
         return False
+
+    def orphaned(self) -> bool:
+        """Is the agent that started us gone?"""
+        return os.getppid() != self.parent
 
     def write_port_file(self) -> None:
         body = {"port": self.port, "pid": os.getpid(), "attempt": os.environ.get("RESPOT_ATTEMPT")}
@@ -301,8 +310,11 @@ class Supervisor:
         now = contract.signature(self.workspace)
         if now == self.synced:
             return True
+        if self.orphaned():
+            _say(f"no {why} sync: the agent is gone")
+            return False
         step = self.step + 1
-        if not channel.checkpoint_saved(step):
+        if not channel.checkpoint_saved(step, timeout=SNAPSHOT_SECONDS):
             _say(f"the {why} sync of the workspace failed (the agent's log says why)")
             return False
         self.step, self.synced = step, now
@@ -319,6 +331,8 @@ class Supervisor:
         except WorkspaceError as exc:
             _say(str(exc))
             return 1
+        if self.orphaned():
+            return self._on_agent_gone()
         if not (self.stop_requested.is_set() or self.notice_file.exists()):
             self.write_port_file()
             _say(f"JupyterLab answers on 127.0.0.1:{self.port} (root: the workspace)")
@@ -329,6 +343,8 @@ class Supervisor:
             while True:
                 if self.stop_requested.is_set() or self.notice_file.exists():
                     return self._on_notice()
+                if self.orphaned():
+                    return self._on_agent_gone()
                 assert self.jupyter is not None
                 code = self.jupyter.exit_code()
                 if code is not None:
@@ -379,6 +395,12 @@ class Supervisor:
             self.jupyter.stop()
         self.sync("final")
         return 0  # any exit after the notice is an interruption (docs/commands.md)
+
+    def _on_agent_gone(self) -> int:
+        _say("the agent is gone (its machine is going away): JupyterLab stops, nothing is left")
+        if self.jupyter is not None:
+            self.jupyter.stop()
+        return 1
 
     def _on_idle(self, watch: IdleWatch) -> int:
         why = watch.reason(self.clock())
