@@ -33,6 +33,7 @@ from respot.core.job import JobRecord, TimelineEntry
 from respot.core.states import JobState
 from respot.queue.words import wait_line
 from respot.wire.gpu import summary as gpu_summary
+from respot.workspace import names as workspace_names
 
 log = logging.getLogger("respot.notify")
 
@@ -432,7 +433,17 @@ def _interrupted(
             f"(interruption {number}); resuming from {checkpoint}"
         )
         detail = f"{lost} step(s) to redo"
+    if _is_workspace(record):  # docs/notebooks.md: what a researcher in JupyterLab must know
+        detail += (
+            "\nworkspace: *variables are gone; files are kept* (as last synced); "
+            "the page works again after a reload once the replacement is up"
+        )
     return _reply(main, detail, _at(entry))
+
+
+def _is_workspace(record: JobRecord) -> bool:
+    spec = record.submission.spec
+    return spec.command == workspace_names.COMMAND and workspace_names.TAG in spec.tags
 
 
 def _preempted(
