@@ -1,7 +1,8 @@
 """A workspace on the local runtime, through the laptop's tunnel (docs/notebooks.md): a file
 written through Jupyter's contents API survives a spot interruption, and the replacement
 serves it on the same local port (the tunnel follows the workspace by itself), with no kernel
-of the old instance and the note that says why the page reloaded. (The token object's
+of the old instance and the note that says why the page reloaded; left alone, it stops itself
+(idle) and the job completes, saying why, with no instance left. (The token object's
 policies are evaluated in tests/workspace/test_token_iam.py.)"""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from infra.local.fleet import FleetTiming
 from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import AttemptEnd
+from respot.core.states import JobState
 from respot.workspace import names, ops
 from respot.workspace.tokens import ENV_DIR
 from tests.e2e.helpers import job_story, wait_for, wait_no_live_instances
@@ -117,7 +119,9 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
     monkeypatch.setenv(ENV_DIR, str(tmp_path / "tokens"))
     deployment, session = rt.sdk_deployment(), rt.researcher_session()
     # GIVEN a workspace started as `respot notebook start e2e --local` does, opened
-    started = ops.start(deployment, session, "e2e", local=True)
+    # (idle after 1 minute without kernel activity or API use; Jupyter asked every 2 s)
+    started = ops.start(deployment, session, "e2e", local=True,
+                        idle_minutes=1, settings={"poll_seconds": 2})  # fmt: skip
     job_id = started.job_id
     wait_for(lambda: rt.job_record(job_id) is not None, 60, "the job's record")
     tunnel, link = ops.open_local(deployment, session, "e2e", rt.work_root)
@@ -164,12 +168,15 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
         assert isinstance(kernels, list) and kernel["id"] not in [k["id"] for k in kernels]
         note = call(link, f"/api/contents/{names.NOTE_FILE}")
         assert isinstance(note, dict) and "Variables are gone; files are kept" in note["content"]
-    # and `respot notebook stop` ends it; no instance is left
-    ops.stop(deployment, session, "e2e")
+    # AND left alone, it stops by itself: completed (not failed), saying why; no instance left
 
     def over() -> bool:
         record = rt.job_record(job_id)
         return record is not None and record.state.is_terminal()
 
-    wait_for(over, 120, "the stop")
+    wait_for(over, 60 * 1 + UP_SECONDS, "the idle stop")
+    record = rt.job_record(job_id)
+    assert record is not None and record.state is JobState.COMPLETED, job_story(rt, job_id)
+    why = ops.idle_reason(deployment, session, job_id)
+    assert why is not None and why.startswith("idle for"), why
     wait_no_live_instances(rt, job_id)

@@ -228,6 +228,17 @@ def _moved(times: int) -> str:
     )
 
 
+def _why_stopped(conn: Connection, newest: JobRecord) -> str | None:
+    from respot.core.states import JobState
+    from respot.workspace.ops import idle_reason
+
+    if newest.state is JobState.COMPLETED:
+        idle = idle_reason(conn.deployment, conn.session, newest.job_id)
+        if idle is not None:
+            return idle.split(":", 1)[0]  # "idle for 30.2 min (...)"
+    return newest.reason
+
+
 def _row(conn: Connection, workspace: Workspace, now: datetime) -> dict[str, Any]:
     from respot.core.cost import job_cost
 
@@ -241,7 +252,7 @@ def _row(conn: Connection, workspace: Workspace, now: datetime) -> dict[str, Any
         "instance_id": attempt.instance_id if attempt else None,
         "interruptions": sum(j.interruptions for j in workspace.jobs),
         "paid_usd": round(sum(job_cost(j, now).paid_usd for j in workspace.jobs), 6),
-        "last_reason": None if live is not None else newest.reason,
+        "last_reason": None if live is not None else _why_stopped(conn, newest),
         "note": _moved(live.interruptions) if live is not None and live.interruptions else None,
         "since": (live or newest).created_at.isoformat(),
     }

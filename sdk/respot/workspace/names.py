@@ -20,6 +20,7 @@ DEFAULT_MAX_RUNTIME = "12h"
 TOKEN_OBJECT = "workspace-token"  # noqa: S105 - an object's name (= layout.WORKSPACE_TOKEN)
 TOKEN_DATA_PATH = "respot-workspace"  # noqa: S105 - a directory's name
 PORT_FILE = "workspace.json"  # beside the notice file: the port JupyterLab got, for the laptop
+STOPPED_OUTPUT = "workspace-stopped.txt"  # in the job's outputs: why an idle stop stopped it
 NOTE_FILE = "RESPOT-README.md"  # in the workspace: why the page reloaded on a new instance
 ENV_IDLE_MINUTES = "RESPOT_WORKSPACE_IDLE_MINUTES"
 ENV_PORT = "RESPOT_WORKSPACE_PORT"  # 0: any free port (local instances share one host)

@@ -79,6 +79,19 @@ def put_token(deployment: Any, session: Any, job_id: str, token: str) -> None:
         raise
 
 
+def idle_reason(deployment: Any, session: Any, job_id: str) -> str | None:
+    """Why the supervisor stopped the job for idleness (its `workspace-stopped.txt` output),
+    or None if it did not."""
+    from botocore.exceptions import ClientError
+
+    key = layout.outputs_prefix(job_id) + names.STOPPED_OUTPUT
+    try:
+        body = deployment.client("s3", session).get_object(Bucket=deployment.bucket, Key=key)
+    except ClientError:
+        return None
+    return str(body["Body"].read(4096).decode(errors="replace")).strip() or None
+
+
 def my_workspace(deployment: Any, session: Any, name: str) -> Workspace | None:
     """The caller's workspace `name` (names are per owner), or None."""
     names.check_name(name)

@@ -60,7 +60,6 @@ DEFAULT_POLL_SECONDS = 15.0
 DEFAULT_AUTOSAVE_SECONDS = 10
 PORT_TRIES = 5  # a free port can be taken between our look and Jupyter's bind
 SNAPSHOT_SECONDS = 300.0  # checkpoint_saved: the agent's snapshot (hard links and copies)
-STOPPED_FILE = "workspace-stopped.txt"
 COOKIE_SECRET = "cookie_secret"  # noqa: S105 - a file name
 
 
@@ -411,7 +410,7 @@ class Supervisor:
         if self.output_dir is not None:
             with contextlib.suppress(OSError):
                 self.output_dir.mkdir(parents=True, exist_ok=True)
-                (self.output_dir / STOPPED_FILE).write_text(why + "\n")
+                (self.output_dir / names.STOPPED_OUTPUT).write_text(why + "\n")
         return 0 if ok else 1
 
 
