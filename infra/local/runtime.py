@@ -15,6 +15,7 @@ each job's thread there through slack_sdk.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import shutil
@@ -131,6 +132,9 @@ class RuntimeOptions:
     # their subnets are pools too, instances there boot that region's user data and write
     # to its bucket, and their EC2 events reach the home bus.
     extra_regions: tuple[str, ...] = ()
+    # The stack setting `idle_gpus` as the functions get it (RESPOT_IDLE_GPUS; real minutes,
+    # not scaled: the control plane's clock is the real one). None: respot's defaults.
+    idle_gpus: dict[str, Any] | None = None
 
 
 class LocalRuntime:
@@ -360,6 +364,8 @@ class LocalRuntime:
         )
         env.update(satellite_env(self.satellites))
         env[cfg.ENV_SLACK_CHANNEL] = self.options.slack_channel
+        if self.options.idle_gpus is not None:
+            env[cfg.ENV_IDLE_GPUS] = json.dumps(self.options.idle_gpus)
         if self.slack is not None:
             env[cfg.ENV_SLACK_API_URL] = self.slack.base_url
         return env
