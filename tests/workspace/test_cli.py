@@ -45,6 +45,16 @@ RECORDS = [
 ]
 
 
+REAL_IS_DELETED = ops.is_deleted
+
+
+def cli_conn(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The connection the `cli` fixture gives every command."""
+    from respot.cli import notebook
+
+    return notebook.connect(False)
+
+
 @pytest.fixture
 def cli(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     submitted: list[Any] = []
@@ -110,3 +120,64 @@ def test_starting_a_stopped_workspace_continues_from_its_newest_launched_job(
     # a new name starts empty, even where someone else has one by that name
     assert invoke("start", "bobs").exit_code == 0
     assert cli[1].restore_from is None
+
+
+class FakeS3:
+    """The few S3 calls `delete`, `ls` and `start` make, over a dict of keys."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.keys = set(keys)
+
+    def get_paginator(self, name: str) -> Any:
+        assert name == "list_objects_v2"
+        keys = self.keys
+
+        class Pages:
+            def paginate(self, Bucket: str, Prefix: str) -> list[dict[str, Any]]:  # noqa: N803
+                return [{"Contents": [{"Key": k} for k in sorted(keys) if k.startswith(Prefix)]}]
+
+        return Pages()
+
+    def delete_objects(self, Bucket: str, Delete: dict[str, Any]) -> None:  # noqa: N803
+        self.keys -= {o["Key"] for o in Delete["Objects"]}
+
+    def put_object(self, Bucket: str, Key: str, Body: bytes) -> None:  # noqa: N803
+        self.keys.add(Key)
+
+    def head_object(self, Bucket: str, Key: str) -> None:  # noqa: N803
+        from botocore.exceptions import ClientError
+
+        if Key not in self.keys:
+            raise ClientError({"Error": {"Code": "404"}}, "HeadObject")
+
+    def get_object(self, Bucket: str, Key: str) -> None:  # noqa: N803
+        self.head_object(Bucket, Key)
+
+
+def test_delete_asks_first_refuses_a_running_one_and_removes_only_that_workspaces_files(
+    cli: list[Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    ours = ["jobs/nb-old-0002/checkpoints/manifests/1.json", "jobs/nb-old-0004/checkpoints/b/x"]
+    others = ["jobs/nb-nlp-0001/checkpoints/manifests/1.json", "jobs/nb-old-0002/outputs/o"]
+    s3 = FakeS3(ours + others)
+    conn = cli_conn(monkeypatch)
+    conn.client = lambda service: s3
+    conn.deployment.client = lambda service, session=None: s3
+    monkeypatch.setattr(ops, "is_deleted", REAL_IS_DELETED)
+    # a running workspace: stop it first
+    running = invoke("delete", "nlp", "--yes")
+    assert running.exit_code == 1 and "respot notebook stop nlp" in running.output
+    # asked, and told no: nothing goes
+    declined = CliRunner().invoke(app, ["notebook", "delete", "old"], input="n\n")
+    assert declined.exit_code == 1 and "nothing deleted" in declined.output
+    assert s3.keys == set(ours + others)
+    # asked, and told yes: the checkpoints of its jobs go, nothing else
+    done = CliRunner().invoke(app, ["notebook", "delete", "old"], input="y\n")
+    assert done.exit_code == 0, done.output
+    assert s3.keys == {*others, "jobs/nb-old-0004/workspace-deleted"}  # on its newest job
+    # it is gone from `ls`, and starting the name again starts empty
+    listed = invoke("ls", "--json")
+    assert listed.exit_code == 0 and '"old"' not in listed.output
+    assert invoke("start", "old").exit_code == 0
+    assert cli[-1].restore_from is None

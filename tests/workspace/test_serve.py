@@ -220,3 +220,34 @@ def test_when_the_agent_dies_jupyter_and_the_supervisor_leave_nothing_running(jo
     finally:
         if not gone(supervisor):
             os.killpg(supervisor, signal.SIGKILL)
+
+
+def test_periodic_syncs_take_each_change_and_only_changes(job) -> None:
+    root, env, agent = job
+    env[names.ENV_SYNC_SECONDS] = "1"
+    proc = start(root, env)
+
+    def synced(steps: list[int]) -> None:
+        deadline = time.monotonic() + WAIT
+        while agent.steps != steps:
+            assert time.monotonic() < deadline and proc.poll() is None, agent.steps
+            time.sleep(0.1)
+
+    try:
+        port = wait_port(root, proc)
+        for step, name in ((1, "one.txt"), (2, "two.txt")):
+            api(port, f"/api/contents/{name}", "PUT",
+                {"type": "file", "format": "text", "content": name})  # fmt: skip
+            synced(list(range(1, step + 1)))
+        contract.write_notice(root / "ipc" / "notice", "spot-interruption", None)
+        os.killpg(proc.pid, signal.SIGTERM)
+        code, out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, out
+    assert agent.steps == [1, 2]  # nothing changed after the second: no third snapshot
+    assert sorted(p.name for p in (root.parent / "snapshots" / "2").iterdir()) == [
+        "one.txt",
+        "two.txt",
+    ]

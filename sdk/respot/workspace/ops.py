@@ -129,8 +129,10 @@ def start(
                 f"workspace {name!r} is in use: job {live.job_id} is {live.state.value}; "
                 f"`respot notebook open {name}` opens it, `respot notebook stop {name}` stops it"
             )
+        # `delete` marks the newest job; a start after it begins empty (a new newest job)
         previous = next((j for j in workspace.jobs if j.attempts), None)
-        if previous is not None and not is_deleted(deployment, session, previous.job_id):
+        deleted = is_deleted(deployment, session, workspace.newest.job_id)
+        if previous is not None and not deleted:
             restore_from = previous.job_id
     token = new_token()
     job_id = new_job_id(job_name(name), datetime.now(UTC))
