@@ -17,8 +17,8 @@ Two workspaces, started as `respot notebook start NAME --local` starts them (`wo
 - **idle stop -> instance gone.** The second is never opened (no browser, no kernel), with
   `idle_minutes` 1 (the least) and Jupyter asked every second. The figure runs from the
   moment the supervisor's "idle for ..." line appears in the attempt's log (read every 50 ms)
-  to the local fleet's instance entering shutting-down (EC2 stops billing an instance's
-  usage from there: "shutting-down" in the EC2 docs' instance lifecycle) and to it being
+  to the local fleet's instance entering shutting-down (instance usage is not billed from
+  there: the EC2 User Guide's instance lifecycle table) and to it being
   terminated (the runtime's terminate delay, scaled, shown apart). In between: Jupyter
   stops, the final sync, the agent's endings (outputs, logs), the completed report, the
   control plane's terminate (or the instance powering itself off).
