@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -218,9 +219,12 @@ def run(
     os.environ[ENV_DIR] = tokens  # the laptop's token copies: a throwaway folder
     timing = FleetTiming(notice_seconds=NOTICE_SECONDS)
     options = RuntimeOptions(time_scale=SCALE, timing=timing, chaos=ChaosSchedule(job_ids=set()))
-    with LocalRuntime(options) as rt:
-        notices = notice_to_committed(rt, files, interruptions, say) if interruptions else []
-        idles = [idle_to_gone(rt, n, say) for n in range(1, idle_runs + 1)]
+    try:
+        with LocalRuntime(options) as rt:
+            notices = notice_to_committed(rt, files, interruptions, say) if interruptions else []
+            idles = [idle_to_gone(rt, n, say) for n in range(1, idle_runs + 1)]
+    finally:
+        shutil.rmtree(tokens, ignore_errors=True)
     return {
         "time_scale": SCALE,
         "notice_real_seconds": NOTICE_SECONDS * SCALE,
