@@ -386,10 +386,7 @@ class InstanceFleet:
         if self.agent is not None and inst.booted_at is not None:
             self.agent.kill(inst)
         if inst.process is not None:
-            # The user data's process group: every process of the machine (the fake systemd,
-            # the agent, the session), also after the user data itself has exited.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(inst.process.pid, signal.SIGKILL)
+            kill_machine(inst.process.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 inst.process.wait(timeout=10)
         if inst.imds is not None:
@@ -495,3 +492,43 @@ def _shut_down_by_its_os(region: str, instance_id: str) -> None:
         "Client.InstanceInitiatedShutdown: Instance initiated shutdown",
         "Client.InstanceInitiatedShutdown",
     )
+
+
+def kill_machine(root: int) -> None:
+    """SIGKILL every process of a machine whose user data runs as `root`.
+
+    The user data's process group holds the fake systemd, the agent and the session, also
+    after the user data itself has exited; a descendant in a session of its own (a command
+    job's process group, a workspace's supervisor and its JupyterLab) is in another group,
+    which that kill would miss and leave running after its instance is gone.
+    """
+    groups = {root} | {_pgid(p) for p in _descendants(root)}
+    for group in sorted(g for g in groups if g > 1 and g != os.getpgid(0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below `root` (from /proc: Linux; elsewhere none, only the group's kill)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat") if Path("/proc").is_dir() else []:
+        try:
+            stat = entry.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) "
+        children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _pgid(pid: int) -> int:
+    """The process group of `pid`, or 0 when it is gone."""
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return 0
