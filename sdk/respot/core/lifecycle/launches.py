@@ -393,9 +393,7 @@ def _paced(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
         return d.decision()
     # The tick launches again once launch_timeout has passed since requested_at: date it so
     # that this happens at the next tick.
-    att.requested_at = d.now - max(
-        d.settings.launch_timeout - d.settings.policy_tick, timedelta(0)
-    )
+    att.requested_at = d.now - max(d.settings.launch_timeout - d.settings.policy_tick, timedelta(0))
     d.note(
         "paced",
         f"{what}; the same pool is tried again at the next tick ({count} of "
