@@ -406,3 +406,27 @@ def test_a_held_job_carries_the_queues_words_for_ls_status_and_slack(queued: Env
     admitted = env.control.jobs.get(subs[2].job_id)
     assert admitted is not None and admitted.state is JobState.REQUESTED
     assert admitted.queue_wait is None and queue_wait_json(admitted) is None
+
+
+def test_an_on_demand_job_waits_for_the_on_demand_quota_not_the_spot_one(queued: Env) -> None:
+    env = queued
+    # GIVEN two spot jobs that fill the G-class spot quota (8 vCPUs)
+    spot = [
+        submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+        for _ in range(2)
+    ]
+    for sub in spot:
+        env.control.submit(sub)
+    assert [_state(env, s.job_id) for s in spot] == [JobState.REQUESTED] * 2
+    # WHEN a job with `market: on-demand` (respot notebook start --on-demand) comes
+    od = submission(
+        instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1), market="on-demand"
+    )
+    env.control.submit(od)
+    # THEN it is admitted against the on-demand quota, which has room, and asks on-demand
+    assert _state(env, od.job_id) is JobState.REQUESTED
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert ledger.leases[od.job_id].quota_key.startswith("on-demand/"), ledger.leases[od.job_id]
+    record = env.control.jobs.get(od.job_id)
+    assert record is not None and record.current is not None
+    assert record.current.placement.market is Market.ON_DEMAND

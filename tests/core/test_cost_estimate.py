@@ -74,3 +74,24 @@ def test_what_is_unknown_is_said_not_guessed() -> None:
     # GIVEN a deadline the work cannot make THEN it says so
     late = _spec(estimated_runtime=timedelta(hours=5), deadline=NOW + timedelta(hours=2))
     assert any("cannot make its deadline" in n for n in estimate(late, QUOTES, NOW, D).notes)
+
+
+def test_an_on_demand_job_is_bounded_by_on_demand_alone() -> None:
+    # GIVEN `market: on-demand` (respot notebook start --on-demand), 3 h billed, 10 h to go
+    spec = _spec(
+        estimated_runtime=timedelta(hours=2.9),
+        deadline=NOW + timedelta(hours=10),
+        market="on-demand",
+    )
+    e = estimate(spec, QUOTES, NOW, D)
+    # THEN no spot bound (it never buys spot), and the worst is the on-demand run itself,
+    # not spot through the slack first
+    assert e.spot_usd is None and e.spot_type is None
+    assert e.on_demand_usd == pytest.approx(3.0 * 1.006)
+    assert e.worst_usd == pytest.approx(3.0 * 1.006)
+    assert any("market: on-demand" in n for n in e.notes)
+    # AND without a deadline it is bounded all the same (no interruptions on on-demand)
+    free = estimate(
+        _spec(estimated_runtime=timedelta(hours=2.9), market="on-demand"), QUOTES, NOW, D
+    )
+    assert free.worst_usd == pytest.approx(3.0 * 1.006)

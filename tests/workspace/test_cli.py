@@ -181,3 +181,18 @@ def test_delete_asks_first_refuses_a_running_one_and_removes_only_that_workspace
     assert listed.exit_code == 0 and '"old"' not in listed.output
     assert invoke("start", "old").exit_code == 0
     assert cli[-1].restore_from is None
+
+
+def test_on_demand_reaches_the_spec_and_spot_stays_the_default(
+    cli: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    result = invoke("start", "gpu", "--on-demand", "--json")
+    assert result.exit_code == 0, result.output
+    assert '"market": "on-demand"' in result.output
+    assert invoke("start", "cheap").exit_code == 0
+    on_demand, default = cli
+    assert on_demand.market == "on-demand"  # the core launches it on-demand (tests/core)
+    assert default.market == "spot"
+    # the submitted JSON carries it (what the control plane reads)
+    assert '"market":"on-demand"' in on_demand.to_json()

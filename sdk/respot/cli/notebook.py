@@ -90,6 +90,14 @@ def start(
         float,
         typer.Option(help="Stop it after this many minutes without kernel activity or browser."),
     ] = names.DEFAULT_IDLE_MINUTES,
+    on_demand: Annotated[
+        bool,
+        typer.Option(
+            "--on-demand",
+            help="On-demand from the start, never spot (the job's market: on-demand); "
+            "default: spot, on-demand only by the fallback rules of any job.",
+        ),
+    ] = False,
     local: LocalOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -106,6 +114,7 @@ def start(
         requirements=requirements,
         max_runtime=max_runtime,
         idle_minutes=idle_minutes,
+        on_demand=on_demand,
     )
     restore_from = started.restored_from
     answer = {
@@ -114,14 +123,16 @@ def start(
         "restored_from": restore_from,
         "idle_minutes": idle_minutes,
         "max_runtime": max_runtime,
+        "market": "on-demand" if on_demand else "spot",
     }
     if json_output:
         print_json(answer)
         return
     again = f" from {restore_from}'s files" if restore_from else ""
+    where = " on on-demand" if on_demand else ""
     console().print(
-        f"workspace {name!r}: job {started.job_id} starts{again}; stops after {idle_minutes:g} "
-        f"idle minutes or {max_runtime}. Next: respot notebook open {name}"
+        f"workspace {name!r}: job {started.job_id} starts{where}{again}; stops after "
+        f"{idle_minutes:g} idle minutes or {max_runtime}. Next: respot notebook open {name}"
         + (" --local" if conn.local else ""),
         markup=False,
     )

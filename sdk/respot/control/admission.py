@@ -343,8 +343,9 @@ class Admission:
         allowed = list(spec.instance_types or self.default_instance_types) or ["g5.xlarge"]
         sizes = [(self._shape(t), t) for t in allowed]
         (vcpus, gpus), largest = max(sizes, key=lambda s: s[0])
-        quota = quota_for(largest, Market.SPOT)
-        key = quota_key_of(Market.SPOT.value, quota.quota_class if quota else None, largest)
+        market = Market(spec.market)  # the quota it launches under: spot, or `market: on-demand`
+        quota = quota_for(largest, market)
+        key = quota_key_of(market.value, quota.quota_class if quota else None, largest)
         types.setdefault(key, largest)
         owner = record.submission.submitted_by
         return WaitingJob(

@@ -86,7 +86,15 @@ def estimate(
             f"no on-demand list price for {', '.join(missing)}: not in respot's price list"
         )
     worst: float | None = None
-    if deadline_h is not None:
+    if spec.market == "on-demand":  # on-demand from the first launch: no spot, no slack spent
+        notes.append("market: on-demand: the whole job on on-demand, never spot")
+        spot, cheap, worst = None, None, on_demand
+        if deadline_h is not None and deadline_h < hours:
+            notes.append(
+                f"cannot make its deadline: {hours:.2f} h of work and changeover, "
+                f"{max(deadline_h, 0.0):.2f} h left"
+            )
+    elif deadline_h is not None:
         slack = deadline_h - hours
         if slack < 0:
             notes.append(

@@ -159,3 +159,23 @@ class SpotFirstPolicy:
                 fail=True,
             )
         return MarketChoice(Market.SPOT, "spot first")
+
+
+ON_DEMAND_ONLY = "market: on-demand (the job's spec): on-demand for every attempt, never spot"
+
+
+class OnDemandPolicy:
+    """A job whose spec says `market: on-demand`: on-demand from the first launch, and for
+    every replacement (a lost instance, a boot that failed). Not a `SwitchPolicy`, so the
+    tick never moves it to spot (`lifecycle.ticks`); with no spot attempt, no spot
+    interruption can reach it. `lifecycle.dispatch` uses it for such a job whatever policy
+    the control plane passes."""
+
+    def choose(self, job: JobRecord, now: datetime, settings: ControlSettings) -> MarketChoice:
+        """On-demand, always."""
+        return MarketChoice(Market.ON_DEMAND, ON_DEMAND_ONLY)
+
+
+def policy_for(job: JobRecord, policy: MarketPolicy) -> MarketPolicy:
+    """The market policy that decides for `job`: its spec's fixed market, else `policy`."""
+    return OnDemandPolicy() if job.spec.market == Market.ON_DEMAND.value else policy

@@ -366,7 +366,9 @@ def _queued(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | 
     return _reply(
         f":inbox_tray: *Queued* by {escape(_owner(record))}: `{what}` on {types}",
         deadline,
-        f"spot first, on-demand fallback {'on' if spec.on_demand_fallback else 'off'}",
+        "on-demand only (market: on-demand)"
+        if spec.market == "on-demand"
+        else f"spot first, on-demand fallback {'on' if spec.on_demand_fallback else 'off'}",
         _at(entry),
     )
 

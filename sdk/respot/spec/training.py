@@ -246,6 +246,12 @@ class TrainingEnvVar(BaseModel):
         default=True, description="use on-demand when spot cannot meet the deadline or the wait"
     )
     max_spot_wait: Duration = Field(default=timedelta(minutes=20))
+    market: Literal["spot", "on-demand"] = Field(
+        default="spot",
+        description="'spot': spot first, on-demand only by the fallback rules (max_spot_wait, "
+        "max_interruptions, the deadline); 'on-demand': on-demand from the first launch and "
+        "for every replacement, never moved to spot",
+    )
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     tags: dict[str, str] = Field(default_factory=dict)
     slack_channel: str | None = None
@@ -590,6 +596,16 @@ class TrainingEnvVar(BaseModel):
             raise ValueError(
                 "with image, also set entry_point (the session runner starts that "
                 "TrainingSession inside the container) or command (run inside it)"
+            )
+        if self.market == "on-demand" and self.max_spot_price is not None:
+            raise ValueError(
+                "max_spot_price is a spot price, and market: on-demand never buys spot; drop "
+                "max_spot_price, or set market: spot"
+            )
+        if self.market == "on-demand" and not self.on_demand_fallback:
+            raise ValueError(
+                "market: on-demand asks for on-demand from the start, on_demand_fallback: false "
+                "forbids it; drop one (market: spot with on_demand_fallback: false is spot only)"
             )
         if (
             self.estimated_runtime is not None

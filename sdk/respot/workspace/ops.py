@@ -113,6 +113,7 @@ def start(
     max_runtime: str = names.DEFAULT_MAX_RUNTIME,
     idle_minutes: float = names.DEFAULT_IDLE_MINUTES,
     settings: dict[str, float] | None = None,
+    on_demand: bool = False,
 ) -> Started:
     """Submit workspace `name`'s job: a new one, or a stopped one's continuation (restore_from:
     its newest job). WorkspaceError if it runs already. The token is saved 0600 here."""
@@ -155,6 +156,7 @@ def start(
             local=local,
             restore_from=restore_from,
             settings=settings,
+            on_demand=on_demand,
         )
         # The laptop's copy first, then the job's: a token object is never without its copy.
         save_token(job_id, token)

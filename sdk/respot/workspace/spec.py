@@ -77,6 +77,7 @@ def workspace_spec(
     restore_from: str | None = None,
     slack_channel: str | None = None,
     settings: dict[str, float] | None = None,
+    on_demand: bool = False,
 ) -> TrainingEnvVar:
     """The spec of one run of workspace `name`; SpecError/ValueError naming the field."""
     names.check_idle_minutes(idle_minutes)
@@ -104,4 +105,6 @@ def workspace_spec(
         body["slack_channel"] = slack_channel
     if restore_from is not None:
         body["restore_from"] = restore_from
+    if on_demand:  # the job's `market:` (default spot, with the fallback rules of any job)
+        body["market"] = "on-demand"
     return validate_spec(body)

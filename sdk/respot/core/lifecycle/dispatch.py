@@ -42,7 +42,7 @@ from respot.core.lifecycle.launches import (
 from respot.core.lifecycle.reports import _agent
 from respot.core.lifecycle.returns import _hand_over_return
 from respot.core.lifecycle.ticks import _cancel, _platform_stop, _tick
-from respot.core.placement import ControlSettings, MarketPolicy
+from respot.core.placement import ControlSettings, MarketPolicy, policy_for
 
 
 def decide(
@@ -60,7 +60,7 @@ def decide(
     if job is None:
         return _unchanged("ignored: unknown job")
     d = _Draft(job, now, settings)
-    decision = _apply(d, event, settings, policy)
+    decision = _apply(d, event, settings, policy_for(job, policy))
     if decision.record is d.job and _hand_over_return(d):
         decision = Decision(d.job, d.effects, decision.outcome, decision.follow_up, d.notes)
     return decision

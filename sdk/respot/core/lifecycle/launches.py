@@ -191,7 +191,9 @@ def _request(d: _Draft, settings: ControlSettings, policy: MarketPolicy, reason:
         )
         return
     previous_market = job.policy.get("market")
-    if choice.market is Market.ON_DEMAND and previous_market != Market.ON_DEMAND.value:
+    fixed = job.spec.market == Market.ON_DEMAND.value  # on-demand by the spec: no fallback
+    first_on_demand = previous_market != Market.ON_DEMAND.value
+    if choice.market is Market.ON_DEMAND and first_on_demand and not fixed:
         d.note("fallback", f"falling back to on-demand: {choice.reason}", reason=choice.reason)
         job.policy["market_reason"] = choice.reason
     job.policy["market"] = choice.market.value
