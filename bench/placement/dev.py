@@ -134,6 +134,10 @@ def main() -> None:
             "respot-live-view",
             "respot-live-view-sightings-only",
             "respot-live-view-stop-first",
+            "respot-planned",
+            "respot-planned-replace",
+            "respot-planned-lower",
+            "respot-planned-raise",
         ],
     )
     args = parser.parse_args()

@@ -61,7 +61,10 @@ from dataclasses import dataclass
 
 from respot.policy.history import PooledRunStatistics, RunStatistics
 from respot.policy.model import Choice, HistoryView
+from respot.policy.planner import GRID
+from respot.policy.planner import slack_value as planned_slack_value
 from respot.policy.pool_baselines import single_view, to_placement
+from respot.policy.poolmodel import CachedCoMovement, PoolModel, RunLaw
 from respot.policy.pools import NOTHING, Placement, PoolsObservation
 from respot.policy.respot_policy import (
     ON_DEMAND_PRICE_PER_SECOND,
@@ -72,6 +75,9 @@ from respot.policy.respot_policy import (
     RespotPolicy,
 )
 from respot.policy.safety import guard, is_safe
+
+# `MultiPoolPolicy(plan=...)`: off, or how the plan's slack value combines with the rule's
+PLAN_MODES = ("", "replace", "lower", "raise")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +212,23 @@ class MultiPoolPolicy:
 
     name = "respot"
 
-    def __init__(self, parameters: RespotParameters | None = None) -> None:
+    def __init__(self, parameters: RespotParameters | None = None, *, plan: str = "") -> None:
+        """`plan` (issue 28's plan over the learned pool model, across pools only): "" off;
+        otherwise the wait for the checkpoint's region uses the learned outage laws and
+        co-movement (`respot.policy.poolmodel`), and the slack value off spot is the
+        plan's (`respot.policy.planner`) instead of the normal approximation ("replace"),
+        the smaller of the two ("lower") or the larger ("raise"). Off by default: see
+        bench/placement/issue28/README.md, "The planner", for what it measured."""
+        if plan not in PLAN_MODES:
+            raise ValueError(f"plan must be one of {PLAN_MODES}, got {plan!r}")
         self.core = RespotPolicy(parameters)
+        self.plan = plan
         self._pools: list[_Cached] = []
         self._union = RunStatistics()
         self._union_sources: tuple[tuple[int, ...], ...] | None = None
+        self._movement = CachedCoMovement()
+        self._planned: tuple[tuple[object, ...], float] | None = None
+        self._model: PoolModel | None = None
 
     def place(self, obs: PoolsObservation) -> Placement:
         """The placement for this tick."""
@@ -223,6 +241,23 @@ class MultiPoolPolicy:
         pools = self._statistics(obs)
         supply = pools[0] if len(pools) == 1 else self._union_statistics(obs)
         slack_value = self._slack_value(obs, supply, pools)
+        model: PoolModel | None = None
+        if self.plan and len(pools) > 1:
+            model = PoolModel(
+                obs.pools,
+                pools,
+                self._movement.update(obs.histories),
+                self.core.parameters.lindy_prior_runs,
+            )
+            if obs.held.choice is Choice.NONE:  # idle: the waits, the pool and the start
+                planned = self._plan_value(obs, model, supply)
+                if self.plan == "replace":
+                    slack_value = planned
+                elif self.plan == "lower":
+                    slack_value = min(slack_value, planned)
+                else:  # "raise"
+                    slack_value = max(slack_value, planned)
+        self._model = model
         candidate = self._candidate(obs, self._choice_statistics(pools), slack_value)
         if candidate is not None and self._worth_waiting(
             obs, pools, supply, candidate, slack_value
@@ -570,6 +605,14 @@ class MultiPoolPolicy:
         ages = [pools[k].current_age(0) for k in home]
         alive = [pools[k].survival(0, age, prior) for k, age in zip(home, ages, strict=True)]
         expected, down = 0.0, 1.0
+        model = self._model
+        if model is not None:  # the plan: the learned outage laws and co-movement
+            for t in range(horizon):
+                expected += down
+                down = model.all_down(home, t + 1)
+                if down <= 0:
+                    break
+            return tick_cost * expected + down * fee
         for t in range(horizon):
             expected += down  # the tick t is waited iff every home pool is still down
             down = 1.0
@@ -578,6 +621,41 @@ class MultiPoolPolicy:
             if down <= 0:
                 break
         return tick_cost * expected + down * fee
+
+    def _plan_value(self, obs: PoolsObservation, model: PoolModel, supply: RunStatistics) -> float:
+        """The slack value of the plan over the learned model (`planner.slack_value`).
+
+        Cached while its inputs are unchanged (the key is every input: a fresh object
+        computes the same value)."""
+        gap = obs.gap_seconds
+        movement = model.comovement
+        # the work left on the plan's grid (GRID steps of C, rounded up): the plan's value
+        # barely moves with a tick of work, and an on-demand stint would redo it every tick
+        step = max(gap, -(-obs.work_seconds // GRID))
+        work = -(-obs.remaining_seconds // step) * step
+        key: tuple[object, ...] = (
+            obs.slack_seconds,
+            work,
+            tuple((*s.runs, s.current_age(1)) for s in model.stats),
+            tuple(supply.runs),
+            supply.current_age(0),
+            movement.events,
+        )
+        if self._planned is not None and self._planned[0] == key:
+            return self._planned[1]
+        value = planned_slack_value(
+            slack_ticks=obs.slack_seconds / gap,
+            work_ticks=work / gap,
+            changeover_ticks=obs.changeover_seconds / gap,
+            spot_per_tick=SPOT_PRICE_PER_SECOND * gap,
+            on_demand_per_tick=ON_DEMAND_PRICE_PER_SECOND * gap,
+            run=model.pooled_up(),
+            outage=RunLaw([supply], 0, self.core.parameters.lindy_prior_runs),
+            stranded=movement.stranded(),
+            gap_seconds=gap,
+        )
+        self._planned = (key, value)
+        return value
 
     def _candidate(
         self,

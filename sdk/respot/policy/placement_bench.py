@@ -49,6 +49,11 @@ _FACTORIES: dict[str, Callable[[], PoolsPolicy]] = {
     "respot-live-view-sightings-only": lambda: LiveView(ask_from_on_demand=False),
     # returns as live made them until 2026-11-24: the on-demand instance stopped first
     "respot-live-view-stop-first": lambda: LiveView(stop_first=True),
+    # issue 28's plan over the learned pool model, live (off in `respot`: not better)
+    "respot-planned": lambda: LiveView(MultiPoolPolicy(plan="raise")),
+    "respot-planned-replace": lambda: LiveView(MultiPoolPolicy(plan="replace")),
+    "respot-planned-lower": lambda: LiveView(MultiPoolPolicy(plan="lower")),
+    "respot-planned-raise": lambda: LiveView(MultiPoolPolicy(plan="raise")),
 }
 # Reported policies, in the order of the JSON output.
 PLACEMENT_POLICIES: tuple[str, ...] = (
