@@ -196,3 +196,91 @@ def test_on_demand_reaches_the_spec_and_spot_stays_the_default(
     assert default.market == "spot"
     # the submitted JSON carries it (what the control plane reads)
     assert '"market":"on-demand"' in on_demand.to_json()
+
+
+class _RefusingSsm:
+    """StartSession as Session Manager answers a researcher without the grant."""
+
+    meta = SimpleNamespace(region_name="us-east-1", endpoint_url="https://ssm.us-east-1")
+
+    def __init__(self) -> None:
+        self.sessions = 0
+
+    def start_session(self, **request: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        self.sessions += 1
+        raise ClientError(
+            {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}},
+            "StartSession",
+        )
+
+
+@pytest.fixture
+def aws_open(
+    cli: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[_RefusingSsm, dict[str, JobRecord]]:
+    """`open nlp` on AWS: a running workspace with an instance and a token on this laptop; the
+    job table answers what `table` holds now; Session Manager refuses."""
+    from respot.workspace import ssm
+    from respot.workspace.tokens import save_token
+
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    client = _RefusingSsm()
+    conn = SimpleNamespace(
+        deployment=SimpleNamespace(
+            bucket="b", client=lambda name, session=None: client, session=lambda: None
+        ),
+        session=None,
+        local=False,
+    )
+    monkeypatch.setattr("respot.cli.notebook.connect", lambda local: conn)
+    running = ran(RECORDS[0])
+    running.attempts[0].instance_id = "i-0123456789abcdef0"
+    table = {"now": running}
+    monkeypatch.setattr(ops, "records", lambda deployment, session: [running, *RECORDS[1:]])
+    monkeypatch.setattr(
+        "respot.workspace.local.table_of",
+        lambda deployment, session: SimpleNamespace(get=lambda job_id: table["now"]),
+    )
+    monkeypatch.setattr(ssm, "plugin_problem", lambda *a, **k: None)
+    save_token(running.job_id, "t0ken")
+    return client, table
+
+
+def _said_once(result: Any, words: str) -> None:
+    """A clear `error:` line, exit 1, no traceback (typer's Exit, not the exception)."""
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    assert "error: " in result.output and words in result.output, result.output
+
+
+def test_open_on_aws_a_refused_session_is_one_error_line(aws_open: Any) -> None:
+    client, _ = aws_open
+    result = invoke("open", "nlp", "--port", "8899")
+    _said_once(result, "Session Manager refused a tunnel to i-0123456789abcdef0")
+    assert "AccessDeniedException" in result.output
+    assert "docs/notebooks-platform.md" in result.output  # the fix: its owner, workspaces on
+    assert client.sessions == 1  # refused once: not retried
+
+
+def test_open_on_aws_without_the_plugin_stops_before_any_url_or_session(
+    aws_open: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from respot.workspace import ssm
+
+    client, _ = aws_open
+    monkeypatch.setattr(ssm, "plugin_problem", lambda *a, **k: "session-manager-plugin is gone")
+    result = invoke("open", "nlp", "--port", "8899")
+    _said_once(result, "session-manager-plugin is gone")
+    assert "127.0.0.1:8899" not in result.output and client.sessions == 0
+
+
+def test_open_on_aws_of_a_workspace_that_stopped_says_start(aws_open: Any) -> None:
+    client, table = aws_open
+    # the job ended between the ls and the tunnel (the idle stop, `respot notebook stop`)
+    table["now"] = table["now"].model_copy(update={"state": JobState.COMPLETED})
+    result = invoke("open", "nlp", "--port", "8899")
+    _said_once(result, "workspace 'nlp' stopped")
+    assert "respot notebook start nlp" in result.output and client.sessions == 0

@@ -198,6 +198,9 @@ def _open_aws(conn: Connection, live: JobRecord, name: str, port: int) -> None:
 
     if port == 0:
         fail("--port 0: on AWS give the laptop's port (Session Manager's plugin needs one)")
+    problem = ssm.plugin_problem()  # before a URL is printed or any session starts
+    if problem is not None:
+        fail(problem)
     token = read_token(live.job_id)
     if token is None:
         fail(
@@ -228,6 +231,10 @@ def _open_aws(conn: Connection, live: JobRecord, name: str, port: int) -> None:
         console().print(why, markup=False)
     except KeyboardInterrupt:
         pass
+    except ssm.SessionManagerError as exc:
+        # The workspace stopped, the plugin is missing or ended, Session Manager refused
+        # (AccessDenied), the new instance never registered: the message says the fix.
+        fail(str(exc))
     finally:
         signal.signal(signal.SIGTERM, previous)
 
