@@ -367,6 +367,15 @@ def _ec2(self: Any) -> str:
     return "*"
 
 
+def _servicequotas(self: Any) -> str:
+    """A quota's ARN, as IAM authorizes GetServiceQuota (moto's default names no resource,
+    which a grant scoped to EC2's quotas never matches)."""
+    service, code = _param(self, "ServiceCode"), _param(self, "QuotaCode")
+    if not service or not code:
+        return "*"
+    return f"arn:aws:servicequotas:{self.region}:{ACCOUNT}:{service}/{code}"
+
+
 def _named(*names: str) -> Any:
     def determine(self: Any) -> str:
         value = _param(self, *names)
@@ -382,6 +391,7 @@ _RESOURCE_NAMERS: tuple[tuple[str, str, Any], ...] = (
     ("moto.secretsmanager.responses", "SecretsManagerResponse", _named("SecretId")),
     ("moto.logs.responses", "LogsResponse", _logs),
     ("moto.ec2.responses", "EC2Response", _ec2),
+    ("moto.servicequotas.responses", "ServiceQuotasResponse", _servicequotas),
 )
 
 

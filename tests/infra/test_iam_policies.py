@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from infra.iam_eval import allowed
-from infra.local.iam import Resolver, _logical_id, action_count, principal_policies
+from infra.local.iam import (
+    Resolver,
+    _logical_id,
+    _servicequotas,
+    action_count,
+    principal_policies,
+)
 from respot.credentials.policy import MAX_SESSION_POLICY_CHARS, packed_size, session_policy
 from respot.storage import layout
 
@@ -332,3 +338,20 @@ def test_researchers_may_create_code_but_never_replace_it(policies, arns):
     # And nothing else of a job is theirs to write, with the header or without
     for key in ("jobs/j-1/submission.json", "jobs/j-1/outputs/model.pt", "jobs/j-1/outputs.json"):
         assert not allowed(researcher, "s3:PutObject", f"{arns['bucket']}/{key}", create_only)
+
+
+def test_the_functions_that_admit_jobs_may_read_ec2_quotas_as_the_local_iam_names_them(policies):
+    # The local IAM stand-in names the quota a GetServiceQuota request reads; moto's default
+    # names none ("*"), which the grant scoped to EC2's quotas never matched: admission under
+    # enforced IAM could not read the account's vCPU quota (the team queue's e2e logged it).
+    class Request:
+        region = REGION
+
+        def _get_param(self, name: str) -> str | None:
+            return {"ServiceCode": "ec2", "QuotaCode": "L-34B43A08"}.get(name)
+
+    arn = _servicequotas(Request())
+    assert arn.endswith(":ec2/L-34B43A08") and arn.startswith("arn:aws:servicequotas:")
+    for function in ("commands", "reconcile"):
+        name = next(p for p in policies if function in p.lower())
+        assert allowed(policies[name], "servicequotas:GetServiceQuota", arn), name
