@@ -179,4 +179,10 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
     assert record is not None and record.state is JobState.COMPLETED, job_story(rt, job_id)
     why = ops.idle_reason(deployment, session, job_id)
     assert why is not None and why.startswith("idle for"), why
+    # AND the supervisor's idle report reached the record with the completion, and the job's
+    # Slack thread says the idle stop, not just "completed"
+    assert record.progress.metrics.get(names.IDLE_METRIC, 0) >= 1, record.progress.metrics
+    wait_for(lambda: "minutes idle" in rt.slack_thread(job_id), 60, "Slack's idle-stop reply")
+    thread = rt.slack_thread(job_id)
+    assert "files are kept" in thread and "respot notebook start e2e" in thread, thread
     wait_no_live_instances(rt, job_id)

@@ -38,6 +38,7 @@ class FakeAgent:
         self.workspace = workspace
         self.snapshots = snapshots
         self.steps: list[int] = []
+        self.metrics: dict[str, float] = {}  # the newest of each reported, as the agent keeps
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -49,6 +50,15 @@ class FakeAgent:
                     shutil.copytree(self.workspace, self.snapshots / str(message.step))
                     self.steps.append(message.step)
                     ChannelReader.done(message)
+                elif message.kind == "report":
+                    self.metrics.update(message.metrics)
+
+    def drain(self) -> None:
+        """After the supervisor's exit: what it wrote last (the agent's final drain)."""
+        self.stop()
+        for message in self.reader.poll():
+            if message.kind == "report":
+                self.metrics.update(message.metrics)
 
     def stop(self) -> None:
         self._stop.set()
@@ -170,6 +180,10 @@ def test_idle_workspace_syncs_says_why_and_completes(job) -> None:
     assert (root.parent / "snapshots" / "1" / "a.txt").read_text() == "a"
     stopped = (root / "output" / "workspace-stopped.txt").read_text()
     assert "no kernel activity and no connected browser" in stopped
+    # AND the idle stop is reported through the channel, so the completion carries it to
+    # Slack (tests/workspace/test_slack.py): the minutes idle, at least idle_minutes
+    agent.drain()
+    assert agent.metrics.get(names.IDLE_METRIC, 0) >= round(4 / 60, 1), agent.metrics
 
 
 def test_without_the_token_file_jupyter_never_starts(job) -> None:

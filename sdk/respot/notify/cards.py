@@ -443,6 +443,19 @@ def _interrupted(
     return _reply(main, detail, _at(entry))
 
 
+def _idle_stop(record: JobRecord) -> str | None:
+    """A workspace that stopped itself as idle (its supervisor reported `IDLE_METRIC` as it
+    stopped): what its thread says instead of "completed"; None otherwise."""
+    minutes = record.progress.metrics.get(workspace_names.IDLE_METRIC)
+    if not _is_workspace(record) or not isinstance(minutes, int | float):
+        return None
+    name = record.submission.spec.tags[workspace_names.TAG]
+    return (
+        f":zzz: *Workspace stopped after {minutes:g} minutes idle*; files are kept; "
+        f"`respot notebook start {escape(name)}` brings it back"
+    )
+
+
 def _is_workspace(record: JobRecord) -> bool:
     spec = record.submission.spec
     return spec.command == workspace_names.COMMAND and workspace_names.TAG in spec.tags
@@ -562,6 +575,9 @@ def _completed(
         main += f"; on-demand would have cost {usd(cost.on_demand_usd)}"
         if cost.savings_pct is not None and cost.on_demand_usd > 0:
             main += f", *{cost.savings_pct:.0f}% saved*"
+    idle = _idle_stop(record)
+    if idle is not None:  # not "completed": the workspace stopped itself, as docs/notebooks.md
+        main = f"{idle}\n{main.replace(':white_check_mark: *Completed*', 'Ran', 1)}"
     return _reply(
         main,
         f"{record.interruptions} interruption(s)",

@@ -21,6 +21,9 @@ TOKEN_OBJECT = "workspace-token"  # noqa: S105 - an object's name (= layout.WORK
 TOKEN_DATA_PATH = "respot-workspace"  # noqa: S105 - a directory's name
 PORT_FILE = "workspace.json"  # beside the notice file: the port JupyterLab got, for the laptop
 STOPPED_OUTPUT = "workspace-stopped.txt"  # in the job's outputs: why an idle stop stopped it
+# The metric the supervisor reports (respot.report) as it stops idle: the minutes it was idle.
+# The agent sends it with the job's completion; Slack's reply says the idle stop by it.
+IDLE_METRIC = "workspace_idle_minutes"
 NOTE_FILE = "RESPOT-README.md"  # in the workspace: why the page reloaded on a new instance
 ENV_IDLE_MINUTES = "RESPOT_WORKSPACE_IDLE_MINUTES"
 ENV_PORT = "RESPOT_WORKSPACE_PORT"  # 0: any free port (local instances share one host)

@@ -411,6 +411,10 @@ class Supervisor:
             with contextlib.suppress(OSError):
                 self.output_dir.mkdir(parents=True, exist_ok=True)
                 (self.output_dir / names.STOPPED_OUTPUT).write_text(why + "\n")
+        if ok:  # the reason travels with the completion: Slack says it (notify's cards)
+            idle = round(watch.idle_for(self.clock()) / 60, 1)
+            channel.report(self.step, None, **{names.IDLE_METRIC: idle})
+            channel.flush()
         return 0 if ok else 1
 
 
