@@ -191,10 +191,16 @@ def test_the_lifecycle_bench_saves_text_files_and_reports_its_three_measures() -
             "notice_real_seconds": 30.0,
             "terminate_real_seconds": 0.17,
             "notice_to_committed_s": summary,
+            "notice_to_jupyter_answering_s": summary,
+            "respot_share_s": summary,
+            "with_modelled_ec2_boot_s": summary,
+            "modelled_ec2_boot_s": 100.5,
             "idle_to_shutting_down_s": summary,
             "idle_to_terminated_s": summary,
             "files_lost": 0,
         }
     )
     assert "| notice -> workspace committed in S3 | 2 | 1.000 | 2.000 | 2.000 |" in text
+    assert "| notice -> JupyterLab answering again | 2 | 1.000 | 2.000 | 2.000 |" in text
+    assert "with EC2's modelled boot (100.5 s)" in text
     assert "idle stop -> instance shutting-down" in text and "lost: 0" in text
