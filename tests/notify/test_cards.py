@@ -222,3 +222,26 @@ def test_an_interruption_before_any_step_or_checkpoint_says_so() -> None:
         "newest checkpoint before the notice: no checkpoint yet"
         in section_texts(reply.payload())[1]
     )
+
+
+def test_the_queued_reply_says_the_market_asked_for() -> None:
+    from respot.core.job import JobRecord
+    from tests.core.factories import submission
+
+    def queued(**spec: object) -> str:
+        sub = submission(**spec)
+        record = JobRecord(
+            job_id=sub.job_id,
+            state=JobState.QUEUED,
+            created_at=at(0),
+            updated_at=at(0),
+            submission=sub,
+        )
+        entry = TimelineEntry(at=at(0), kind="queued", text="queued")
+        reply = reply_for(entry, record)
+        assert reply is not None
+        return json.dumps(reply.payload())
+
+    assert "on-demand only (market: on-demand)" in queued(market="on-demand")
+    spot = queued()
+    assert "spot first, on-demand fallback on" in spot and "on-demand only" not in spot
