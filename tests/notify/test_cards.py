@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from slack_sdk.models.blocks import SectionBlock
@@ -228,7 +229,7 @@ def test_the_queued_reply_says_the_market_asked_for() -> None:
     from respot.core.job import JobRecord
     from tests.core.factories import submission
 
-    def queued(**spec: object) -> str:
+    def queued(**spec: Any) -> str:
         sub = submission(**spec)
         record = JobRecord(
             job_id=sub.job_id,
