@@ -649,9 +649,11 @@ def test_researcher_policy_is_what_the_sdk_needs_and_no_more(researchers):
         "ReadJobLogs": ["logs:DescribeLogStreams", "logs:GetLogEvents"],
         "ReadSpotPrices": "ec2:DescribeSpotPriceHistory",  # `run --check`: read-only, Resource *
         "NoSubmissions": "s3:GetObject",  # a Deny: others' environment values (docs/security.md)
+        "NoWorkspaceTokens": "s3:GetObject",  # a Deny: a workspace's Jupyter token, everyone's
     }
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     assert next(s for s in statements if s["Sid"] == "NoSubmissions")["Effect"] == "Deny"
+    assert next(s for s in statements if s["Sid"] == "NoWorkspaceTokens")["Effect"] == "Deny"
     upload = next(
         s
         for s in policy["Properties"]["PolicyDocument"]["Statement"]
