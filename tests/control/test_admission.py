@@ -430,3 +430,50 @@ def test_an_on_demand_job_waits_for_the_on_demand_quota_not_the_spot_one(queued:
     record = env.control.jobs.get(od.job_id)
     assert record is not None and record.current is not None
     assert record.current.placement.market is Market.ON_DEMAND
+
+
+def test_one_pass_admits_a_researcher_s_jobs_in_submission_order_whatever_the_table_lists(
+    queued: Env,
+) -> None:
+    env = queued
+    admin = "arn:aws:iam::123456789012:role/platform"
+    ann = "arn:aws:iam::123456789012:user/ann"
+
+    def limit(gpus: int) -> None:
+        env.control.set_queue_settings(
+            QueueSettingsCommand(
+                settings={"enabled": True, "researcher_gpus": gpus},
+                requested_at=datetime.now(UTC),
+                requested_by=admin,
+            ),
+            admins=(admin,),
+        )
+
+    # GIVEN room for three in the quota, ann's limit of one GPU, one running job of hers and
+    # two more held behind it
+    class Roomy(Account):
+        def quota_value(self, instance_type: str, market: Market) -> float | None:
+            return 3 * 4
+
+    env.control.admission.account = Roomy(env)
+    limit(1)
+    subs = [
+        submission(instance_types=["g5.xlarge"]).model_copy(update={"submitted_by": ann})
+        for _ in range(3)
+    ]
+    for sub in subs:
+        env.control.submit(sub)
+    assert [_state(env, s.job_id) for s in subs[1:]] == [JobState.HELD, JobState.HELD]
+    # AND a job table that lists its live jobs in the opposite order of their submission
+    jobs = env.control.admission.jobs
+    listed = jobs.live_job_ids
+    order = {s.job_id: n for n, s in enumerate(subs)}
+    jobs.live_job_ids = lambda: sorted(  # type: ignore[method-assign]
+        listed(), key=lambda j: -order.get(j, -1)
+    )
+    # WHEN the admin raises the limit to three GPUs (one pass admits both)
+    limit(3)
+    # THEN both held jobs were admitted, the earlier submission first
+    records = [env.control.jobs.get(s.job_id) for s in subs[1:]]
+    times = [r.admitted_at for r in records if r is not None and r.admitted_at]
+    assert len(times) == 2 and times[0] < times[1], times

@@ -252,10 +252,16 @@ class Admission:
             log.warning("admission pass gave up after %d ledger conflicts", LEDGER_ATTEMPTS)
             return result
         assert result.plan is not None
-        for record in held:
-            if record.job_id in result.leases:
-                apply(record.job_id, Admitted("its turn: it fits the quotas and the limits"))
-                result.admitted.append(record.job_id)
+        # Every held job with a lease: this pass's in the plan's order (a researcher's jobs by
+        # priority, then submission, so the records' admission times follow it, not the order
+        # the table listed them in), then any an earlier pass leased but never got to admit.
+        planned = [job.job_id for job in result.plan.admit]
+        rest = [r.job_id for r in held if r.job_id not in planned]
+        held_ids = {record.job_id for record in held}
+        for job_id in planned + rest:
+            if job_id in held_ids and job_id in result.leases:
+                apply(job_id, Admitted("its turn: it fits the quotas and the limits"))
+                result.admitted.append(job_id)
         for job, reason in result.plan.fail:
             apply(job.job_id, AdmissionRefused(reason))
             result.refused.append((job.job_id, reason))
