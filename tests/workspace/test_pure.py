@@ -25,7 +25,7 @@ from respot.workspace.catalog import WorkspaceError, find, live_or_explain, mine
 from respot.workspace.idle import IdleWatch, last_active
 from respot.workspace.serve import WorkspaceError as ServeError
 from respot.workspace.serve import note_text, supervisor_from_env
-from respot.workspace.spec import COLLABORATION, JUPYTERLAB, workspace_spec, write_code
+from respot.workspace.spec import JUPYTERLAB, workspace_spec, write_code
 from respot.workspace.tokens import ENV_DIR, new_token, read_token, save_token
 from respot.workspace.tunnel import NotReachableError, Tunnel
 
@@ -126,11 +126,7 @@ def test_requirements_get_jupyterlab_and_a_missing_file_is_named(tmp_path: Path)
     mine_.write_text("pandas==2.2.3\n")
     assert write_code(tmp_path / "code", mine_) == "requirements.txt"
     lines = (tmp_path / "code" / "requirements.txt").read_text().splitlines()
-    assert lines == ["pandas==2.2.3", JUPYTERLAB, COLLABORATION]
-    mine_.write_text("JupyterLab>=4.2\njupyter_collaboration[all]==5.0.4\n")  # the user's own
-    write_code(tmp_path / "code3", mine_)
-    lines = (tmp_path / "code3" / "requirements.txt").read_text().splitlines()
-    assert lines == ["JupyterLab>=4.2", "jupyter_collaboration[all]==5.0.4"]
+    assert lines == ["pandas==2.2.3", JUPYTERLAB]
     with pytest.raises(FileNotFoundError, match="--requirements"):
         write_code(tmp_path / "code2", tmp_path / "nope.txt")
 

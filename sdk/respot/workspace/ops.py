@@ -25,7 +25,7 @@ from respot.workspace.catalog import (
     live_or_explain,
     mine,
 )
-from respot.workspace.spec import WORKSPACE_PACKAGES, job_name, workspace_spec, write_code
+from respot.workspace.spec import JUPYTERLAB, job_name, workspace_spec, write_code
 from respot.workspace.tokens import new_token, read_token, save_token
 from respot.workspace.tunnel import Tunnel
 
@@ -142,7 +142,7 @@ def start(
         reqs = write_code(code, requirements)
         if reqs is None and not local:
             # On AWS, JupyterLab comes through `requirements:` and the cached wheelhouse.
-            (code / "requirements.txt").write_text("\n".join(WORKSPACE_PACKAGES) + "\n")
+            (code / "requirements.txt").write_text(JUPYTERLAB + "\n")
             reqs = "requirements.txt"
         spec = workspace_spec(
             name,

@@ -9,19 +9,13 @@ directory, with a command job's environment (docs/commands.md):
    root the workspace (RESPOT_CHECKPOINT_DIR), Jupyter's token ON (read from the token
    object the agent downloaded as a data source, never an argument or a log line: Jupyter logs
    a configured token as '...', and every line of its output is copied with the token
-   masked), with real-time collaboration (jupyter-collaboration): every open document lives
-   on the server, which writes it to disk DOCUMENT_SAVE_SECONDS after each change, so an edit
-   the browser made but nobody saved is on disk too; its own state (the Y store, the file ids,
-   the collaboration sessions) in a private temporary directory, never in the workspace;
-   Jupyter in a session of its own, so that the notice's group signal does not stop it before
-   it wrote its last changes (it dies with the supervisor: the parent-death signal);
+   masked), JupyterLab's autosave short;
 3. writes the port it got beside the notice file (`workspace.json`), for the laptop's tunnel;
 4. every RESPOT_WORKSPACE_SYNC_SECONDS (60) when files changed: `respot.checkpoint_saved`,
    so the agent snapshots the workspace and the checkpoint store uploads what changed;
-5. on the notice (the notice file appears; the group's stop signal): waits for Jupyter's
-   pending saves (the save delay and a margin, SAVE_WAIT_SECONDS), snapshots the workspace,
-   stops Jupyter, snapshots again if it wrote more, and exits: an interruption, replaced and
-   restored as for any command job;
+5. on the notice (the notice file appears; the group's stop signal): snapshots what Jupyter
+   saved at once, waits for Jupyter to stop (it gets the same signal), snapshots again if it
+   wrote more, and exits: an interruption, replaced and restored as for any command job;
 6. idle (`respot.workspace.idle`): no kernel activity and no connected browser for
    RESPOT_WORKSPACE_IDLE_MINUTES: says why (its log, and `workspace-stopped.txt` in the job's
    outputs), stops Jupyter, takes a final snapshot and exits 0: the job completes (stopped,
@@ -36,8 +30,6 @@ directory, with a command job's environment (docs/commands.md):
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import hmac
 import json
 import os
@@ -69,13 +61,6 @@ DEFAULT_AUTOSAVE_SECONDS = 10
 PORT_TRIES = 5  # a free port can be taken between our look and Jupyter's bind
 SNAPSHOT_SECONDS = 300.0  # checkpoint_saved: the agent's snapshot (hard links and copies)
 COOKIE_SECRET = "cookie_secret"  # noqa: S105 - a file name
-# Real-time collaboration: the server writes a document this long after its last change (the
-# edits a browser sends arrive at once); on the notice the supervisor waits that long and a
-# margin for a loaded machine, within the notice's two minutes, before its snapshot.
-DOCUMENT_SAVE_SECONDS = 1.0
-SAVE_WAIT_SECONDS = DOCUMENT_SAVE_SECONDS + 4.0
-PR_SET_PDEATHSIG = 1  # prctl(2)
-COLLABORATION_EXTENSIONS = ("jupyter_server_ydoc", "jupyter_server_fileid")
 
 
 class WorkspaceError(RuntimeError):
@@ -102,17 +87,6 @@ def lab_settings(directory: Path, autosave_seconds: int) -> Path:
     return directory
 
 
-def server_config(directory: Path) -> Path:
-    """Jupyter's config directory enabling real-time collaboration's server extensions: its
-    installer enables them in its own prefix's config, which a framework Python that merely
-    sees the packages (the local runtime's; an install outside that prefix) does not read."""
-    directory.mkdir(parents=True, exist_ok=True)
-    extensions = {name: True for name in COLLABORATION_EXTENSIONS}
-    body = {"ServerApp": {"jpserver_extensions": extensions}}
-    (directory / "jupyter_server_config.json").write_text(json.dumps(body))
-    return directory
-
-
 def note_text(job_id: str, attempt: str, resumed: bool, at: datetime) -> str | None:
     """The note the reloaded page shows, or None on a workspace's very first start."""
     if not resumed:
@@ -124,8 +98,8 @@ def note_text(job_id: str, attempt: str, resumed: bool, at: datetime) -> str | N
         "spot interruption, or `respot notebook start` after a stop.\n\n"
         "**Variables are gone; files are kept.** Every kernel started fresh: run your "
         "notebooks again from the top. Every file is as it was last saved and synced "
-        "(JupyterLab writes every change to an open notebook within a second or two; the "
-        "last second's edits before the interruption may be missing).\n\n"
+        "(JupyterLab autosaves open notebooks every few seconds; edits made in the last "
+        "seconds before the interruption may be missing).\n\n"
         "To carry state across, save it into this directory (e.g. `torch.save`, "
         "`df.to_parquet`) and load it at the top of your notebook.\n"
     )
@@ -159,10 +133,6 @@ class Jupyter:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             close_fds=True,
-            # Not in the supervisor's group: the notice's signal would stop it before its last
-            # saves; the supervisor stops it after them (and its death kills it: die_with_parent).
-            start_new_session=True,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - a single prctl, no locks
         )
         assert self.proc.stdout is not None
         self._reader = threading.Thread(target=self._copy, args=(self.proc.stdout,), daemon=True)
@@ -197,16 +167,6 @@ class Jupyter:
         return self.proc.returncode
 
 
-def die_with_parent() -> None:
-    """In the child before exec (Linux): SIGKILL when the supervisor dies, whatever killed it
-    (its group's SIGKILL at the notice's last safe moment does not reach Jupyter's session)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(name, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 def api_get(port: int, token: str, path: str, timeout: float = 5.0) -> Any:
     """GET Jupyter's REST API on 127.0.0.1 with the token; never counted as activity."""
     sep = "&" if "?" in path else "?"
@@ -230,7 +190,6 @@ class Supervisor:
         sync_seconds: float = DEFAULT_SYNC_SECONDS,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         autosave_seconds: int = DEFAULT_AUTOSAVE_SECONDS,
-        save_wait: float = SAVE_WAIT_SECONDS,
         output_dir: Path | None = None,
         start_step: int = 0,
         python: str = sys.executable,
@@ -246,7 +205,6 @@ class Supervisor:
         self.sync_seconds = sync_seconds
         self.poll_seconds = poll_seconds
         self.autosave_seconds = autosave_seconds
-        self.save_wait = save_wait
         self.output_dir = output_dir
         self.step = start_step
         self.python = python
@@ -274,12 +232,6 @@ class Supervisor:
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.news_url=",
             "--LabApp.extension_manager=readonly",  # an instance installs no extensions
-            # Real-time collaboration: the server saves each document after every change; its
-            # state lives in the private directory, so the workspace holds the user's files only.
-            f"--YDocExtension.document_save_delay={DOCUMENT_SAVE_SECONDS}",
-            f"--YDocExtension.session_store_path={self._private / 'collaboration-sessions.json'}",
-            f"--SQLiteYStore.db_path={self._private / 'ystore.db'}",
-            f"--BaseFileIdManager.db_path={self._private / 'file-ids.db'}",
             *root,  # a container or CI as root; an instance's agent user is not
         ]
 
@@ -287,7 +239,7 @@ class Supervisor:
         env = dict(os.environ)
         env.pop("JUPYTER_TOKEN", None)  # the token comes from its file only
         env["JUPYTER_TOKEN_FILE"] = str(token_file)
-        env["JUPYTER_CONFIG_DIR"] = str(server_config(self._private / "config"))
+        env["JUPYTER_CONFIG_DIR"] = str(self._private / "config")
         env["JUPYTER_RUNTIME_DIR"] = str(self._private / "runtime")
         env["JUPYTERLAB_SETTINGS_DIR"] = str(
             lab_settings(self._private / "lab-settings", self.autosave_seconds)
@@ -435,26 +387,13 @@ class Supervisor:
             "workspace is synced; the next instance restores it (variables are gone; files "
             "are kept)"
         )
-        # Every edit a browser made is on the server, which writes it within the save delay
-        # (aside, then renamed); Jupyter did not get the notice's signal (a session of its
-        # own): wait for those saves, snapshot, then stop Jupyter and snapshot again if it
-        # wrote more.
-        self._wait_for_saves()
+        # What Jupyter saved is on disk (it writes aside and renames): snapshot it at once,
+        # then again once Jupyter (which got the signal too) stopped, if it wrote more.
         self.sync("notice")
         if self.jupyter is not None:
             self.jupyter.stop()
         self.sync("final")
         return 0  # any exit after the notice is an interruption (docs/commands.md)
-
-    def _wait_for_saves(self) -> None:
-        """The server's pending saves: the save delay after the last change and a margin
-        (bounded: `save_wait`), or until Jupyter is gone (nothing more to write)."""
-        deadline = time.monotonic() + self.save_wait
-        while self.jupyter is not None and self.jupyter.exit_code() is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(0.2, left))
 
     def _on_agent_gone(self) -> int:
         _say("the agent is gone (its machine is going away): JupyterLab stops, nothing is left")

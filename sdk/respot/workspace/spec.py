@@ -11,7 +11,6 @@ not in the spec, the record, Slack or a log.
 
 from __future__ import annotations
 
-import re
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -23,10 +22,6 @@ from respot.workspace import names
 # JupyterLab in the job's Python: pinned as in requirements.txt. With `requirements:` the
 # instance installs it from the cached wheelhouse; without, the framework Python must have it.
 JUPYTERLAB = "jupyterlab==4.6.6"
-# Real-time collaboration: the server holds every open document and saves it after each change,
-# so edits not yet saved in the browser survive a notice (docs/notebooks.md).
-COLLABORATION = "jupyter-collaboration==5.0.4"
-WORKSPACE_PACKAGES = (JUPYTERLAB, COLLABORATION)
 REQUIREMENTS_FILE = "requirements.txt"
 
 
@@ -53,19 +48,11 @@ def write_code(directory: Path, requirements: Path | None = None) -> list[str] |
             f"--requirements {requirements}: no such file; name a requirements file"
         )
     lines = requirements.read_text().splitlines()
-    for package in WORKSPACE_PACKAGES:  # the workspace needs them in the job's Python
-        project = package.split("==")[0]
-        if not any(_project(line) == project for line in lines):
-            lines.append(package)
+    if not any(line.strip().lower().startswith("jupyterlab") for line in lines):
+        lines.append(JUPYTERLAB)  # the workspace needs it in the job's Python
     (directory / REQUIREMENTS_FILE).write_text("\n".join(lines) + "\n")
     shutil.copymode(requirements, directory / REQUIREMENTS_FILE)
     return REQUIREMENTS_FILE
-
-
-def _project(line: str) -> str:
-    """The project a requirements line names ("" for none), normalized as pip compares."""
-    name = re.split(r"[\s<>=!~;\[@#]", line.strip(), maxsplit=1)[0]
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def token_source(bucket: str, job_id: str) -> dict[str, str]:
