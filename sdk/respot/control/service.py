@@ -586,7 +586,15 @@ class ControlPlane:
             self.terminate_orphans()
         except Exception:
             log.exception("orphan clean-up failed; the next tick tries again")
-        if self._queue_on(read=True) or any(r.state == JobState.HELD.value for r in results):
+        # A pass whenever the queue is on, a job is held, or a budget is set: budgets count
+        # the spend, alert and (`hard`) stop with the queue off too. The read that says
+        # whether the queue is on also gives the limits in force, so without a budget (and
+        # the queue off, nothing held) the tick costs that one read and no pass.
+        if (
+            self._queue_on(read=True)
+            or self.admission.limits_seen.has_budgets
+            or any(r.state == JobState.HELD.value for r in results)
+        ):
             self.admit("the reconcile tick")
         return results
 

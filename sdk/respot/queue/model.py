@@ -121,6 +121,13 @@ class QueueLimits:
         short = researcher.rsplit("/", 1)[-1]
         return self.researcher_budgets.get(short, self.researcher_budget)
 
+    @property
+    def has_budgets(self) -> bool:
+        """True if any monthly budget is set (then the tick runs a pass, queue on or off)."""
+        return bool(
+            self.researcher_budget is not None or self.researcher_budgets or self.team_budgets
+        )
+
     def weight(self, team: str) -> float:
         """The team's fair-share weight (default 1)."""
         return float(self.team_weights.get(team, 1.0))
