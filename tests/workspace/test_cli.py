@@ -284,3 +284,48 @@ def test_open_on_aws_of_a_workspace_that_stopped_says_start(aws_open: Any) -> No
     result = invoke("open", "nlp", "--port", "8899")
     _said_once(result, "workspace 'nlp' stopped")
     assert "respot notebook start nlp" in result.output and client.sessions == 0
+
+
+@pytest.fixture
+def stops(cli: list[Any], monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
+    """What `respot notebook stop` publishes and how long it waits (no deployment)."""
+    from respot.client.handle import JobHandle
+    from respot.client.status import JobStatus
+
+    seen: dict[str, list[Any]] = {"sent": [], "waits": []}
+
+    def wait(self: JobHandle, timeout: float | None = None, **kwargs: Any) -> JobStatus:
+        seen["waits"].append(timeout)
+        if seen.get("late"):
+            raise TimeoutError(f"job {self.job_id} is still RUNNING")
+        reason = "workspace nlp stopped by its owner by ana; its checkpoint at step 3 is kept"
+        return JobStatus(self.job_id, "CANCELLED", None, None, 0, 1, reason, None)
+
+    monkeypatch.setattr(JobHandle, "publish", lambda self, command: seen["sent"].append(command))
+    monkeypatch.setattr(JobHandle, "wait", wait)
+    return seen
+
+
+def test_stop_saves_first_says_so_and_waits_until_it_is_stopped(
+    stops: dict[str, list[Any]],
+) -> None:
+    result = invoke("stop", "nlp")
+    assert result.exit_code == 0, result.output
+    (command,) = stops["sent"]
+    assert command.job_id == RECORDS[0].job_id and command.checkpoint_first is True
+    assert "saving the workspace, then stopping" in result.output
+    assert "stopped (cancelled: " in result.output and "step 3 is kept" in result.output
+    assert stops["waits"] == [ops.STOP_WAIT_SECONDS]  # bounded
+
+
+def test_stop_without_waiting_and_a_stop_that_outlasts_the_wait(
+    stops: dict[str, list[Any]],
+) -> None:
+    quick = invoke("stop", "nlp", "--no-wait")
+    assert quick.exit_code == 0 and stops["waits"] == [], quick.output
+    assert "saving the workspace, then stopping" in quick.output
+    assert stops["sent"][-1].checkpoint_first is True
+    stops["late"] = [True]
+    late = invoke("stop", "nlp")
+    assert late.exit_code == 1 and "is still RUNNING" in late.output, late.output
+    assert "respot notebook ls" in late.output and "Traceback" not in late.output

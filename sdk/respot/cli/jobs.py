@@ -633,6 +633,10 @@ def render_status(record: JobRecord, out: Console, now: datetime, *, events: int
 
 # ---- cancel ------------------------------------------------------------------------------------
 
+# How long `cancel --checkpoint --wait` waits: the save and the agent's stop, which the control
+# plane bounds by its heartbeat timeout (10 min by default) and the next reconcile tick (60 s).
+CHECKPOINT_WAIT_SECONDS = 15 * 60.0
+
 
 @reports_errors
 def cancel(
@@ -641,6 +645,14 @@ def cancel(
         "cancelled by user"
     ),
     wait: Annotated[bool, typer.Option(help="Wait until the job is CANCELLED.")] = False,
+    checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--checkpoint",
+            help="Save a checkpoint first: a training job's agent checkpoints and stops, then "
+            "the job is CANCELLED with that checkpoint kept (a job not training: at once).",
+        ),
+    ] = False,
     local: LocalOption = False,
     json_output: JsonOption = False,
 ) -> None:
@@ -654,10 +666,17 @@ def cancel(
             console().print(f"{job_id} is already {record.state.value}; nothing to cancel")
         return
     handle = conn.handle(job_id)
-    handle.cancel(reason)
-    state = "CANCEL REQUESTED"
+    handle.cancel(reason, checkpoint_first=checkpoint)
+    state = "CHECKPOINT AND STOP REQUESTED" if checkpoint else "CANCEL REQUESTED"
     if wait:
-        state = handle.wait(60.0, poll_seconds=0.5 if conn.local else 2.0).state
+        # A checkpoint first takes as long as the save and the agent's stop, which the control
+        # plane bounds by its heartbeat timeout (then it terminates the instance).
+        limit = CHECKPOINT_WAIT_SECONDS if checkpoint else 60.0
+        try:
+            state = handle.wait(limit, poll_seconds=0.5 if conn.local else 2.0).state
+        except TimeoutError as exc:
+            flag = " --local" if conn.local else ""
+            fail(f"{exc} after {limit:.0f} s; it goes on: `respot status {job_id}{flag}`")
     if json_output:
         print_json({"job_id": job_id, "state": state, "cancelled": True})
     else:

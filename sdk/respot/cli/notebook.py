@@ -318,20 +318,61 @@ def ls(local: LocalOption = False, json_output: JsonOption = False) -> None:
 @app.command()
 @_names_checked
 @reports_errors
-def stop(name: NameArg, local: LocalOption = False, json_output: JsonOption = False) -> None:
-    """Stop a workspace: its instance goes; its files stay in S3 for `start`."""
+def stop(
+    name: NameArg,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--no-wait",
+            help="Wait until the workspace has saved and stopped (at most 15 min).",
+        ),
+    ] = True,
+    local: LocalOption = False,
+    json_output: JsonOption = False,
+) -> None:
+    """Stop a workspace: its files are saved to S3 first, then its instance goes; `start`
+    brings them back."""
     from respot.workspace import ops
 
     conn = connect(local)
     job_id = ops.stop(conn.deployment, conn.session, name)
-    if json_output:
-        print_json({"name": name, "job_id": job_id, "stopped": True})
-    else:
-        console().print(
-            f"workspace {name!r}: job {job_id} stops (files last synced are kept; "
-            f"`respot notebook start {name}` continues from them)",
+    out = console()
+    if not json_output:
+        out.print(
+            f"workspace {name!r}: saving the workspace, then stopping (job {job_id})",
             markup=False,
         )
+    if not wait:
+        if json_output:
+            print_json({"name": name, "job_id": job_id, "stopped": False, "state": None})
+        else:
+            out.print(
+                f"not waiting: `respot notebook ls{' --local' if local else ''}` shows it "
+                f"stopped; `respot notebook start {name}` then continues from the saved files",
+                markup=False,
+            )
+        return
+    try:
+        status = ops.wait_stopped(
+            conn.deployment, conn.session, job_id, poll_seconds=0.5 if conn.local else 2.0
+        )
+    except TimeoutError as exc:
+        fail(
+            f"{exc} after {ops.STOP_WAIT_SECONDS:.0f} s (saving, or its instance is slow to "
+            f"stop; the control plane terminates it within its heartbeat timeout): "
+            f"`respot notebook ls{' --local' if local else ''}` shows when it is stopped"
+        )
+    if json_output:
+        print_json(
+            {"name": name, "job_id": job_id, "stopped": True, "state": status.state,
+             "reason": status.reason}
+        )  # fmt: skip
+        return
+    out.print(
+        f"workspace {name!r}: stopped ({status.state.lower()}: {status.reason or 'no reason'}); "
+        f"`respot notebook start {name}` continues from the saved files",
+        markup=False,
+    )
 
 
 @app.command()

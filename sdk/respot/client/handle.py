@@ -181,12 +181,24 @@ class JobHandle:
             progress=RichTransferProgress() if show_progress else None,
         )
 
-    def cancel(self, reason: str = "cancelled by user") -> None:
-        """Ask the control plane to cancel the job (instances are terminated, checkpoints kept)."""
+    def cancel(self, reason: str = "cancelled by user", *, checkpoint_first: bool = False) -> None:
+        """Ask the control plane to cancel the job (instances are terminated, checkpoints kept).
+
+        `checkpoint_first=True`: if the job is training, its agent first saves a checkpoint
+        (a command job: its notice, docs/commands.md) and stops; the job then ends CANCELLED
+        with that checkpoint kept (bounded: an agent that has not stopped within the control
+        plane's heartbeat timeout is terminated). A job not training is cancelled at once.
+        """
+        if not isinstance(checkpoint_first, bool):
+            raise TypeError(
+                f"checkpoint_first must be True or False, not {checkpoint_first!r}: "
+                "cancel(..., checkpoint_first=True) saves a checkpoint before the job stops"
+            )
         command = CancelCommand(
             job_id=self.job_id,
             reason=reason,
             requested_at=datetime.now(UTC),
+            checkpoint_first=True if checkpoint_first else None,
         )
         self.publish(command)
 

@@ -537,10 +537,11 @@ def _idle_gpus(
 def _stopping(
     entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
 ) -> SlackPost:
-    return _reply(
-        f":octagonal_sign: *Stopped by the platform team's rule*: {escape(entry.text)}",
-        _at(entry),
-    )
+    if entry.data.get("cause") in ("owner", "admin"):  # a cancel with checkpoint_first
+        head = "Stopping: saving first"
+    else:
+        head = "Stopped by the platform team's rule"
+    return _reply(f":octagonal_sign: *{head}*: {escape(entry.text)}", _at(entry))
 
 
 def _held(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None) -> SlackPost:

@@ -11,7 +11,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, field_validator
 
 from respot.exceptions import MessageTooLargeError
 from respot.spec.jobid import JobId, check_job_id
@@ -119,6 +119,12 @@ class CancelCommand(_Message):
     requested_at: datetime
     requested_by: str | None = None  # the control plane sets it to the caller STS verified
     proof: IdentityProof | None = None
+    # True: a job training now is asked to checkpoint and stop first, then ends CANCELLED with
+    # that checkpoint kept (`respot notebook stop`, `respot cancel --checkpoint`; the path of a
+    # platform rule's stop, core.lifecycle.stops); a job not training is cancelled at once.
+    # Only `true`/`false` (never "yes" or 1); absent (None) when not asked, so a plain cancel's
+    # JSON is what it always was (a control plane without the field still reads it).
+    checkpoint_first: StrictBool | None = None
 
 
 Command = Annotated[JobSubmission | CancelCommand, Field(discriminator="command")]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from respot.aws.jobs import JobTable
+from respot.client.status import JobStatus
 from respot.core.job import JobRecord
 from respot.exceptions import DuplicateJobError
 from respot.storage import layout
@@ -197,10 +198,35 @@ def open_local(
     return tunnel, url(tunnel.port, token)
 
 
+# How long `respot notebook stop` waits for the job to be over: the supervisor's final sync
+# and the agent's stop, which the control plane bounds by its heartbeat timeout (10 min by
+# default; then it terminates the instance) and the next reconcile tick (60 s).
+STOP_WAIT_SECONDS = 15 * 60.0
+
+
 def stop(deployment: Any, session: Any, name: str) -> str:
-    """Stop the caller's workspace (cancel its job); its job id."""
+    """Stop the caller's workspace, saving first: its job's cancel with `checkpoint_first`
+    (the agent tells the supervisor, which syncs the workspace and exits; the job then ends
+    CANCELLED with that snapshot kept; a workspace not running yet is cancelled at once).
+    Its job id."""
     from respot.client.handle import JobHandle
 
     live = live_job(deployment, session, name)
-    JobHandle(live.job_id, deployment, session).cancel(f"workspace {name} stopped by its owner")
+    JobHandle(live.job_id, deployment, session).cancel(
+        f"workspace {name} stopped by its owner", checkpoint_first=True
+    )
     return live.job_id
+
+
+def wait_stopped(
+    deployment: Any,
+    session: Any,
+    job_id: str,
+    timeout: float = STOP_WAIT_SECONDS,
+    *,
+    poll_seconds: float = 2.0,
+) -> JobStatus:
+    """The stopped workspace job's status, once it is over; TimeoutError after `timeout`."""
+    from respot.client.handle import JobHandle
+
+    return JobHandle(job_id, deployment, session).wait(timeout, poll_seconds=poll_seconds)

@@ -27,14 +27,33 @@ from respot.core.states import JobState, Transition
 
 
 def _cancel(d: _Draft, event: CancelRequested) -> Decision:
+    """A cancel. `checkpoint_first` (`respot notebook stop`, `respot cancel --checkpoint`): a
+    job training now takes a platform rule's path (`stops.begin_stop`: its agent checkpoints
+    and stops, then the job is CANCELLED with the checkpoint kept, bounded by `stop_overdue`);
+    one not training is cancelled at once; a repeat while stopping changes nothing. A plain
+    cancel finishes the job at once, also one that is stopping (its owner insists)."""
     if d.job.state.is_terminal():
         return _unchanged("ignored: job is over")
-    reason = event.command.reason
-    if event.command.requested_by:
+    command = event.command
+    reason = command.reason
+    if command.requested_by:
         # "cancelled by user" (the SDK's default) names the user: not "by user by <arn>".
-        reason = f"{reason.removesuffix(' by user')} by {event.command.requested_by}"
+        reason = f"{reason.removesuffix(' by user')} by {command.requested_by}"
+    if command.checkpoint_first and d.job.state is not JobState.HELD:
+        if STOPPING in d.job.policy:
+            return _unchanged("ignored: already checkpointing and stopping")
+        begin_stop(d, reason, _who_cancels(d, command.requested_by))
+        return d.decision()
     _finish(d, Transition.CANCEL, AttemptEnd.CANCELLED, reason)
     return d.decision()
+
+
+def _who_cancels(d: _Draft, requested_by: str | None) -> str:
+    """The stop's cause: its owner's (or an unverified test's) cancel, or an admin's."""
+    owner = d.job.submission.submitted_by
+    if requested_by is None or owner is None or requested_by == owner:
+        return "owner"
+    return "admin"
 
 
 def _platform_stop(d: _Draft, event: PlatformStop) -> Decision:
