@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from respot.aws.queueledger import QueueLedger
+from respot.aws.queueledger import LedgerState, QueueLedger
 from respot.control.queuecommand import QueueSettingsCommand
 from respot.control.service import ControlPlane, Notifications
 from respot.core.job import AttemptEnd
@@ -37,9 +37,9 @@ class Spy:
         self.sent: list[tuple[str, int]] = []
         real = control.notifications.budget_alert
 
-        def send(alert: BudgetAlert, action: BudgetAction) -> None:
+        def send(alert: BudgetAlert, action: BudgetAction) -> bool:
             self.sent.append((alert.key, alert.threshold))
-            real(alert, action)
+            return real(alert, action)
 
         control.notifications.budget_alert = send  # type: ignore[method-assign]
 
@@ -178,3 +178,150 @@ def test_the_alert_reaches_the_notifications_queue(budgeted: tuple[Env, Spy]) ->
     assert (
         len(alerts) == 1 and f'"researcher:{ANN}"' in alerts[0] and '"threshold": 80' in alerts[0]
     )
+
+
+class FlakySqs:
+    """The notifications queue's client, whose budget alerts fail while `failing` (an SQS
+    outage between the ledger's write and the queueing)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.failing = True
+
+    def send_message(self, **kwargs: Any) -> Any:
+        if self.failing and '"budget-alert"' in kwargs["MessageBody"]:
+            raise ConnectionError("SQS unreachable")
+        return self.inner.send_message(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _queued_alerts(env: Env) -> list[str]:
+    """The budget alerts on the notifications queue (read off it)."""
+    url = env.control.notifications.queue_url
+    assert url
+    bodies: list[str] = []
+    for _ in range(10):
+        got = env.clients["sqs"].receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+        bodies += [m["Body"] for m in got.get("Messages", [])]
+        if not got.get("Messages"):
+            break
+    return [b for b in bodies if '"budget-alert"' in b]
+
+
+def _pending(env: Env) -> dict[str, Any]:
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    return dict(ledger.alerts.get("pending") or {})
+
+
+def test_an_alert_whose_queueing_failed_is_sent_by_a_later_pass_once(
+    budgeted: tuple[Env, Spy],
+) -> None:
+    env, spy = budgeted
+    key = f"researcher:{ANN}"
+    flaky = FlakySqs(env.control.notifications.client)
+    env.control.notifications.client = flaky
+    t0 = datetime.now(UTC)
+    env.control.clock = lambda: t0
+    # GIVEN ann at 85% and a pass whose queueing of the 80% alert fails
+    _billed(env, 8.5)
+    env.control.admit("the tick")
+    assert spy.sent == [(key, 80)] and _queued_alerts(env) == []
+    # THEN the ledger keeps it pending (claimed, not confirmed)
+    assert _pending(env)[key]["threshold"] == 80
+    # WHEN SQS is back and a pass runs at once (its claimant could still be sending it)
+    flaky.failing = False
+    env.control.admit("a job ended")
+    assert spy.sent == [(key, 80)]
+    # WHEN the next tick comes THEN it is sent again, once, and confirmed
+    env.control.clock = lambda: t0 + timedelta(seconds=61)
+    env.control.admit("the tick")
+    assert spy.sent == [(key, 80), (key, 80)]
+    assert _pending(env) == {}
+    queued = _queued_alerts(env)
+    assert len(queued) == 1 and '"threshold": 80' in queued[0]
+    # AND later passes send nothing more
+    for minutes in (2, 3):
+        env.control.clock = lambda m=minutes: t0 + timedelta(minutes=m)
+        env.control.admit("the tick")
+    assert spy.sent == [(key, 80), (key, 80)]
+
+
+def _rival(env: Env) -> tuple[ControlPlane, Spy]:
+    """Another Lambda container's control plane on the same deployment, its own alerts spied."""
+    other = ControlPlane(
+        jobs=env.control.jobs,
+        capacity=env.control.capacity,
+        s3=env.control.s3,
+        bucket=env.control.bucket,
+        settings=env.control.settings,
+        notifications=Notifications(
+            env.control.notifications.queue_url, env.control.notifications.client
+        ),
+        admission=None,
+    )
+    other.admission.account = Account(env)
+    other.admission.enabled = True
+    other.clock = env.control.clock
+    return other, Spy(other)
+
+
+def test_two_passes_racing_retry_a_failed_alert_once(budgeted: tuple[Env, Spy]) -> None:
+    env, spy = budgeted
+    key = f"researcher:{ANN}"
+    flaky = FlakySqs(env.control.notifications.client)
+    env.control.notifications.client = flaky
+    t0 = datetime.now(UTC)
+    env.control.clock = lambda: t0
+    # GIVEN the 80% alert pending after a failed queueing
+    _billed(env, 8.5)
+    env.control.admit("the tick")
+    assert spy.sent == [(key, 80)] and key in _pending(env)
+    flaky.failing = False
+    # WHEN, a minute on, a pass reads the ledger and a whole rival pass runs before it writes
+    env.control.clock = lambda: t0 + timedelta(seconds=61)
+    other, rival = _rival(env)
+    real = env.control.admission.ledger
+    env.control.admission.ledger = RacingLedger(real, lambda: other.admit("the rival"))
+    env.control.admit("the first")
+    # THEN it was sent again once in all (by the rival, whose write won), and confirmed
+    assert spy.sent[1:] + rival.sent == [(key, 80)]
+    assert _pending(env) == {} and len(_queued_alerts(env)) == 1
+
+
+class SendingLedger(QueueLedger):
+    """A ledger whose first write that claims an alert lets a rival pass run right after it,
+    while the claimant has not queued it yet."""
+
+    def __init__(self, inner: QueueLedger, rival: Any) -> None:
+        super().__init__(inner.table_name, inner.client)
+        self.rival = rival
+        self.raced = False
+
+    def write(self, state: LedgerState) -> LedgerState:
+        written = super().write(state)
+        if not self.raced and state.alerts.get("pending"):
+            self.raced = True
+            self.rival()
+        return written
+
+
+def test_a_pass_that_runs_while_another_sends_an_alert_does_not_send_it_too(
+    budgeted: tuple[Env, Spy],
+) -> None:
+    env, spy = budgeted
+    key = f"researcher:{ANN}"
+    # GIVEN ann at 85%; WHEN a pass claims the 80% alert and, before it queues it, a rival
+    # pass (the next second) runs whole
+    _billed(env, 8.5)
+    t0 = datetime.now(UTC)
+    env.control.clock = lambda: t0
+    other, rival = _rival(env)
+    other.clock = lambda: t0 + timedelta(seconds=1)
+    real = env.control.admission.ledger
+    env.control.admission.ledger = SendingLedger(real, lambda: other.admit("the rival"))
+    env.control.admit("the first")
+    # THEN the alert was queued once, by the claimant, and confirmed
+    assert spy.sent == [(key, 80)] and rival.sent == []
+    assert _pending(env) == {} and len(_queued_alerts(env)) == 1

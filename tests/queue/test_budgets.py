@@ -3,16 +3,19 @@ running jobs the `hard` action stops; the setting `budget_action` checked with t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from respot.queue.budgets import (
+    MAX_TRIES,
+    RETRY_AFTER,
     AlertsSent,
     BudgetAction,
     Running,
     alert_from_message,
     alert_message,
+    confirmed,
     due_alerts,
     hard_stops,
 )
@@ -117,3 +120,42 @@ def test_budget_action_is_hold_by_default_and_a_bad_one_is_named() -> None:
     for bad in ("stop", 1, ["hard"]):
         with pytest.raises(QueueSettingsError, match=r"budget_action: .* is not hold or hard"):
             parse_settings({"budget_action": bad})
+
+
+def test_a_pending_alert_is_claimed_again_once_its_claim_is_old_until_confirmed() -> None:
+    # GIVEN a pass claimed the 80% alert (its write won) but never confirmed it was queued
+    (alert,), record = due_alerts({ANN: 81}, {ANN: 100}, AlertsSent(), NOV)
+    record = AlertsSent.from_doc(record.to_doc())  # through the ledger's JSON
+    assert record.pending[ANN]["threshold"] == 80 and record.pending[ANN]["tries"] == 1
+    # WHEN a pass runs before RETRY_AFTER: its claimant may be sending it; nothing
+    soon = NOV + RETRY_AFTER - timedelta(seconds=1)
+    again, same = due_alerts({ANN: 81}, {ANN: 100}, record, soon)
+    assert again == [] and same == record
+    # WHEN one runs after it: the same alert, claimed again at its time
+    later = NOV + RETRY_AFTER
+    (retry,), record2 = due_alerts({ANN: 81}, {ANN: 100}, record, later)
+    assert retry == alert and retry.claimed_at == later.isoformat()
+    assert record2.pending[ANN]["tries"] == 2 and record2.sent == {ANN: 80}
+    # AND confirming the first claim changes nothing (the second claimant confirms its own)
+    assert confirmed(record2, [alert]) == record2
+    done = confirmed(record2, [retry])
+    assert done.pending == {} and done.sent == {ANN: 80}
+    assert due_alerts({ANN: 81}, {ANN: 100}, done, later + timedelta(hours=1))[0] == []
+
+
+def test_a_newer_alert_replaces_a_pending_one_and_a_pending_one_outlives_the_month() -> None:
+    _, record = due_alerts({ANN: 60}, {ANN: 100}, AlertsSent(), NOV)
+    (alert,), record = due_alerts({ANN: 90}, {ANN: 100}, record, NOV + timedelta(hours=1))
+    assert alert.threshold == 80 and record.pending[ANN]["threshold"] == 80
+    # the month turns with it still pending, nothing new spent: it is sent (it names its month)
+    december = datetime(2026, 12, 1, 0, 5, tzinfo=UTC)
+    (old,), record = due_alerts({}, {ANN: 100}, record, december)
+    assert (old.threshold, old.month) == (80, "2026-11")
+    assert record.month == "2026-12" and record.sent == {}
+
+
+def test_a_pending_alert_is_dropped_after_max_tries() -> None:
+    (alert,), record = due_alerts({ANN: 81}, {ANN: 100}, AlertsSent(), NOV)
+    stale = AlertsSent(record.month, record.sent, {ANN: alert.pending_doc(MAX_TRIES)})
+    alerts, after = due_alerts({ANN: 81}, {ANN: 100}, stale, NOV + RETRY_AFTER)
+    assert alerts == [] and after.pending == {} and after.sent == {ANN: 80}

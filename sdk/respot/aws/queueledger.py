@@ -21,6 +21,7 @@ from respot.core.job import Market
 from respot.core.lifecycle import JOB_TAG
 from respot.core.quotas import quota_for
 from respot.exceptions import ConcurrentUpdateError
+from respot.queue.budgets import AlertsSent, BudgetAlert, confirmed
 from respot.queue.model import Lease, quota_key_of
 from respot.queue.usage import Usage
 
@@ -48,8 +49,9 @@ class LedgerState:
     spend: dict[str, float] = field(default_factory=dict)
     budgets: dict[str, float] = field(default_factory=dict)
     queues: list[str] = field(default_factory=list)  # the named queues in force
-    # The budget alerts sent this month (`respot.queue.budgets.AlertsSent.to_doc`): recorded
-    # by the pass's conditional write before any is sent, so each goes out once.
+    # The budget alerts of this month (`respot.queue.budgets.AlertsSent.to_doc`): claimed by
+    # the pass's conditional write before any is sent (so one of two racing passes sends
+    # it), pending until its queueing is confirmed (`confirm_alerts`), retried if it fails.
     alerts: dict[str, Any] = field(default_factory=dict)
 
 
@@ -146,6 +148,24 @@ class QueueLedger:
                 ) from exc
             raise
         return replace(state, version=state.version + 1)
+
+    def confirm_alerts(self, alerts: list[BudgetAlert], attempts: int = 6) -> bool:
+        """Budget alerts the pass that claimed them has queued: pending no more (each only if
+        still that claim; `respot.queue.budgets.confirmed`), compare-and-set. False if the
+        ledger kept changing: they stay pending and are sent again once `RETRY_AFTER` old
+        (SQS's FIFO deduplication drops a repeat within five minutes)."""
+        for _ in range(attempts):
+            state = self.read()
+            record = AlertsSent.from_doc(state.alerts)
+            after = confirmed(record, alerts)
+            if after == record:
+                return True
+            try:
+                self.write(replace(state, alerts=after.to_doc()))
+                return True
+            except ConcurrentUpdateError:
+                continue
+        return False
 
 
 class AccountUse:

@@ -131,14 +131,16 @@ class Notifications:
         except Exception:  # a notification must never block or fail a transition
             log.exception("could not queue a notification for job %s", job.job_id)
 
-    def budget_alert(self, alert: BudgetAlert, action: BudgetAction) -> None:
+    def budget_alert(self, alert: BudgetAlert, action: BudgetAction) -> bool:
         """Queue a budget alert for the notifier (the deployment's channel); never raises.
 
+        True if queued (or no notifications queue is configured: nothing to retry); False if
+        the queueing failed, so the alert stays pending and a later pass sends it again.
         Its own FIFO group; the deduplication id names the month, budget and threshold, so a
-        repeated send within SQS's five minutes is dropped too (the ledger already records
+        repeated send within SQS's five minutes is dropped too (the ledger already claims
         each alert once: `respot.queue.budgets`)."""
         if not self.queue_url or self.client is None:
-            return
+            return True
         fifo: dict[str, str] = {}
         if self.queue_url.endswith(".fifo"):
             digest = hashlib.sha256(alert.key.encode()).hexdigest()[:32]
@@ -153,7 +155,13 @@ class Notifications:
                 **fifo,
             )
         except Exception:  # an alert must never block or fail a pass
-            log.exception("could not queue the budget alert %s %d%%", alert.key, alert.threshold)
+            log.exception(
+                "could not queue the budget alert %s %d%%; a later pass sends it again",
+                alert.key,
+                alert.threshold,
+            )
+            return False
+        return True
 
 
 class ControlPlane:
@@ -457,8 +465,19 @@ class ControlPlane:
                     [j for j, _ in result.refused],
                     result.released,
                 )
-                for alert in result.alerts:  # recorded once in the ledger by this pass
-                    self.notifications.budget_alert(alert, result.budget_action)
+                # Claimed in the ledger by this pass's write; confirmed once queued, else left
+                # pending for a later pass to send again (respot.queue.budgets).
+                queued = [
+                    alert
+                    for alert in result.alerts
+                    if self.notifications.budget_alert(alert, result.budget_action)
+                ]
+                if queued:
+                    try:
+                        if not self.admission.ledger.confirm_alerts(queued):
+                            log.warning("budget alerts queued but not confirmed: sent again")
+                    except Exception:
+                        log.exception("could not confirm the budget alerts queued")
                 if not self._admit_again:
                     break
         finally:
