@@ -2,8 +2,11 @@
 written through Jupyter's contents API survives a spot interruption, and the replacement
 serves it on the same local port (the tunnel follows the workspace by itself), with no kernel
 of the old instance and the note that says why the page reloaded; left alone, it stops itself
-(idle) and the job completes, saying why, with no instance left. (The token object's
-policies are evaluated in tests/workspace/test_token_iam.py.)"""
+(idle) and the job completes, saying why, with no instance left. Started again, it has its
+files back, and `respot notebook stop` right after a file is saved keeps that file: the stop
+is a cancel that checkpoints first (the supervisor syncs, then the job ends CANCELLED with that
+snapshot as its checkpoint). (The token object's policies are evaluated in
+tests/workspace/test_token_iam.py.)"""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from infra.local.market import ChaosSchedule
 from infra.local.runtime import LocalRuntime, RuntimeOptions
 from respot.core.job import AttemptEnd
 from respot.core.states import JobState
+from respot.storage.checkpoints import CheckpointStore
 from respot.workspace import names, ops
 from respot.workspace.tokens import ENV_DIR
 from tests.e2e.helpers import job_story, wait_for, wait_no_live_instances
@@ -186,3 +190,32 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
     thread = rt.slack_thread(job_id)
     assert "files are kept" in thread and "respot notebook start e2e" in thread, thread
     wait_no_live_instances(rt, job_id)
+
+    # WHEN it is started again, and a file is saved just before `respot notebook stop` (the
+    # periodic sync is every 60 s: only the stop's own sync can take it)
+    again = ops.start(deployment, session, "e2e", local=True)
+    assert again.restored_from == job_id
+    wait_for(lambda: rt.job_record(again.job_id) is not None, 60, "the second job's record")
+    tunnel, link = ops.open_local(deployment, session, "e2e", rt.work_root)
+    with tunnel:
+        wait_for(lambda: answers(link, "/api/status"), UP_SECONDS, "JupyterLab, started again")
+        back = call(link, "/api/contents/results.txt")  # the files the idle stop synced
+        assert isinstance(back, dict) and back["content"] == "accuracy 0.93"
+        last = "saved just before the stop"
+        call(link, "/api/contents/last.txt", "PUT",
+             {"type": "file", "format": "text", "content": last})  # fmt: skip
+        assert ops.stop(deployment, session, "e2e") == again.job_id
+    # THEN the job ends CANCELLED by its owner's stop after checkpointing, not cut short
+    status = ops.wait_stopped(deployment, session, again.job_id, UP_SECONDS, poll_seconds=0.5)
+    record = rt.job_record(again.job_id)
+    assert record is not None and status.state == "CANCELLED", job_story(rt, again.job_id)
+    assert record.policy["stopping"]["cause"] == "owner", job_story(rt, again.job_id)
+    assert record.reason is not None and "is kept in S3" in record.reason, record.reason
+    assert record.attempts[-1].end is AttemptEnd.CANCELLED
+    # AND the newest checkpoint, the one the record names, holds the file saved before the stop
+    store = CheckpointStore(bucket=deployment.bucket, job_id=again.job_id, client=rt.client("s3"))
+    kept = store.restore(tmp_path / "kept")
+    assert kept is not None and record.checkpoint is not None
+    assert kept.step == record.checkpoint.step
+    assert (tmp_path / "kept" / "last.txt").read_text() == last
+    wait_no_live_instances(rt, again.job_id)
