@@ -189,3 +189,25 @@ def test_a_plain_cancel_of_a_training_job_is_unchanged() -> None:
         assert record.reason == f"{REASON} by {ANA}"
         assert record.attempts[0].end is AttemptEnd.CANCELLED
     assert story.record.state is JobState.RUNNING
+
+
+def test_a_cancel_saving_first_takes_over_a_platform_stop_under_way() -> None:
+    from respot.core.events import PlatformStop
+
+    story = _training()
+    rule = "budget: researcher ana has paid $10.00 of its $10.00 this month (UTC)"
+    story.apply(PlatformStop(rule, "budget"), 100)
+    assert story.record.policy["stopping"]["cause"] == "budget"
+    _cancel(story, 110, first=True)  # the owner stops it too: one stop, now the owner's
+    stop = story.record.policy["stopping"]
+    assert stop["cause"] == "owner" and stop["attempt"] == 1
+    assert len(story.stops()) == 1 and story.record.state is JobState.RUNNING
+    _cancel(story, 111, first=True)  # a repeat changes nothing
+    versions = len(story.commits)
+    _cancel(story, 112, first=True)
+    assert len(story.commits) == versions
+    _stopped(story, 55, 170)
+    record = story.record
+    assert record.state is JobState.CANCELLED and record.policy["stopped_by"] == "owner"
+    assert record.reason is not None and record.reason.startswith(f"{REASON} by {ANA}")
+    assert "checkpoint at step 55 is kept" in record.reason

@@ -30,8 +30,11 @@ def _cancel(d: _Draft, event: CancelRequested) -> Decision:
     """A cancel. `checkpoint_first` (`respot notebook stop`, `respot cancel --checkpoint`): a
     job training now takes a platform rule's path (`stops.begin_stop`: its agent checkpoints
     and stops, then the job is CANCELLED with the checkpoint kept, bounded by `stop_overdue`);
-    one not training is cancelled at once; a repeat while stopping changes nothing. A plain
-    cancel finishes the job at once, also one that is stopping (its owner insists)."""
+    one not training is cancelled at once; a repeat while stopping changes nothing. One that
+    comes while a platform rule's stop is under way takes that stop over (the same attempt
+    and clock): the job ends CANCELLED, by its owner's word, whatever the rule would have done
+    with it (a preemption queues it again). A plain cancel finishes the job at once, also
+    one that is stopping (its owner insists)."""
     if d.job.state.is_terminal():
         return _unchanged("ignored: job is over")
     command = event.command
@@ -40,9 +43,21 @@ def _cancel(d: _Draft, event: CancelRequested) -> Decision:
         # "cancelled by user" (the SDK's default) names the user: not "by user by <arn>".
         reason = f"{reason.removesuffix(' by user')} by {command.requested_by}"
     if command.checkpoint_first and d.job.state is not JobState.HELD:
-        if STOPPING in d.job.policy:
+        cause = _who_cancels(d, command.requested_by)
+        stop = d.job.policy.get(STOPPING)
+        if stop is None:
+            begin_stop(d, reason, cause)
+            return d.decision()
+        if stop.get("cause") in ("owner", "admin"):
             return _unchanged("ignored: already checkpointing and stopping")
-        begin_stop(d, reason, _who_cancels(d, command.requested_by))
+        d.job.policy[STOPPING] = {**stop, "reason": reason, "cause": cause}
+        d.note(
+            "stopping",
+            f"{reason}: the stop under way ({stop.get('cause')}) now ends the job",
+            reason=reason,
+            cause=cause,
+            attempt=stop.get("attempt"),
+        )
         return d.decision()
     _finish(d, Transition.CANCEL, AttemptEnd.CANCELLED, reason)
     return d.decision()
