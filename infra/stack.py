@@ -44,6 +44,7 @@ from infra.settings import DeploySettings
 from infra.wiring import WIRING, Grant, Wiring, agent_function_name
 from respot.control import config
 from respot.identity.proofs import ENV_ADMINS, ENV_STS_URL
+from respot.workspace import names as workspace_names
 
 NOTIFY_QUEUE = "notifications"
 SWEEP_QUEUE = "sweep-events"
@@ -164,6 +165,7 @@ class RespotStack(Stack):
             ),
             publisher_role_arns=settings.allowed_publisher_role_arns,
             fis_template_id=self.selftest.template_id,
+            workspaces=settings.workspaces,
         )
         if settings.workspaces:  # `respot notebook open`: a tunnel to one's own instances only
             add_researcher_tunnels(
@@ -200,6 +202,8 @@ class RespotStack(Stack):
             # What the instance role may read data from: the commands function refuses the rest.
             config.ENV_DATA_BUCKETS: ",".join(settings.data_bucket_arns),
             config.ENV_SLACK_TOKEN_PARAMETER: settings.slack_token_parameter_name,
+            # `workspaces: false`: the commands function refuses a workspace before launch
+            workspace_names.ENV_WORKSPACES_SETTING: "true" if settings.workspaces else "false",
             **POWERTOOLS_ENVIRONMENT,
         }
         if settings.slack_channel:

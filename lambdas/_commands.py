@@ -39,6 +39,7 @@ from respot.spec.reach import refused_reads
 from respot.spec.training import describe_validation_error
 from respot.wire.limits import InputLimitError, check_json_text
 from respot.wire.messages import COMMAND_ADAPTER, CancelCommand, JobSubmission
+from respot.workspace import names as workspace_names
 
 if TYPE_CHECKING:
     from respot.spec.training import TrainingEnvVar
@@ -81,14 +82,18 @@ class Home:
     account: str | None
     data_buckets: tuple[str, ...] | None = None  # None: not said, not checked
     bucket: str | None = None
+    workspaces: bool = True  # the stack setting `workspaces` (RESPOT_WORKSPACES)
 
     @classmethod
     def of(cls, context: Any) -> Home:
         """From the function's own ARN (arn:aws:lambda:REGION:ACCOUNT:function:NAME); if that
         is unreadable, the region Lambda sets in AWS_REGION and no account (not checked). The
-        data grants from the stack's environment (RESPOT_DATA_BUCKETS, RESPOT_BUCKET)."""
+        data grants from the stack's environment (RESPOT_DATA_BUCKETS, RESPOT_BUCKET), and
+        whether workspaces are on (RESPOT_WORKSPACES)."""
         raw = os.environ.get(ENV_DATA_BUCKETS)
         grants: dict[str, Any] = {}
+        if os.environ.get(workspace_names.ENV_WORKSPACES_SETTING, "").strip().lower() == "false":
+            grants["workspaces"] = False
         if raw is not None:
             grants["data_buckets"] = tuple(b.strip() for b in raw.split(",") if b.strip())
             grants["bucket"] = os.environ.get(ENV_BUCKET) or None
@@ -98,8 +103,9 @@ class Home:
         return cls(os.environ.get("AWS_REGION") or None, None, **grants)
 
     def refused(self, spec: TrainingEnvVar, *, field: str = "") -> list[str]:
-        """What of `spec` this deployment's instances may not read (`respot.spec.reach`)."""
-        return refused_reads(
+        """What of `spec` this deployment's instances may not read (`respot.spec.reach`), and
+        a workspace where the stack turned workspaces off."""
+        problems = refused_reads(
             spec,
             region=self.region,
             account=self.account,
@@ -107,6 +113,9 @@ class Home:
             bucket=self.bucket,
             field=field,
         )
+        if not self.workspaces and workspace_names.is_workspace_command(spec.command, spec.tags):
+            problems.append(f"{field}command: {workspace_names.WORKSPACES_OFF}")
+        return problems
 
 
 def refuse_unreachable(spec: TrainingEnvVar, home: Home, *, what: str, field: str = "") -> None:

@@ -49,6 +49,7 @@ class ResearcherAccess(Construct):
         policy_name: str = RESEARCHER_POLICY_NAME,
         publisher_role_arns: Sequence[str] = (),
         fis_template_id: str | None = None,
+        workspaces: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -63,6 +64,8 @@ class ResearcherAccess(Construct):
             "agent_queue_url": agent_queue.queue_url,
             # The commands function checks proofs' canonical digest: the SDK signs that one.
             "proof_digest": CANONICAL_DIGEST,
+            # The stack setting `workspaces`: `respot notebook start` refuses when false.
+            "workspaces": "true" if workspaces else "false",
         }
         if fis_template_id is not None:  # what `respot selftest` starts
             self.deployment["fis_template_id"] = fis_template_id

@@ -89,6 +89,7 @@ def job(tmp_path: Path):
         names.ENV_SYNC_SECONDS: "3600",  # only the final sync, unless a test says otherwise
         names.ENV_POLL_SECONDS: "0.5",
         names.ENV_IDLE_MINUTES: "60",
+        names.ENV_AUTOSAVE_SECONDS: "1",  # the save window after a notice: 1 s + the margin
     }
     yield root, env, agent
     agent.stop()
@@ -265,3 +266,135 @@ def test_periodic_syncs_take_each_change_and_only_changes(job) -> None:
         "one.txt",
         "two.txt",
     ]
+
+
+class Lines:
+    """The supervisor's output, read as it comes: a wait for a line is bounded by the line
+    (or the process's exit), never by a guess."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc, self.lines = proc, []  # type: list[str]
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            with self._changed:
+                self.lines.append(raw.decode(errors="replace"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def text(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, needle: str) -> None:
+        deadline = time.monotonic() + WAIT
+        with self._changed:
+            while not any(needle in line for line in self.lines):
+                if not self._thread.is_alive():
+                    pytest.fail(f"the supervisor ended without {needle!r}:\n{self.text()}")
+                assert time.monotonic() < deadline, f"no {needle!r} in:\n{self.text()}"
+                self._changed.wait(1.0)
+
+    def finish(self) -> tuple[int, str]:
+        code = self.proc.wait(WAIT)
+        self._thread.join(WAIT)
+        return code, self.text()
+
+
+def notice_in(root: Path, seconds: float) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    reclaim = datetime.now(UTC) + timedelta(seconds=seconds)
+    contract.write_notice(root / "ipc" / "notice", "spot-interruption", reclaim)
+
+
+def test_an_edit_saved_after_the_notice_within_the_save_window_is_synced(job) -> None:
+    """Issue 27's "every open notebook is saved": the page's autosave lands after the notice.
+    JupyterLab (in a session of its own) serves on through the save window while the group's
+    stop signal stops only the supervisor; what the page saves then is in the last snapshot."""
+    root, env, agent = job
+    proc = start(root, env)
+    lines = Lines(proc)
+    try:
+        port = wait_port(root, proc)
+        put = {"type": "file", "format": "text", "content": "saved before"}
+        api(port, "/api/contents/before.txt", "PUT", put)  # a page's request: a browser is there
+        notice_in(root, 120)  # EC2's two minutes
+        os.killpg(proc.pid, signal.SIGTERM)  # the agent signals the whole group at once
+        lines.wait_for("for an open page's autosave")
+        # what the browser's autosave does: PUT the notebook through the contents API
+        typed = {"cells": [{"cell_type": "code", "source": "typed after the notice",
+                            "metadata": {}, "outputs": [], "execution_count": None}],
+                 "metadata": {}, "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+        api(port, "/api/contents/typed.ipynb", "PUT", {"type": "notebook", "content": typed})
+        code, out = lines.finish()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, out
+    assert agent.steps == [1, 2], out  # at once (before.txt), after the window (typed.ipynb)
+    first, last = (root.parent / "snapshots" / str(n) for n in (1, 2))
+    assert (first / "before.txt").read_text() == "saved before"
+    assert not (first / "typed.ipynb").exists()
+    saved = json.loads((last / "typed.ipynb").read_text())
+    assert "typed after the notice" in json.dumps(saved["cells"])
+    assert (last / "before.txt").read_text() == "saved before"
+    with pytest.raises(OSError):  # and JupyterLab is stopped once the supervisor exits
+        api(port, "/api/status")
+
+
+def test_without_an_open_page_the_notice_takes_no_save_window(job) -> None:
+    root, env, _ = job
+    env[names.ENV_AUTOSAVE_SECONDS] = "3600"  # a window, if taken, would say so and last 78 s
+    proc = start(root, env)
+    lines = Lines(proc)
+    try:
+        port = wait_port(root, proc)
+        assert api(port, "/api/status?no_track_activity=1") is not None  # not a page's request
+        notice_in(root, 120)
+        os.killpg(proc.pid, signal.SIGTERM)
+        code, out = lines.finish()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, out
+    assert "no save window" in out and "for an open page's autosave" not in out, out
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl PR_SET_PDEATHSIG: Linux")
+def test_jupyter_does_not_outlive_a_supervisor_killed_at_the_last_safe_moment(job) -> None:
+    """JupyterLab runs outside the command's process group (the save window), so the agent's
+    SIGKILL of the group at the last safe moment reaches the supervisor only: JupyterLab must
+    go with it (its parent-death signal), not serve on with nobody to stop it."""
+    root, env, _ = job
+    proc = start(root, env)
+    jupyter = None
+    try:
+        port = wait_port(root, proc)
+        (jupyter,) = children(proc.pid)
+        assert os.getsid(jupyter) != os.getsid(proc.pid)  # a session of its own
+        os.killpg(proc.pid, signal.SIGKILL)  # the group: the supervisor only
+        proc.wait(WAIT)
+        deadline = time.monotonic() + WAIT
+        while not gone(jupyter):
+            assert time.monotonic() < deadline, "JupyterLab outlived its supervisor"
+            time.sleep(0.1)
+        with pytest.raises(OSError):
+            api(port, "/api/status")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if jupyter is not None and not gone(jupyter):
+            os.kill(jupyter, signal.SIGKILL)

@@ -19,13 +19,17 @@ from typing import Any
 
 from respot.agent.imds import ImdsClient
 from respot.agent.protocol import Notice
+from respot.commands import contract
 
 logger = logging.getLogger("respot.agent")
 
-DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
+# EC2's warning when the notice carries no readable time; a notice whose time has (nearly)
+# passed still gets MIN_NOTICE_SECONDS; a session that ignores the notice is stopped
+# KILL_MARGIN_SECONDS before the end (shared with commands: respot.commands.contract).
+DEFAULT_NOTICE_SECONDS = contract.DEFAULT_NOTICE_SECONDS
 STOP_NOTICE_SECONDS = 60.0  # SIGTERM: systemd waits 90 s before SIGKILL
-MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
-KILL_MARGIN_SECONDS = 30.0  # stop a session that ignores the notice this long before the end
+MIN_NOTICE_SECONDS = contract.MIN_NOTICE_SECONDS
+KILL_MARGIN_SECONDS = contract.KILL_MARGIN_SECONDS
 END_MARGIN_SECONDS = 10.0  # finish uploads this long before the end
 
 
@@ -166,10 +170,9 @@ def stop_notice(hold_seconds: float | None = None) -> InterruptionNotice:
 
 def deadlines(at: datetime | None) -> tuple[float, float]:
     """(stop the session by, finish uploads by) on the monotonic clock, for a notice."""
-    left = DEFAULT_NOTICE_SECONDS if at is None else (at - datetime.now(UTC)).total_seconds()
     # The local runtime scales the two minutes down to a few seconds: trust the time given.
-    remaining = max(left, MIN_NOTICE_SECONDS)
+    remaining = contract.notice_seconds(at, datetime.now(UTC))
     now = time.monotonic()
-    kill_at = now + remaining - min(KILL_MARGIN_SECONDS, remaining * 0.25)
+    kill_at = now + remaining - contract.kill_margin(remaining)
     end_by = now + remaining - min(END_MARGIN_SECONDS, remaining * 0.1)
     return kill_at, end_by

@@ -49,6 +49,8 @@ class Deployment:
     # The identity-proof digest the commands function checks (identity.proofs.CANONICAL_DIGEST);
     # None: a stack before it, which checks only the legacy digest, so the SDK signs that.
     proof_digest: str | None = None
+    # The stack setting `workspaces` (`respot notebook`); None: not said (an older stack): on.
+    workspaces: bool | None = None
 
     @property
     def job_log_group(self) -> str:
@@ -81,6 +83,8 @@ class Deployment:
                 values[name] = tuple(values[name])
             elif isinstance(values.get(name), str):  # the stack's Fn::Join, comma-separated
                 values[name] = tuple(t for t in values[name].split(",") if t)
+        if isinstance(values.get("workspaces"), str):
+            values["workspaces"] = values["workspaces"].lower() != "false"
         return cls(**values)
 
 

@@ -45,6 +45,14 @@ ENV_HYPERPARAMETERS = "RESPOT_HYPERPARAMETERS"
 
 DEFAULT_STOP_SIGNAL = "SIGTERM"
 
+# When the agent kills a command still running after the notice ("the last safe moment",
+# docs/commands.md): KILL_MARGIN_SECONDS before the reclaim instant, or a quarter of the
+# notice when that is shorter. The agent's deadlines (respot.agent.notices) and a command that
+# plans its own shutdown (respot.workspace.serve) both read it here.
+DEFAULT_NOTICE_SECONDS = 120.0  # EC2's warning when the notice carries no readable time
+MIN_NOTICE_SECONDS = 2.0  # a notice whose time has (nearly) passed still gets this much
+KILL_MARGIN_SECONDS = 30.0
+
 Signature = tuple[tuple[str, int, int], ...]
 
 
@@ -63,6 +71,36 @@ def read_notice(path: Path) -> dict[str, str | None] | None:
     except (FileNotFoundError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def notice_seconds(reclaim_at: datetime | None, now: datetime) -> float:
+    """Seconds from `now` to the reclaim instant (EC2's two minutes when unknown)."""
+    left = DEFAULT_NOTICE_SECONDS if reclaim_at is None else (reclaim_at - now).total_seconds()
+    return max(left, MIN_NOTICE_SECONDS)
+
+
+def kill_margin(notice: float) -> float:
+    """How long before the reclaim instant the agent kills the group, for a notice of `notice`
+    seconds (the local runtime scales the two minutes down to a few seconds)."""
+    return min(KILL_MARGIN_SECONDS, notice * 0.25)
+
+
+def seconds_to_kill(reclaim_at: datetime | None, now: datetime) -> float:
+    """Seconds from `now` (the notice) until the agent kills a group still running."""
+    notice = notice_seconds(reclaim_at, now)
+    return notice - kill_margin(notice)
+
+
+def reclaim_time(notice: dict[str, str | None] | None) -> datetime | None:
+    """The notice file's reclaim instant, or None when it has none or it is unreadable."""
+    text = (notice or {}).get("reclaim_at")
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
 
 
 def signature(directory: Path) -> Signature:

@@ -40,6 +40,22 @@ SETTINGS = {
     "autosave_seconds": ENV_AUTOSAVE_SECONDS,
 }
 
+# The control plane's environment: "false" where the stack setting is `workspaces: false`
+# (infra/stack.py); the commands function then refuses a workspace before launch.
+ENV_WORKSPACES_SETTING = "RESPOT_WORKSPACES"
+# The stack setting that turns workspaces off (infra/settings.py, docs/notebooks-platform.md).
+WORKSPACES_OFF = (
+    "workspaces are off in this deployment (the stack setting `workspaces: false` in cdk.json, "
+    "docs/notebooks-platform.md): its instances get no Session Manager tunnel, so JupyterLab "
+    "could not be opened; ask your platform team to deploy with `workspaces: true`"
+)
+
+
+def is_workspace_command(command: list[str] | None, tags: dict[str, str]) -> bool:
+    """Does a job's spec run a workspace (the supervisor as its command, or the tag)?"""
+    return SUPERVISOR_MODULE in (command or []) or TAG in tags
+
+
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]|[a-z]")
 
 

@@ -120,6 +120,8 @@ def start(
     its newest job). WorkspaceError if it runs already. The token is saved 0600 here."""
     from respot.client.handle import run
 
+    if getattr(deployment, "workspaces", None) is False:  # the stack's `workspaces: false`
+        raise WorkspaceError(names.WORKSPACES_OFF)
     names.check_name(name)
     names.check_idle_minutes(idle_minutes)
     workspace = my_workspace(deployment, session, name)

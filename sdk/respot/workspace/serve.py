@@ -9,13 +9,24 @@ directory, with a command job's environment (docs/commands.md):
    root the workspace (RESPOT_CHECKPOINT_DIR), Jupyter's token ON (read from the token
    object the agent downloaded as a data source, never an argument or a log line: Jupyter logs
    a configured token as '...', and every line of its output is copied with the token
-   masked), JupyterLab's autosave short;
+   masked), JupyterLab's autosave short (RESPOT_WORKSPACE_AUTOSAVE_SECONDS, 10). JupyterLab
+   runs in a session (process group) of its own, so the group's stop signal on the notice
+   does not stop it: the supervisor stops it itself. It cannot outlive the supervisor: on
+   Linux it gets SIGTERM when the supervisor dies (prctl PR_SET_PDEATHSIG: the agent's
+   SIGKILL at the last safe moment), the supervisor stops it when the agent is gone (8), and
+   the local runtime's machine kill takes every descendant, in any session;
 3. writes the port it got beside the notice file (`workspace.json`), for the laptop's tunnel;
 4. every RESPOT_WORKSPACE_SYNC_SECONDS (60) when files changed: `respot.checkpoint_saved`,
    so the agent snapshots the workspace and the checkpoint store uploads what changed;
 5. on the notice (the notice file appears; the group's stop signal): snapshots what Jupyter
-   saved at once, waits for Jupyter to stop (it gets the same signal), snapshots again if it
-   wrote more, and exits: an interruption, replaced and restored as for any command job;
+   saved at once; then keeps JupyterLab serving for the *save window* (`save_window`: the
+   autosave interval and SAVE_MARGIN_SECONDS, so a connected browser's autosave writes the
+   edits not yet saved; never past the moment the agent kills the group, less what the
+   shutdown after it takes); snapshots again, stops JupyterLab, takes the final snapshot if
+   anything changed, and exits 0: an interruption, replaced and restored as for any command
+   job. No window when no browser is there (`browser_seen`: no kernel connection and no
+   request from a page for BROWSER_SEEN_SECONDS): nobody can have unsaved edits, and an
+   unattended workspace is not slowed;
 6. idle (`respot.workspace.idle`): no kernel activity and no connected browser for
    RESPOT_WORKSPACE_IDLE_MINUTES: says why (its log, and `workspace-stopped.txt` in the job's
    outputs), stops Jupyter, takes a final snapshot and exits 0: the job completes (stopped,
@@ -51,7 +62,7 @@ from typing import IO, Any
 
 from respot.commands import channel, contract
 from respot.workspace import names
-from respot.workspace.idle import IdleWatch
+from respot.workspace.idle import IdleWatch, last_active, parse_time
 
 START_SECONDS = 300.0  # a loaded machine can take a while to start JupyterLab
 STOP_SECONDS = 10.0  # Jupyter's own shutdown (its kernels) after the stop signal
@@ -60,6 +71,13 @@ DEFAULT_POLL_SECONDS = 15.0
 DEFAULT_AUTOSAVE_SECONDS = 10
 PORT_TRIES = 5  # a free port can be taken between our look and Jupyter's bind
 SNAPSHOT_SECONDS = 300.0  # checkpoint_saved: the agent's snapshot (hard links and copies)
+# The save window's margin over the autosave interval: the save's round trip (the page's PUT
+# through the tunnel, Jupyter's write aside and rename) on a loaded machine.
+SAVE_MARGIN_SECONDS = 3.0
+MIN_SYNC_SECONDS = 1.0  # a snapshot's time when none was measured yet
+# An open JupyterLab page asks the server for its sessions and kernels every 10 s (tracked API
+# activity); a notebook with a kernel keeps a websocket. Neither for this long: no page open.
+BROWSER_SEEN_SECONDS = 60.0
 COOKIE_SECRET = "cookie_secret"  # noqa: S105 - a file name
 
 
@@ -76,6 +94,60 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def shutdown_reserve(sync_seconds: float) -> float:
+    """What the shutdown after the save window takes at most: a snapshot, JupyterLab's stop
+    (SIGKILL after STOP_SECONDS), and the final snapshot, each snapshot as long as the
+    longest measured (`sync_seconds`, at least MIN_SYNC_SECONDS)."""
+    return STOP_SECONDS + 2 * max(sync_seconds, MIN_SYNC_SECONDS)
+
+
+def save_window(
+    *, autosave_seconds: float, reclaim_at: datetime | None, now: datetime, sync_seconds: float
+) -> float:
+    """Seconds JupyterLab keeps serving after the notice: one autosave interval and the
+    margin, cut so the shutdown after it (`shutdown_reserve`) ends before the agent kills the
+    group (`contract.seconds_to_kill`); 0 when the notice is too short for any."""
+    wanted = autosave_seconds + SAVE_MARGIN_SECONDS
+    room = contract.seconds_to_kill(reclaim_at, now) - shutdown_reserve(sync_seconds)
+    return max(0.0, min(wanted, room))
+
+
+def browser_seen(status: Any, kernels: Any, now: datetime) -> bool:
+    """Is a JupyterLab page (possibly with unsaved edits) open, by Jupyter's /api/status and
+    /api/kernels: a kernel connection or busy kernel, or a tracked request within
+    BROWSER_SEEN_SECONDS (Jupyter's `last_activity` starts at its start: no request since
+    then is no page). Unreadable answers count as seen (the window is the safe side)."""
+    if not isinstance(status, dict) or not isinstance(kernels, list):
+        return True
+    active = last_active(status, [k for k in kernels if isinstance(k, dict)], now)
+    started = parse_time(status.get("started"))
+    if active is None or (started is not None and active <= started):
+        return False
+    return (now - active).total_seconds() <= BROWSER_SEEN_SECONDS
+
+
+def _linux_parent_death_signal() -> Callable[[], None] | None:
+    """A preexec function: the child gets SIGTERM when its parent dies (Linux's prctl
+    PR_SET_PDEATHSIG), or None where there is no prctl. Resolved here, before any fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the prctl: no signal would come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def lab_settings(directory: Path, autosave_seconds: int) -> Path:
@@ -98,8 +170,9 @@ def note_text(job_id: str, attempt: str, resumed: bool, at: datetime) -> str | N
         "spot interruption, or `respot notebook start` after a stop.\n\n"
         "**Variables are gone; files are kept.** Every kernel started fresh: run your "
         "notebooks again from the top. Every file is as it was last saved and synced "
-        "(JupyterLab autosaves open notebooks every few seconds; edits made in the last "
-        "seconds before the interruption may be missing).\n\n"
+        "(JupyterLab autosaves open notebooks every few seconds, and on the interruption "
+        "the workspace waited for an open page's autosave; edits typed after that, or in a "
+        "page that could not reach the workspace then, are missing).\n\n"
         "To carry state across, save it into this directory (e.g. `torch.save`, "
         "`df.to_parquet`) and load it at the top of your notebook.\n"
     )
@@ -115,8 +188,10 @@ class Jupyter:
         token: str,
         out: IO[str] | None = None,
         cwd: Path | None = None,
+        own_session: bool = True,
     ) -> None:
         self.argv = argv
+        self.own_session = own_session
         self.cwd = cwd
         self.env = env
         self.token = token
@@ -133,6 +208,10 @@ class Jupyter:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             close_fds=True,
+            # Not in the command's group: the notice's stop signal reaches the supervisor
+            # only; JupyterLab serves on through the save window, and goes when its parent does.
+            start_new_session=self.own_session,
+            preexec_fn=_linux_parent_death_signal() if self.own_session else None,  # noqa: PLW1509
         )
         assert self.proc.stdout is not None
         self._reader = threading.Thread(target=self._copy, args=(self.proc.stdout,), daemon=True)
@@ -213,6 +292,7 @@ class Supervisor:
         self.stop_requested = threading.Event()
         self.jupyter: Jupyter | None = None
         self.synced = contract.signature(workspace)  # what was restored counts as synced
+        self.sync_took = 0.0  # the longest snapshot measured (the save window's reserve)
         self._private = Path(tempfile.mkdtemp(prefix="respot-ws-"))  # 0700: this user only
 
     # ---- Jupyter -------------------------------------------------------------------------------
@@ -313,7 +393,10 @@ class Supervisor:
             _say(f"no {why} sync: the agent is gone")
             return False
         step = self.step + 1
-        if not channel.checkpoint_saved(step, timeout=SNAPSHOT_SECONDS):
+        began = time.monotonic()
+        saved = channel.checkpoint_saved(step, timeout=SNAPSHOT_SECONDS)
+        self.sync_took = max(self.sync_took, time.monotonic() - began)
+        if not saved:
             _say(f"the {why} sync of the workspace failed (the agent's log says why)")
             return False
         self.step, self.synced = step, now
@@ -382,18 +465,50 @@ class Supervisor:
 
     def _on_notice(self) -> int:
         notice = contract.read_notice(self.notice_file) or {}
+        noticed = self.clock()
         _say(
-            f"the notice ({notice.get('notice', 'a stop signal')}): JupyterLab stops, the "
-            "workspace is synced; the next instance restores it (variables are gone; files "
-            "are kept)"
+            f"the notice ({notice.get('notice', 'a stop signal')}): open notebooks autosave, "
+            "the workspace is synced, JupyterLab stops; the next instance restores it "
+            "(variables are gone; files are kept)"
         )
-        # What Jupyter saved is on disk (it writes aside and renames): snapshot it at once,
-        # then again once Jupyter (which got the signal too) stopped, if it wrote more.
+        # What Jupyter saved is on disk (it writes aside and renames): snapshot it at once.
         self.sync("notice")
+        window = save_window(
+            autosave_seconds=self.autosave_seconds,
+            reclaim_at=contract.reclaim_time(notice),
+            now=noticed,
+            sync_seconds=self.sync_took,
+        )
+        # Then JupyterLab serves on for the save window, so an open page's autosave writes
+        # what was typed since its last save; snapshot that, stop JupyterLab, snapshot again.
+        if window > 0 and self._serving() and self._browser_seen():
+            _say(f"JupyterLab serves {window:.0f} s more, for an open page's autosave")
+            end = time.monotonic() + window
+            while time.monotonic() < end and self._serving():
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+            if self.orphaned():
+                return self._on_agent_gone()
+            self.sync("saved")
         if self.jupyter is not None:
             self.jupyter.stop()
         self.sync("final")
         return 0  # any exit after the notice is an interruption (docs/commands.md)
+
+    def _serving(self) -> bool:
+        """JupyterLab still runs and the agent is still there."""
+        return self.jupyter is not None and self.jupyter.exit_code() is None and not self.orphaned()
+
+    def _browser_seen(self) -> bool:
+        try:
+            status = api_get(self.port, self.token, "/api/status")
+            kernels = api_get(self.port, self.token, "/api/kernels")
+        except (OSError, ValueError) as exc:
+            _say(f"could not ask Jupyter whether a page is open ({exc}); keeping the window")
+            return True
+        if browser_seen(status, kernels, self.clock()):
+            return True
+        _say("no open page (no kernel connection, no request for a minute): no save window")
+        return False
 
     def _on_agent_gone(self) -> int:
         _say("the agent is gone (its machine is going away): JupyterLab stops, nothing is left")

@@ -1,0 +1,82 @@
+"""The save window's pure rules (respot.workspace.serve): how long JupyterLab serves after
+the notice, and whether a page is there to save anything."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from respot.commands import contract
+from respot.workspace import serve
+
+NOW = datetime(2026, 11, 27, 5, 0, tzinfo=UTC)
+
+
+def test_the_window_is_one_autosave_and_the_margin_when_the_notice_leaves_room() -> None:
+    window = serve.save_window(
+        autosave_seconds=10, reclaim_at=NOW + timedelta(seconds=120), now=NOW, sync_seconds=2.0
+    )
+    assert window == 10 + serve.SAVE_MARGIN_SECONDS
+
+
+def test_the_window_and_the_shutdown_after_it_end_before_the_agent_kills_the_group() -> None:
+    for notice in (2.0, 10.0, 20.0, 30.0, 45.0, 120.0):
+        for sync in (0.0, 1.0, 5.0, 30.0):
+            reclaim = NOW + timedelta(seconds=notice)
+            window = serve.save_window(
+                autosave_seconds=10, reclaim_at=reclaim, now=NOW, sync_seconds=sync
+            )
+            assert window >= 0
+            if window > 0:  # a window taken leaves the whole shutdown before the kill
+                end = window + serve.shutdown_reserve(sync)
+                assert end <= contract.seconds_to_kill(reclaim, NOW) + 1e-9, (notice, sync)
+    # a notice too short for the shutdown itself: no window at all
+    short = serve.save_window(
+        autosave_seconds=10, reclaim_at=NOW + timedelta(seconds=8), now=NOW, sync_seconds=1.0
+    )
+    assert short == 0
+    # the local e2e's compressed notice (30 real seconds) still gets a 2-s autosave's window
+    local = serve.save_window(
+        autosave_seconds=2, reclaim_at=NOW + timedelta(seconds=30), now=NOW, sync_seconds=1.0
+    )
+    assert local == 2 + serve.SAVE_MARGIN_SECONDS
+
+
+def test_a_notice_without_a_time_counts_as_ec2s_two_minutes() -> None:
+    assert contract.seconds_to_kill(None, NOW) == 120 - contract.KILL_MARGIN_SECONDS
+    body = {"notice": "spot-interruption", "reclaim_at": (NOW + timedelta(seconds=40)).isoformat()}
+    assert contract.reclaim_time(body) == NOW + timedelta(seconds=40)
+    for bad in ({"reclaim_at": None}, {"reclaim_at": "soon"}, {"reclaim_at": "2026-11-27T05:00"}):
+        assert contract.reclaim_time(bad) is None  # unreadable or without a zone: EC2's default
+
+
+def status(started: datetime, last: datetime, connections: int = 0) -> dict[str, object]:
+    iso = "%Y-%m-%dT%H:%M:%S.%fZ"
+    return {
+        "started": started.strftime(iso),
+        "last_activity": last.strftime(iso),
+        "connections": connections,
+        "kernels": 0,
+    }
+
+
+def test_a_page_is_seen_by_its_kernel_connection_or_a_recent_request() -> None:
+    start = NOW - timedelta(hours=1)
+    # a notebook's kernel websocket, however old the last request
+    assert serve.browser_seen(status(start, start, connections=1), [], NOW)
+    # a page's request (JupyterLab polls every 10 s) within BROWSER_SEEN_SECONDS
+    recent = NOW - timedelta(seconds=serve.BROWSER_SEEN_SECONDS - 5)
+    assert serve.browser_seen(status(start, recent), [], NOW)
+    # a busy kernel (a cell running) counts too
+    kernel = {"execution_state": "busy", "connections": 0, "last_activity": start.isoformat()}
+    assert serve.browser_seen(status(start, start), [kernel], NOW)
+    # unreadable answers: the window is the safe side
+    assert serve.browser_seen(None, [], NOW)
+
+
+def test_no_page_means_no_window_an_unattended_workspace_is_not_slowed() -> None:
+    start = NOW - timedelta(hours=1)
+    old = NOW - timedelta(seconds=serve.BROWSER_SEEN_SECONDS + 5)
+    assert not serve.browser_seen(status(start, old), [], NOW)
+    # Jupyter's last_activity starts at its start: a server nobody asked anything since
+    just = NOW - timedelta(seconds=3)
+    assert not serve.browser_seen(status(just, just), [], NOW)
