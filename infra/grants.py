@@ -59,6 +59,7 @@ class GrantTargets:
     allowed_instance_types: tuple[str, ...] = ()
     notify_queue: sqs.IQueue | None = None
     sweep_queue: sqs.IQueue | None = None
+    launch_retry_queue: sqs.IQueue | None = None
     # function name -> the dead-letter queue of the queue that feeds it
     dead_letter_queues: Mapping[str, sqs.IQueue] = field(default_factory=dict)
     # Regions with a satellite stack (infra/satellite.py) and the parameter each holds.
@@ -482,6 +483,13 @@ def _sweep(t: GrantTargets, function: str) -> GrantPolicy:
     return _send("SendSweepNews", t.sweep_queue)
 
 
+def _launch_retry(t: GrantTargets, function: str) -> GrantPolicy:
+    # A wiring without the queue (as in some construct tests): nothing to send to.
+    if t.launch_retry_queue is None:
+        return GrantPolicy([])
+    return _send("SendLaunchRetries", t.launch_retry_queue)
+
+
 def _dead_letters(t: GrantTargets, function: str) -> GrantPolicy:
     queue = t.dead_letter_queues.get(function)
     if queue is None:
@@ -529,6 +537,7 @@ _BUILDERS: dict[str, Callable[[GrantTargets, str], GrantPolicy]] = {
     Grant.DLQ_SEND: _dead_letters,
     Grant.SLACK_TOKEN_READ: _slack,
     Grant.SWEEP_SEND: _sweep,
+    Grant.LAUNCH_RETRY_SEND: _launch_retry,
     Grant.PRINCIPAL_TAGS_READ: _principal_tags,
 }
 

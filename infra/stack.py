@@ -48,6 +48,7 @@ from respot.workspace import names as workspace_names
 
 NOTIFY_QUEUE = "notifications"
 SWEEP_QUEUE = "sweep-events"
+LAUNCH_RETRY_QUEUE = "launch-retries"
 CREDENTIALS_FUNCTION = "credentials"  # vends each job's credentials (lambdas/credentials.py)
 POWERTOOLS_ENVIRONMENT = {
     "POWERTOOLS_SERVICE_NAME": "respot",
@@ -221,6 +222,9 @@ class RespotStack(Stack):
         sweep_queue = self.messaging.queues.get(SWEEP_QUEUE)
         if sweep_queue is not None:
             env[config.ENV_SWEEP_QUEUE_URL] = sweep_queue.queue_url
+        retry_queue = self.messaging.queues.get(LAUNCH_RETRY_QUEUE)
+        if retry_queue is not None:
+            env[config.ENV_LAUNCH_RETRY_QUEUE_URL] = retry_queue.queue_url
         # Identity proofs are executed against this STS endpoint only (respot.identity.proofs).
         env[ENV_STS_URL] = f"https://sts.{self.region}.amazonaws.com/"
         if settings.admin_principal_arns:
@@ -268,6 +272,7 @@ class RespotStack(Stack):
             slack_token=self.slack_token,
             notify_queue=notify_queue,
             sweep_queue=self.messaging.queues.get(SWEEP_QUEUE),
+            launch_retry_queue=self.messaging.queues.get(LAUNCH_RETRY_QUEUE),
             dead_letter_queues=dead_letters_of,
             satellite_regions=self.settings.extra_regions,
             satellite_parameter=satellite_parameter_name(self.settings.name_prefix),

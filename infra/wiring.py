@@ -16,6 +16,8 @@ local runtime's resources say the same thing. It is plain data: importing it cos
     agent  --Lambda Invoke (instance role, this function only)--> lambdas.credentials
         (a job's credentials, scoped to jobs/<job>/, for that job's live instances only)
     control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
+    control plane (a paced launch, DelaySeconds = when its launch token is due)
+        --> SQS launch-retries --> lambdas.launch_retries (that job's tick: it launches again)
         (message group = job id: one job's news is posted in order, never concurrently)
     commands (sweep: record and kick; sweep-stop: stop), control plane (a trial job's metric
     values and its end)
@@ -42,6 +44,7 @@ class Grant(enum.StrEnum):
     # ssm:GetParameter on the Slack token parameter, kms:Decrypt through SSM for it only
     SLACK_TOKEN_READ = "slack-token-read"  # noqa: S105 - a grant name, not a secret
     SWEEP_SEND = "sweep-send"  # SendMessage to the sweep-events queue
+    LAUNCH_RETRY_SEND = "launch-retry-send"  # SendMessage to the launch-retries queue
     # iam:ListRoleTags / iam:ListUserTags in this account: a submitter's `respot:team` tag
     # (respot.aws.teamtags, the team's queue); read-only
     PRINCIPAL_TAGS_READ = "principal-tags-read"
@@ -56,6 +59,7 @@ CONTROL_GRANTS = frozenset(
         Grant.EC2_DESCRIBE,
         Grant.NOTIFY_SEND,
         Grant.SWEEP_SEND,
+        Grant.LAUNCH_RETRY_SEND,
     }
 )
 
@@ -208,6 +212,12 @@ WIRING = Wiring(
             description="Per-minute look at every live job: policy, stuck requests, orphans",
         ),
         Function(
+            "launch_retries",
+            "lambdas.launch_retries",
+            CONTROL_GRANTS,
+            description="Looks at a job again when the lifecycle asked: a paced launch's token",
+        ),
+        Function(
             "notify",
             "lambdas.notify",
             frozenset({Grant.JOBS_TABLE_READ_WRITE, Grant.SLACK_TOKEN_READ, Grant.DLQ_SEND}),
@@ -271,6 +281,13 @@ WIRING = Wiring(
             fifo=True,
             idle_off=True,
         ),
+        # Delayed work of the lifecycle: a paced launch's look again when its reserved launch
+        # token is due (DelaySeconds, at most the launch timeout; respot.aws.pacing), read by
+        # its own function, which applies that job's tick (not `reconcile`: the activity
+        # switch's rights on this mapping are in reconcile's policy, and a mapping onto
+        # reconcile itself would make the template circular). Standard (FIFO queues have no
+        # per-message delay); a lost or late message costs at most a tick's wait.
+        Queue("launch-retries", "launch_retries", idle_off=True),
     ),
     rules=(
         Rule(

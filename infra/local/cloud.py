@@ -181,6 +181,7 @@ class LocalDeployment:
             cfg.ENV_AGENT_QUEUE_URL: self.queue_urls["agent-events"],
             cfg.ENV_NOTIFY_QUEUE_URL: self.queue_urls.get("notifications", ""),
             cfg.ENV_SWEEP_QUEUE_URL: self.queue_urls.get("sweep-events", ""),
+            cfg.ENV_LAUNCH_RETRY_QUEUE_URL: self.queue_urls.get("launch-retries", ""),
             cfg.ENV_DLQ_URL: dlq,
             cfg.ENV_SLACK_TOKEN_PARAMETER: self.slack_token_parameter,
             cfg.ENV_DEPLOYMENT_NAME: self.name,

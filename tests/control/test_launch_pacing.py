@@ -13,11 +13,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from respot.aws.pacing import LaunchPacer, Pacing, refill
+from respot.aws.pacing import Grant, LaunchPacer, Pacing, refill
 from respot.control.config import ConfigError, _launch_pacing, parse_launch_pacing
 
 TABLE = "respot-pacing-test"
-PACING = Pacing(rate_per_second=2.0, burst=5, max_wait_seconds=0.0)
+# Without reservations (max_reserve_seconds=0): a launch without a token takes nothing.
+PACING = Pacing(rate_per_second=2.0, burst=5, max_wait_seconds=0.0, max_reserve_seconds=0.0)
+# With them (the default): it reserves the next token not yet promised.
+RESERVING = Pacing(rate_per_second=2.0, burst=5, max_wait_seconds=0.0)
 
 
 @pytest.fixture
@@ -82,18 +85,24 @@ class ReadsTogether:
 
 
 def _race(client: Any, clock: Clock, launch_ids: list[str]) -> list[bool]:
+    return [g.granted for g in _race_grants(client, clock, launch_ids, PACING)]
+
+
+def _race_grants(
+    client: Any, clock: Clock, launch_ids: list[str], pacing: Pacing
+) -> list[Grant | None]:
     racing = ReadsTogether(client, len(launch_ids))
-    granted: list[bool] = [False] * len(launch_ids)
+    grants: list[Grant | None] = [None] * len(launch_ids)
 
     def handler(i: int) -> None:
-        granted[i] = LaunchPacer(TABLE, racing, PACING, clock=clock).take(launch_ids[i]).granted
+        grants[i] = LaunchPacer(TABLE, racing, pacing, clock=clock).take(launch_ids[i])
 
     threads = [threading.Thread(target=handler, args=(i,)) for i in range(len(launch_ids))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
-    return granted
+    return grants
 
 
 def test_concurrent_launches_never_exceed_the_rate(dynamodb: Any) -> None:
@@ -172,3 +181,51 @@ def test_bad_settings_name_the_field() -> None:
             parse_launch_pacing(bad)
     with pytest.raises(ConfigError, match=r"RESPOT_LAUNCH_PACING: launch_pacing\.burst"):
         _launch_pacing('{"burst": -1}')
+
+
+def test_launches_without_a_token_reserve_the_next_ones_in_turn(dynamodb: Any) -> None:
+    clock = Clock()
+    t0 = clock.now
+    # GIVEN 12 handlers launching at the same instant, a bucket of 5 at 2 a second
+    ids = [f"launch-{i}" for i in range(12)]
+    grants = _race_grants(dynamodb, clock, ids, RESERVING)
+    assert all(g is not None for g in grants)
+    granted = [i for i, g in zip(ids, grants, strict=True) if g and g.granted]
+    reserved = {i: g.wait for i, g in zip(ids, grants, strict=True) if g and not g.granted}
+    # THEN the burst goes now, and each of the 7 others holds its own token, due one after
+    # another at the rate (0.5 s apart): no two wait for the same token
+    assert len(granted) == PACING.burst
+    assert all(g is not None and g.reserved for g in grants if g and not g.granted)
+    assert sorted(reserved.values()) == pytest.approx([0.5 * k for k in range(1, 8)])
+    pacer = LaunchPacer(TABLE, dynamodb, RESERVING, clock=clock)
+    through = len(granted)
+    for launch, wait in sorted(reserved.items(), key=lambda kv: kv[1]):
+        # a take just before its token is due still waits (and takes nothing)
+        clock.now = t0 + wait - 0.01
+        early = pacer.take(launch)
+        assert not early.granted and early.reserved and early.wait == pytest.approx(0.01)
+        # from the moment it is due, it goes, taking nothing more
+        clock.now = t0 + wait
+        now = pacer.take(launch)
+        assert now.granted and now.duplicate
+        through += 1
+        assert through <= PACING.burst + PACING.rate_per_second * (clock.now - t0)
+    # AND a new launch then queues behind them all: its token is the next one
+    late = pacer.take("new")
+    assert not late.granted and late.reserved and late.wait == pytest.approx(0.5)
+    assert _tokens(dynamodb) == pytest.approx(-1.0)
+
+
+def test_a_token_further_off_than_max_reserve_is_not_promised(dynamodb: Any) -> None:
+    clock = Clock()
+    pacer = LaunchPacer(
+        TABLE, dynamodb, Pacing(2.0, 5, max_wait_seconds=0.0, max_reserve_seconds=1.0), clock=clock
+    )
+    for i in range(PACING.burst):
+        assert pacer.take(f"t{i}").granted
+    # two reservations fit in the next second
+    assert [pacer.take(f"r{i}").wait for i in range(2)] == pytest.approx([0.5, 1.0])
+    # the third would be 1.5 s off: paced without a promise, taking nothing
+    far = pacer.take("far")
+    assert not far.granted and not far.reserved and far.wait == pytest.approx(1.5)
+    assert _tokens(dynamodb) == pytest.approx(-2.0)

@@ -8,7 +8,7 @@ from typing import Any
 
 from respot.aws.capacity import Ec2Capacity
 from respot.aws.pacing import PACED_ERROR, Grant, Pacing
-from respot.core.effects import LaunchInstance
+from respot.core.effects import LaunchInstance, LookAgainLater
 from respot.core.events import CapacityUnavailable, ReconcileTick, Submitted
 from respot.core.failures import MAX_PACED_LAUNCHES, launch_error_kind
 from respot.core.states import JobState
@@ -90,3 +90,67 @@ def test_a_launch_without_a_token_is_not_sent_to_ec2() -> None:
     assert isinstance(result, CapacityUnavailable) and result.error_code == PACED_ERROR
     assert pacer.asked == [effect.client_token]
     assert "launch_pacing" in result.message and "0.7s" in result.message
+
+
+def test_a_paced_launch_with_a_reserved_token_is_launched_again_when_it_is_due() -> None:
+    d = Driver()
+    d.apply(Submitted(submission()))
+    first = d.launches()[-1]
+    # GIVEN a launch paced whose token (reserved for it) is due in 7.2 s
+    d.apply(
+        CapacityUnavailable(
+            first.attempt, first.client_token, PACED_ERROR, "paced", retry_after=7.2
+        ),
+        1,
+    )
+    # THEN the lifecycle asks for a look in 8 s (whole seconds, not before it is due)
+    looks = [e for e in d.effects if isinstance(e, LookAgainLater)]
+    assert [(e.job_id, e.attempt, e.delay_seconds) for e in looks] == [
+        (first.job_id, first.attempt, 8)
+    ]
+    assert d.job is not None and "in 8s, when its launch token is due" in d.job.timeline[-1].text
+    # AND a look (the delayed one, or a tick) before then launches nothing
+    d.apply(ReconcileTick(at(1 + 7)), 1 + 7)
+    assert len(d.launches()) == 1
+    # AND the look when it is due launches the same pool again, same client token
+    d.apply(ReconcileTick(at(1 + 8)), 1 + 8)
+    assert len(d.launches()) == 2
+    again = d.launches()[-1]
+    assert (again.placement, again.client_token) == (first.placement, first.client_token)
+    # far before the launch timeout (the tick's own re-launch of a lost launch)
+    assert SETTINGS.launch_timeout.total_seconds() > 60
+
+
+def test_a_token_due_after_the_launch_timeout_is_looked_at_by_then() -> None:
+    d = Driver()
+    d.apply(Submitted(submission()))
+    first = d.launches()[-1]
+    timeout = SETTINGS.launch_timeout.total_seconds()
+    d.apply(
+        CapacityUnavailable(
+            first.attempt, first.client_token, PACED_ERROR, "paced", retry_after=timeout + 300
+        ),
+        1,
+    )
+    (look,) = [e for e in d.effects if isinstance(e, LookAgainLater)]
+    # THEN the look is bounded by the launch timeout, and the request is never dated ahead
+    assert look.delay_seconds == int(timeout)
+    assert d.job is not None and d.job.current is not None
+    assert d.job.current.requested_at <= at(1)
+
+
+def test_a_reserved_grant_tells_the_lifecycle_when_the_token_is_due() -> None:
+    d = Driver()
+    d.apply(Submitted(submission()))
+    effect = d.launches()[-1]
+
+    class Reserved(NoTokens):
+        def take(self, launch_id: str) -> Grant:
+            self.asked.append(launch_id)
+            return Grant(False, wait=3.5, reserved=True)
+
+    for pacer, due in ((Reserved(), 3.5), (NoTokens(), None)):
+        cap = Ec2Capacity(launch_template_id="lt-1", client=Ec2NeverCalled(), pacer=pacer)  # type: ignore[arg-type]
+        result = cap.launch(effect)
+        assert isinstance(result, CapacityUnavailable) and result.error_code == PACED_ERROR
+        assert result.retry_after == due

@@ -26,6 +26,7 @@ ALL_OFF = {
     "queue:agent-events": False,
     "queue:notifications": False,
     "queue:sweep-events": False,
+    "queue:launch-retries": False,
     "schedule:reconcile": False,
 }
 ALL_ON = {k: True for k in ALL_OFF}

@@ -51,6 +51,7 @@ def test_switched_mappings_and_the_schedule_are_created_disabled_the_intake_enab
         "agent-events",
         "notifications",
         "sweep-events",
+        "launch-retries",
     }
     (schedule,) = [
         r
@@ -101,7 +102,7 @@ def test_only_submit_and_reconcile_may_switch_and_only_those_resources(
             "lambda:GetEventSourceMapping",
         ]
         resources_named = json.dumps(mapping_statement["Resource"])
-        assert len(as_list(mapping_statement["Resource"])) == len(idle_esm_ids) == 3
+        assert len(as_list(mapping_statement["Resource"])) == len(idle_esm_ids) == 4
         for mid in idle_esm_ids:
             assert mid in resources_named, (handler, mid)
         for mid in set(esm) - idle_esm_ids:  # never the intake's mappings
@@ -139,4 +140,4 @@ def test_only_reconcile_reads_the_switched_queues_counts(resources: dict[str, An
     assert set(holding) == {"lambdas.reconcile.handler"}
     statement = holding["lambdas.reconcile.handler"]
     assert as_list(statement["Action"]) == ["sqs:GetQueueAttributes"]
-    assert len(as_list(statement["Resource"])) == 3
+    assert len(as_list(statement["Resource"])) == 4  # the four idle_off queues

@@ -115,6 +115,7 @@ class Ec2Capacity:
             if not grant.granted:
                 pacing = self.pacer.pacing
                 log.info("job %s: launch paced (next token in %.1fs)", effect.job_id, grant.wait)
+                whose = "its token, reserved, is" if grant.reserved else "the next token is"
                 return CapacityUnavailable(
                     attempt=effect.attempt,
                     client_token=effect.client_token,
@@ -122,8 +123,10 @@ class Ec2Capacity:
                     message=(
                         f"respot's launches in this account are at their pace "
                         f"({pacing.rate_per_second:g}/s, burst {pacing.burst}: stack setting "
-                        f"launch_pacing); the next token is due in {grant.wait:.1f}s"
+                        f"launch_pacing); {whose} due in {grant.wait:.1f}s"
                     ),
+                    # Launch again when its own token is due; without one, at the next tick.
+                    retry_after=grant.wait if grant.reserved else None,
                 )
         try:
             response = self._run_instances(kwargs)

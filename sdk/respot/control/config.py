@@ -31,6 +31,8 @@ ENV_NOTIFY_QUEUE_URL = "RESPOT_NOTIFY_QUEUE_URL"
 ENV_DLQ_URL = "RESPOT_DLQ_URL"
 # The FIFO queue of sweep news: the control plane tells the sweep Lambda what trial jobs do.
 ENV_SWEEP_QUEUE_URL = "RESPOT_SWEEP_QUEUE_URL"
+# The queue of the lifecycle's delayed work: a paced launch's look again when its token is due.
+ENV_LAUNCH_RETRY_QUEUE_URL = "RESPOT_LAUNCH_RETRY_QUEUE_URL"
 ENV_ON_DEMAND_PRICES = "RESPOT_ON_DEMAND_PRICES"  # JSON: {"g5.xlarge": 1.006}
 ENV_HEARTBEAT_TIMEOUT = "RESPOT_HEARTBEAT_TIMEOUT_SECONDS"
 ENV_BOOT_TIMEOUT = "RESPOT_BOOT_TIMEOUT_SECONDS"
@@ -145,6 +147,7 @@ class ControlPlaneConfig:
     notify_queue_url: str | None = None
     dlq_url: str | None = None
     sweep_queue_url: str | None = None
+    launch_retry_queue_url: str | None = None  # ENV_LAUNCH_RETRY_QUEUE_URL
     on_demand_prices: dict[str, float] = field(default_factory=dict)
     heartbeat_timeout: timedelta = timedelta(minutes=10)
     boot_timeout: timedelta = timedelta(minutes=20)
@@ -214,6 +217,7 @@ class ControlPlaneConfig:
             notify_queue_url=env.get(ENV_NOTIFY_QUEUE_URL) or None,
             dlq_url=env.get(ENV_DLQ_URL) or None,
             sweep_queue_url=env.get(ENV_SWEEP_QUEUE_URL) or None,
+            launch_retry_queue_url=env.get(ENV_LAUNCH_RETRY_QUEUE_URL) or None,
             on_demand_prices=prices,
             heartbeat_timeout=seconds(ENV_HEARTBEAT_TIMEOUT, timedelta(minutes=10)),
             boot_timeout=seconds(ENV_BOOT_TIMEOUT, timedelta(minutes=20)),

@@ -36,11 +36,13 @@ from respot.aws.teamtags import PrincipalTeams
 from respot.control.admission import Admission, PassResult
 from respot.control.config import ControlPlaneConfig
 from respot.control.queuecommand import QueueSettingsCommand
+from respot.control.retries import LaunchRetries
 from respot.control.sweeps import SweepFeed
 from respot.core.deadline import DeadlinePolicy
 from respot.core.effects import (
     Effect,
     LaunchInstance,
+    LookAgainLater,
     ReleaseHandoff,
     StopAttempt,
     TerminateInstances,
@@ -183,8 +185,11 @@ class ControlPlane:
         objects: JobObjects | None = None,
         admission: Admission | None = None,
         teams: PrincipalTeams | None = None,
+        retries: LaunchRetries | None = None,
     ) -> None:
         self.jobs = jobs
+        # The lifecycle's delayed looks (a paced launch's, when its token is due).
+        self.retries = retries or LaunchRetries(None)
         # Teams from the submitters' IAM principal tags (respot.aws.teamtags); None: not read.
         self.teams = teams
         # With satellite regions: where each job's objects are, and the copies that move
@@ -315,6 +320,7 @@ class ControlPlane:
             settings=settings,
             notifications=Notifications(config.notify_queue_url, clients["sqs"]),
             sweeps=SweepFeed(config.sweep_queue_url, clients["sqs"]),
+            retries=LaunchRetries(config.launch_retry_queue_url, clients["sqs"]),
             clock=clock,
             pools=PoolTable(config.table_name, clients["dynamodb"]),
             admission=Admission(
@@ -765,6 +771,8 @@ class ControlPlane:
                 log.info("job %s: terminated %s (%s)", job_id, done, effect.reason)
             case ReleaseHandoff():
                 self._release_handoff(effect, record)
+            case LookAgainLater():
+                self.retries.send(effect)
             case StopAttempt():
                 body: dict[str, object] = {
                     "notice": "stop",

@@ -51,4 +51,16 @@ class StopAttempt:
     hold_seconds: float | None = None
 
 
-Effect = LaunchInstance | TerminateInstances | ReleaseHandoff | StopAttempt
+@dataclass(frozen=True)
+class LookAgainLater:
+    """Apply the job's tick again in `delay_seconds` (a paced launch whose reserved token is
+    due then: the tick launches it again). Delivered late or never, the minute's tick does
+    the same at most a tick later."""
+
+    job_id: str
+    attempt: int
+    delay_seconds: int
+    reason: str
+
+
+Effect = LaunchInstance | TerminateInstances | ReleaseHandoff | StopAttempt | LookAgainLater

@@ -59,6 +59,8 @@ class CapacityUnavailable:
     error_code: str
     message: str = ""
     quota: QuotaReading | None = None  # set for quota errors (VcpuLimitExceeded, ...)
+    # A paced launch whose token is reserved: seconds until it is due (launch again then).
+    retry_after: float | None = None
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,11 @@ that refused it, if any) and `LaunchRefused`; the team's queue's `Admitted` and
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 from respot.core.deadline import record_availability
+from respot.core.effects import LookAgainLater
 from respot.core.events import (
     AdmissionRefused,
     Admitted,
@@ -372,8 +374,10 @@ def _retry_same_pool(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Dec
 
 
 def _paced(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
-    """respot's launch pacing held the launch back (not EC2, not the pool): ask again at the
-    next tick, at most `MAX_PACED_LAUNCHES` times for one attempt."""
+    """respot's launch pacing held the launch back (not EC2, not the pool): ask again when
+    its reserved token is due (`retry_after`: a delayed look, `LookAgainLater`, and the
+    tick from then on), else at the next tick; at most `MAX_PACED_LAUNCHES` times for one
+    attempt."""
     job = d.job
     p = att.placement
     key = f"paced-{att.number}"
@@ -394,11 +398,21 @@ def _paced(d: _Draft, att: Attempt, event: CapacityUnavailable) -> Decision:
         )
         return d.decision()
     # The tick launches again once launch_timeout has passed since requested_at: date it so
-    # that this happens at the next tick.
-    att.requested_at = d.now - max(d.settings.launch_timeout - d.settings.policy_tick, timedelta(0))
+    # that this happens when the launch's reserved token is due (never later than
+    # launch_timeout from now: requested_at is never in the future; a token due later makes
+    # that launch paced again, with what is left), else at the next tick.
+    timeout = d.settings.launch_timeout
+    if event.retry_after is not None and event.retry_after > 0:
+        delay = min(max(math.ceil(event.retry_after), 1), int(timeout.total_seconds()))
+        att.requested_at = d.now - timeout + timedelta(seconds=delay)
+        d.effects.append(LookAgainLater(d.job.job_id, att.number, delay, "its launch token is due"))
+        when = f"in {delay}s, when its launch token is due"
+    else:
+        att.requested_at = d.now - max(timeout - d.settings.policy_tick, timedelta(0))
+        when = "at the next tick"
     d.note(
         "paced",
-        f"{what}; the same pool is tried again at the next tick ({count} of "
+        f"{what}; the same pool is tried again {when} ({count} of "
         f"{MAX_PACED_LAUNCHES} before the job fails); not a lack of capacity",
         attempt=att.number,
         error=event.error_code,
