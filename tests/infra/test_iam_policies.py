@@ -355,3 +355,16 @@ def test_the_functions_that_admit_jobs_may_read_ec2_quotas_as_the_local_iam_name
     for function in ("commands", "reconcile"):
         name = next(p for p in policies if function in p.lower())
         assert allowed(policies[name], "servicequotas:GetServiceQuota", arn), name
+
+
+def test_only_the_control_functions_send_to_the_launch_retries_queue(template, policies):
+    retries = (
+        f"arn:aws:sqs:{REGION}:{ACCOUNT}:{_logical_id(template, 'MessagingLaunchRetriesQueue')}"
+    )
+    # every function that launches (a paced launch's look when its token is due) may send
+    for function in ("commands", "agent_events", "reconcile", "launch_retries", "sweep"):
+        assert allowed(policies[f"function:{function}"], "sqs:SendMessage", retries), function
+    # neither the instances nor the researchers may (no one else makes a job look again)
+    assert not allowed(policies["instance"], "sqs:SendMessage", retries)
+    assert not allowed(policies["researcher"], "sqs:SendMessage", retries)
+    assert not allowed(policies["function:notify"], "sqs:SendMessage", retries)
