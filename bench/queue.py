@@ -40,6 +40,7 @@ from respot.core.quotas import quota_for
 from respot.queue import (
     Lease,
     NamedQueue,
+    Preemptions,
     Priority,
     QueueLimits,
     QuotaRoom,
@@ -49,10 +50,15 @@ from respot.queue import (
     settle,
 )
 from respot.queue.model import quota_key_of
+from respot.queue.preemption import CHANGEOVER_HOURS
 from respot.queue.shapes import shape
 
 EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 TICK = 60.0
+# A preempted job's agent checkpoints and stops within this many seconds (an assumption of
+# the bench; the control plane terminates one that has not within the heartbeat timeout),
+# and its next attempt pays the changeover (launch, boot, restore) in work it redoes.
+STOP_SECONDS = 60.0
 
 
 @dataclass
@@ -76,6 +82,10 @@ class Job:
     ended: float | None = None
     failed: str | None = None
     refusals: int = 0
+    left: float | None = None  # hours of work left after a preemption (None: all of it)
+    run_from: float | None = None  # when its current run started
+    preempted_at: float | None = None  # its last preemption
+    preemptions: int = 0
 
     def line(self) -> dict[str, Any]:
         return {
@@ -218,24 +228,40 @@ def simulate(
     states: dict[str, str] = {}
     usage: dict[str, Usage] = {}
     refused = refused_own = 0
+    stopping: set[str] = set()  # preempted, checkpointing and stopping
     trace = Trace()
     next_tick: float | None = None
     while events:
         t = events[0][0]
+        kinds: set[str] = set()
         while events and events[0][0] == t:
             _, _, kind, jid = heapq.heappop(events)
+            kinds.add(kind)
             j = by_id[jid]
+            if kind == "stop":
+                stopping.discard(jid)
             if kind == "submit":
                 waiting[jid] = j
                 states[jid] = "QUEUED"
-            elif kind == "end" and jid in running:
+            elif kind == "stop" and jid in running:
+                # A preempted job has checkpointed and stopped: back in the queue with the
+                # work it had left plus the changeover its next attempt pays.
+                del running[jid]
+                assert j.run_from is not None
+                j.left = max(_left(j) - (t - j.run_from) / 3600.0, 0.0) + CHANGEOVER_HOURS
+                usage[j.researcher] = settle(
+                    usage.get(j.researcher), j.gpus, _ts(j.run_from), _ts(t), limits.half_life_hours
+                )
+                waiting[jid] = j
+                states[jid] = "HELD"
+            elif kind == "end" and jid in running and t == _ends(j):
                 del running[jid]
                 j.ended = t
                 states[jid] = "COMPLETED"
                 usage[j.researcher] = settle(
                     usage.get(j.researcher),
                     j.gpus,
-                    _ts(j.started or t),
+                    _ts(j.run_from if j.run_from is not None else t),
                     _ts(t),
                     limits.half_life_hours,
                 )
@@ -246,7 +272,10 @@ def simulate(
             dep_failed.failed = "after: a job it names failed"
             states[dep_failed.id] = "FAILED"
             del waiting[dep_failed.id]
-        if mode == "respot":
+        if mode == "respot" and kinds == {"stop"}:
+            # A requeue is not an end: the control plane's next pass is the tick's.
+            order = []
+        elif mode == "respot":
             rooms = {k: QuotaRoom(limit=quota_vcpus, others=others) for k in {j.key for j in jobs}}
             leases = [
                 Lease(
@@ -256,9 +285,9 @@ def simulate(
                     r.key,
                     r.vcpus,
                     r.gpus,
-                    _ts(r.admitted or t),
+                    _ts(r.run_from if r.run_from is not None else t),
                     r.queue,
-                    _ts((r.admitted or t) + r.hours * 3600.0),
+                    _ts(_ends(r)),
                 )
                 for r in running.values()
             ]
@@ -274,11 +303,21 @@ def simulate(
                     Priority(w.priority),
                     w.queue,
                     w.after,
-                    w.hours,
+                    _left(w),
                 )
                 for w in waiting.values()
             ]
-            p = plan(wjobs, leases, rooms, limits, usage, states, _ts(t))
+            known = Preemptions(
+                last={r.id: _ts(r.preempted_at) for r in jobs if r.preempted_at is not None},
+                stopping=frozenset(stopping),
+            )
+            p = plan(wjobs, leases, rooms, limits, usage, states, _ts(t), preemptions=known)
+            for victim, _reason in p.preempt:
+                v = by_id[victim]
+                v.preempted_at = t
+                v.preemptions += 1
+                stopping.add(victim)
+                heapq.heappush(events, (t + STOP_SECONDS, 0, "stop", victim))
             for wj, reason in p.fail:
                 j = by_id[wj.job_id]
                 j.failed = reason
@@ -301,9 +340,11 @@ def simulate(
             used[j.key] += j.vcpus
             del waiting[j.id]
             running[j.id] = j
-            j.admitted = j.started = t
+            if j.started is None:  # a resumed job keeps its first start and admission
+                j.admitted = j.started = t
+            j.run_from = t
             states[j.id] = "RUNNING"
-            heapq.heappush(events, (t + j.hours * 3600.0, 0, "end", j.id))
+            heapq.heappush(events, (_ends(j), 0, "end", j.id))
         startable = [
             w for w in waiting.values() if all(states.get(a) == "COMPLETED" for a in w.after)
         ]
@@ -317,6 +358,17 @@ def simulate(
             next_tick = t + TICK
             heapq.heappush(events, (next_tick, 2, "tick", next(iter(waiting))))
     return jobs, trace, refused, refused_own
+
+
+def _left(job: Job) -> float:
+    """Hours of work the job has left before its current run (all of it if never preempted)."""
+    return job.left if job.left is not None else job.hours
+
+
+def _ends(job: Job) -> float:
+    """When the job's current run ends if nothing stops it."""
+    assert job.run_from is not None
+    return job.run_from + _left(job) * 3600.0
 
 
 def _broken(job: Job, states: dict[str, str]) -> bool:
@@ -479,6 +531,7 @@ def parse_limits(args: argparse.Namespace) -> QueueLimits:
         half_life_hours=args.half_life,
         aging_hours=args.aging_hours,
         starve_hours=args.starve_hours,
+        preemption=args.preemption == "on",
     )
 
 
@@ -498,6 +551,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half-life", type=float, default=QueueLimits().half_life_hours)
     ap.add_argument("--aging-hours", type=float, default=QueueLimits().aging_hours)
     ap.add_argument("--starve-hours", type=float, default=QueueLimits().starve_hours)
+    ap.add_argument(
+        "--preemption",
+        choices=("on", "off"),
+        default="on",
+        help="fair-share preemption (the stack setting queue.preemption; default on)",
+    )
     ap.add_argument("--jobs-out", help="write one line per job and mode here")
     ap.add_argument("--workload-out", help="write the (generated) workload here")
     args = ap.parse_args(argv)
@@ -524,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
             "half_life_hours": limits.half_life_hours,
             "aging_hours": limits.aging_hours,
             "starve_hours": limits.starve_hours,
+            "preemption": limits.preemption,
         },
     }
     out_lines = []
@@ -532,6 +592,9 @@ def main(argv: list[str] | None = None) -> int:
             jobs, mode, args.quota_vcpus, args.others_vcpus, limits
         )
         fig = figures(done, trace, args.quota_vcpus, args.others_vcpus, limits)
+        fig["preemptions"] = sum(j.preemptions for j in done)
+        fig["jobs_preempted"] = sum(1 for j in done if j.preemptions)
+        fig["most_preemptions_of_one_job"] = max((j.preemptions for j in done), default=0)
         fig["launches_refused_for_quota"] = refused
         fig["launches_refused_for_quota_by_own_jobs"] = refused_own
         fig["max_vcpus_used"] = (
@@ -549,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ended": j.ended,
                     "failed": j.failed,
                     "refusals": j.refusals,
+                    "preemptions": j.preemptions,
                 }
             )
     if args.jobs_out:

@@ -28,6 +28,8 @@ EXPECTED = {
     # The team's queue (issue 26): a submission is held until admitted, then waits for capacity.
     (JobState.QUEUED, Transition.HOLD): JobState.HELD,
     (JobState.HELD, Transition.ADMIT): JobState.QUEUED,
+    # Preempted for fair share: checkpointed, stopped, back in the team's queue.
+    (JobState.RUNNING, Transition.REQUEUE): JobState.HELD,
 }
 for live in set(JobState) - TERMINAL_STATES:
     EXPECTED[(live, Transition.COMPLETE)] = JobState.COMPLETED

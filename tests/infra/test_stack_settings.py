@@ -98,6 +98,7 @@ def test_launch_pacing_reaches_the_functions_as_one_json_value():
         ({"queue": {"researcher_gpus": -1}}, "queue: researcher_gpus"),
         ({"queue": '{"queues": {"Night Q": {"max_running": 1}}}'}, "queue: queues"),
         ({"queue": {"max_gpus": 4}}, "queue: unknown queue setting"),
+        ({"queue": {"preemption": "off"}}, "queue: preemption"),
         ({"launch_pacing": {"rate_per_second": 500}}, "launch_pacing.rate_per_second"),
         ({"launch_pacing": '{"burst": 0}'}, "launch_pacing.burst"),
     ],

@@ -53,6 +53,10 @@ class LedgerState:
     # the pass's conditional write before any is sent (so one of two racing passes sends
     # it), pending until its queueing is confirmed (`confirm_alerts`), retried if it fails.
     alerts: dict[str, Any] = field(default_factory=dict)
+    # Fair-share preemptions decided and not yet over: job id -> {"at", "reason"} (written by
+    # the pass that decided them, before any job is stopped, so that a rival pass re-plans
+    # with them counted; gone once the job's lease is released).
+    preempting: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _lease_doc(lease: Lease) -> dict[str, Any]:
@@ -111,6 +115,7 @@ class QueueLedger:
             budgets=doc.get("budgets", {}),
             queues=doc.get("queues", []),
             alerts=doc.get("alerts", {}),
+            preempting=doc.get("preempting", {}),
         )
 
     def write(self, state: LedgerState) -> LedgerState:
@@ -130,6 +135,7 @@ class QueueLedger:
             "budgets": state.budgets,
             "queues": state.queues,
             "alerts": state.alerts,
+            "preempting": state.preempting,
         }
         item = {**_KEY, "version": {"N": str(state.version + 1)}, "doc": {"S": json.dumps(doc)}}
         if state.version == 0:

@@ -11,7 +11,12 @@ reconcile tick, and after an admin changes the limits. Its order is fixed:
 5. only then apply `Admitted` to each job whose lease is written and which is still HELD
    (also one a crashed pass left), and `AdmissionRefused` to those the plan fails;
 6. record on each job that still waits why it waits, its position and estimated start
-   (`QueueWaitNoted`, written only when that changed), for `respot ls`/`status` and Slack.
+   (`QueueWaitNoted`, written only when that changed), for `respot ls`/`status` and Slack;
+7. checkpoint and stop each job the plan preempts for fair share (`PlatformStop`, cause
+   `preempt`): recorded in the ledger by the write of step 4 first, so a rival pass re-plans
+   with it counted, and applied again by a later pass if this one stopped before applying it.
+   A preempted job's lease is released (step 2) only once it is HELD again, its instance
+   stopped, so its room counts as held until then.
 Why this never admits a job twice nor exceeds a quota: docs/queue.md, "Why no job is
 admitted twice".
 """
@@ -29,11 +34,20 @@ from respot.aws.queueledger import AccountUse, LedgerState, QueueLedger
 from respot.core.cost import attempt_cost, attempt_hours, on_demand_price
 from respot.core.events import AdmissionRefused, Admitted, JobEvent, PlatformStop, QueueWaitNoted
 from respot.core.job import JobRecord, Market, QueueWait
-from respot.core.lifecycle.stops import STOPPING
+from respot.core.lifecycle.stops import PREEMPT, PREEMPTED, STOPPING
 from respot.core.quotas import quota_for
 from respot.core.states import JobState
 from respot.exceptions import ConcurrentUpdateError
-from respot.queue import Lease, Priority, QueueLimits, QuotaRoom, WaitingJob, plan, settle
+from respot.queue import (
+    Lease,
+    Preemptions,
+    Priority,
+    QueueLimits,
+    QuotaRoom,
+    WaitingJob,
+    plan,
+    settle,
+)
 from respot.queue.admission import Plan
 from respot.queue.budgets import (
     AlertsSent,
@@ -67,6 +81,7 @@ class PassResult:
     alerts: list[BudgetAlert] = field(default_factory=list)
     budget_action: BudgetAction = BudgetAction.HOLD
     stopped: list[tuple[str, str]] = field(default_factory=list)  # `hard`: (job, reason)
+    preempted: list[tuple[str, str]] = field(default_factory=list)  # fair share: (job, reason)
 
 
 def _has_budgets(limits: QueueLimits) -> bool:
@@ -114,6 +129,68 @@ def _wait_event(said: dict[str, Any]) -> QueueWaitNoted:
         position=said.get("position"),
         estimate=datetime.fromisoformat(estimate) if estimate else None,
     )
+
+
+def _requeued_at(record: JobRecord | None, lease: Lease) -> datetime | None:
+    """When a leased job was preempted and requeued (HELD again) since its lease; else None."""
+    if record is None or record.state is not JobState.HELD:
+        return None
+    preempted = record.policy.get(PREEMPTED)
+    if not preempted:
+        return None
+    at = datetime.fromisoformat(preempted["at"])
+    return at if at >= lease.admitted_at else None
+
+
+def _training(record: JobRecord) -> bool:
+    att = record.current
+    return (
+        record.state is JobState.RUNNING
+        and att is not None
+        and att.instance_id is not None
+        and att.end is None
+    )
+
+
+def _preempting(
+    decided: dict[str, dict[str, str]], leases: dict[str, Lease], by_id: dict[str, JobRecord]
+) -> dict[str, dict[str, str]]:
+    """The preemptions still under way: the job leased and either stopping for one or still
+    training (decided, its stop not applied yet). A job that stopped training otherwise (it
+    ended, was interrupted, is held again) is no longer preempted: the pass plans again."""
+    kept = {}
+    for job_id, said in decided.items():
+        record = by_id.get(job_id)
+        if job_id not in leases or record is None:
+            continue
+        stop = record.policy.get(STOPPING)
+        if (stop and stop.get("cause") == PREEMPT) or (not stop and _training(record)):
+            kept[job_id] = said
+    return kept
+
+
+def _preemptions(
+    preempting: dict[str, dict[str, str]], leases: dict[str, Lease], by_id: dict[str, JobRecord]
+) -> Preemptions:
+    """What the planner needs: each leased job's last preemption, those stopping now, and
+    those that may be preempted (training, not stopping for any rule)."""
+    last = {}
+    for job_id in leases:
+        record = by_id.get(job_id)
+        said = record.policy.get(PREEMPTED) if record is not None else None
+        if said:
+            last[job_id] = datetime.fromisoformat(said["at"])
+    for job_id, said in preempting.items():
+        last[job_id] = datetime.fromisoformat(said["at"])
+    running = frozenset(
+        job_id
+        for job_id in leases
+        if (record := by_id.get(job_id)) is not None
+        and _training(record)
+        and STOPPING not in record.policy
+        and job_id not in preempting
+    )
+    return Preemptions(last=last, stopping=frozenset(preempting), running=running)
 
 
 class Admission:
@@ -179,11 +256,13 @@ class Admission:
             by_id = {r.job_id: r for r in live}
             new = replace(state, leases=dict(state.leases), usage=dict(state.usage))
             result.released = []
+            new.preempting = dict(state.preempting)
             for job_id, lease in state.leases.items():
-                if job_id in by_id:
+                requeued = _requeued_at(by_id.get(job_id), lease)
+                if job_id in by_id and requeued is None:
                     continue
-                ended = self.jobs.get(job_id)
-                end = (ended.finished_at if ended else None) or now
+                ended = by_id.get(job_id) or self.jobs.get(job_id)
+                end = requeued or (ended.finished_at if ended else None) or now
                 new.leases.pop(job_id)
                 new.usage[lease.researcher] = settle(
                     new.usage.get(lease.researcher),
@@ -193,6 +272,7 @@ class Admission:
                     limits.half_life_hours,
                 )
                 result.released.append(job_id)
+            new.preempting = _preempting(new.preempting, new.leases, by_id)
             held = [r for r in live if r.state is JobState.HELD]
             types: dict[str, str] = {}  # quota key -> an instance type of its class
             waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
@@ -205,7 +285,12 @@ class Admission:
             alerts, sent = due_alerts(spent, budgets, AlertsSent.from_doc(state.alerts), now)
             new.alerts = sent.to_doc() if (alerts or state.alerts) else {}
             new.queues = sorted(limits.queues)
-            p = plan(waiting, new.leases.values(), rooms, limits, new.usage, states, now, spent)
+            known = _preemptions(new.preempting, new.leases, by_id)
+            p = plan(
+                waiting, new.leases.values(), rooms, limits, new.usage, states, now, spent, known
+            )
+            for job_id, reason in p.preempt:
+                new.preempting[job_id] = {"at": now.isoformat(), "reason": reason}
             for job in p.admit:
                 new.leases[job.job_id] = Lease(
                     job_id=job.job_id,
@@ -237,6 +322,7 @@ class Admission:
                 or state.budgets != new.budgets
                 or state.queues != new.queues
                 or state.alerts != new.alerts
+                or state.preempting != new.preempting
             ):
                 new.planned_at = now.isoformat()
                 try:
@@ -244,6 +330,7 @@ class Admission:
                 except ConcurrentUpdateError:
                     continue  # another pass wrote first: read again, plan again
             result.leases = new.leases
+            preempting = new.preempting
             result.alerts = alerts  # recorded by the write above (or nothing new to say)
             result.budget_action = limits.budget_action
             waits = new.waits
@@ -265,6 +352,11 @@ class Admission:
         for job, reason in result.plan.fail:
             apply(job.job_id, AdmissionRefused(reason))
             result.refused.append((job.job_id, reason))
+        for job_id, decided in preempting.items():  # this pass's, and any one left unapplied
+            victim = by_id.get(job_id)
+            if victim is not None and STOPPING not in victim.policy:
+                apply(job_id, PlatformStop(decided["reason"], PREEMPT))
+                result.preempted.append((job_id, decided["reason"]))
         if limits.budget_action is BudgetAction.HARD and paid:
             result.stopped = self._hard_stops(live, limits, paid, budgets, apply)
         failed = {job.job_id for job, _ in result.plan.fail}

@@ -7,6 +7,8 @@
       |                   |  |  +----start-------|---------------->|
       +-----wait----------+  +--retry            +---interrupt-----+--> INTERRUPTED --request--> ...
     any live state --fail--> FAILED,  --cancel--> CANCELLED,  --complete--> COMPLETED
+    RUNNING --requeue--> HELD (preempted for fair share: checkpointed, stopped, back in the
+      team's queue; admitted again later, its next attempt restores the checkpoint)
     RUNNING (on-demand) --return--> REQUESTED (spot, the on-demand attempt trains on)
     REQUESTED (that return) --return refused--> RUNNING (on the on-demand attempt, unstopped)
 
@@ -88,6 +90,9 @@ class Transition(enum.StrEnum):
     HOLD = "hold"
     # The team's queue admitted it (a lease in the queue ledger): capacity may be requested.
     ADMIT = "admit"
+    # Preempted for fair share (`core.lifecycle.stops`): its checkpoint saved and its
+    # instance stopped, the job waits in the team's queue again.
+    REQUEUE = "requeue"
 
 
 _LIVE = frozenset(LIVE_STATES)
@@ -112,6 +117,7 @@ TRANSITIONS: dict[Transition, tuple[frozenset[JobState], JobState]] = {
     Transition.RETURN_REFUSED: (frozenset({JobState.REQUESTED}), JobState.RUNNING),
     Transition.HOLD: (frozenset({JobState.QUEUED}), JobState.HELD),
     Transition.ADMIT: (frozenset({JobState.HELD}), JobState.QUEUED),
+    Transition.REQUEUE: (frozenset({JobState.RUNNING}), JobState.HELD),
 }
 
 

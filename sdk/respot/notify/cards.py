@@ -539,9 +539,19 @@ def _stopping(
 ) -> SlackPost:
     if entry.data.get("cause") in ("owner", "admin"):  # a cancel with checkpoint_first
         head = "Stopping: saving first"
+    elif entry.data.get("cause") == "preempt":  # queued again once saved (core.lifecycle.stops)
+        head = "Preempted by the team's queue: saving first"
     else:
         head = "Stopped by the platform team's rule"
     return _reply(f":octagonal_sign: *{head}*: {escape(entry.text)}", _at(entry))
+
+
+def _requeued(
+    entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None
+) -> SlackPost:
+    return _reply(
+        f":arrows_counterclockwise: *Preempted, queued again*: {escape(entry.text)}", _at(entry)
+    )
 
 
 def _held(entry: TimelineEntry, record: JobRecord, prices: dict[str, float] | None) -> SlackPost:
@@ -626,6 +636,7 @@ _REPLIES: dict[str, Callable[[TimelineEntry, JobRecord, dict[str, float] | None]
     "returned": _spot_return,
     "idle-gpus": _idle_gpus,
     "stopping": _stopping,
+    "requeued": _requeued,
     "held": _held,
     "completed": _completed,
     "failed": _failed,

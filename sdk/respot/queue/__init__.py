@@ -7,7 +7,8 @@ with conditional writes; `bench.queue` runs the same `plan` over simulated time.
 - `model`: what the planner reads (waiting jobs, leases of admitted ones, quotas, limits);
 - `shapes`: vCPUs and GPUs of the instance types respot knows without asking EC2;
 - `usage`: recent use in GPU-hours, decayed with a half-life (the fair-share memory);
-- `admission`: the planner (`plan`): order, fair share, aging, limits, quotas, `after`.
+- `admission`: the planner (`plan`): order, fair share, aging, limits, quotas, `after`;
+- `preemption`: which running jobs to checkpoint and requeue for a job below its share.
 
 docs/queue.md describes the rules for the platform team and the researcher.
 """
@@ -21,12 +22,14 @@ from respot.queue.model import (
     QuotaRoom,
     WaitingJob,
 )
+from respot.queue.preemption import Preemptions
 from respot.queue.usage import Usage, decayed, settle
 
 __all__ = [
     "Lease",
     "NamedQueue",
     "Plan",
+    "Preemptions",
     "Priority",
     "QueueLimits",
     "QuotaRoom",

@@ -26,6 +26,11 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    only if it ends before that time (its estimate) or fits in what the reservation leaves; so
    smaller jobs keep the quota busy without ever delaying the fairest pick.
 
+7. Fair-share preemption (`preemption`, unless the platform team turned it off): when the
+   fairest pick does not fit its quota, running jobs of researchers above their share may be
+   checkpointed and requeued to make room (`Plan.preempt`); their room is reserved for the
+   pick until they have stopped.
+
 `plan` is a function of its arguments only; the control plane makes its result stick with
 conditional writes (docs/queue.md, "Why no job is admitted twice").
 """
@@ -38,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from respot.queue.model import Lease, QueueLimits, QuotaRoom, WaitingJob
+from respot.queue.preemption import Preemptions, victims
 from respot.queue.usage import Usage, decayed, running_usage
 
 # A GPU admitted now counts as this many GPU-hours of use in the fair-share comparison (so
@@ -66,6 +72,8 @@ class Plan:
     admit: list[WaitingJob] = field(default_factory=list)  # in the order picked
     fail: list[tuple[WaitingJob, str]] = field(default_factory=list)
     waits: dict[str, Waits] = field(default_factory=dict)
+    # Leased jobs to checkpoint and requeue for fair share, with the reason (`preemption`).
+    preempt: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _seconds(a: datetime, b: datetime) -> float:
@@ -104,6 +112,7 @@ def plan(
     states: Mapping[str, str],
     now: datetime,
     spent: Mapping[str, float] | None = None,
+    preemptions: Preemptions | None = None,
 ) -> Plan:
     """Which of `waiting` to admit now, in order; which fail; why each other one waits.
 
@@ -112,7 +121,8 @@ def plan(
 
     `leases`: the admitted jobs that have not ended. `quotas`: quota key -> room (a key not
     there is not gated). `usage`: settled recent use per researcher. `states`: the state of
-    every job named in an `after:` (a name not there is unknown).
+    every job named in an `after:` (a name not there is unknown). `preemptions`: what the
+    planner knows of preemptions (None: it preempts nothing, as with `limits.preemption` off).
     """
     leases = list(leases)
     out = Plan()
@@ -175,9 +185,25 @@ def plan(
             continue
         out.waits[job.job_id] = why
         if why.kind == "quota" and job.quota_key not in held:
-            held[job.quota_key] = _reserve(
-                job, leases, out.admit, quotas[job.quota_key], tally, now
-            )
+            stopping = preemptions.stopping if preemptions is not None else frozenset()
+            room = quotas[job.quota_key]
+            held[job.quota_key] = _reserve(job, leases, out.admit, room, tally, now, stopping)
+            if preemptions is not None and limits.preemption:
+                found = victims(
+                    job,
+                    leases,
+                    room,
+                    tally.researcher,
+                    tally.vcpus[job.quota_key],
+                    share,
+                    held[job.quota_key].at,
+                    preemptions,
+                    now,
+                )
+                if found is not None:
+                    chosen, spare = found
+                    _preempt(job, chosen, out)
+                    held[job.quota_key] = _Reservation(job.job_id, now, spare)
         if why.kind == "queue":
             per[researcher].pop(0)  # it waits for its queue; the researcher's next may go
             continue
@@ -316,14 +342,17 @@ def _reserve(
     room: QuotaRoom,
     tally: _Tally,
     now: datetime,
+    stopping: frozenset[str] = frozenset(),
 ) -> _Reservation:
-    """When `job` will fit its quota as the known ends of leases free room."""
+    """When `job` will fit its quota as the known ends of leases free room (a lease being
+    stopped for a preemption ends now)."""
     assert room.limit is not None
     free = room.limit - room.others - tally.vcpus[job.quota_key]
     ends = [
-        (lease.ends_at, lease.vcpus)
+        (now if lease.job_id in stopping else lease.ends_at, lease.vcpus)
         for lease in leases
-        if lease.quota_key == job.quota_key and lease.ends_at is not None
+        if lease.quota_key == job.quota_key
+        and (lease.ends_at is not None or lease.job_id in stopping)
     ]
     ends += [
         (now + timedelta(hours=a.hours), a.vcpus)
@@ -335,6 +364,23 @@ def _reserve(
         if free >= job.vcpus:
             return _Reservation(job.job_id, at, free - job.vcpus)
     return _Reservation(job.job_id, None, 0.0)
+
+
+def _preempt(job: WaitingJob, chosen: list[Lease], out: Plan) -> None:
+    """Record the preemptions for `job` and say so in its wait."""
+    for lease in chosen:
+        out.preempt.append(
+            (
+                lease.job_id,
+                f"preempted for fair share: {lease.researcher} holds more than its share of "
+                f"quota {job.quota_key} and {job.researcher}'s job {job.job_id} needs the room",
+            )
+        )
+    out.waits[job.job_id] = Waits(
+        "quota",
+        f"quota {job.quota_key}: room is being freed for it: {len(chosen)} job(s) of "
+        "researchers above their fair share checkpoint and wait in the queue again",
+    )
 
 
 def _misfit(

@@ -113,6 +113,9 @@ class QueueLimits:
     researcher_budgets: dict[str, float] = field(default_factory=dict)
     team_budgets: dict[str, float] = field(default_factory=dict)
     budget_action: BudgetAction = BudgetAction.HOLD
+    # Fair-share preemption (`respot.queue.preemption`): on unless the platform team turns
+    # it off (stack setting `queue.preemption: false`).
+    preemption: bool = True
 
     def budget_of_researcher(self, researcher: str) -> float | None:
         """The researcher's monthly budget in USD, or None."""

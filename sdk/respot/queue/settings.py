@@ -32,6 +32,7 @@ _KEYS = {
     "researcher_budgets",
     "team_budgets",
     "budget_action",
+    "preemption",
 }
 
 
@@ -118,6 +119,12 @@ def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
             f"budget_action: {action!r} is not hold or hard (hold: at 100% of a budget new "
             "jobs are held; hard: running ones are also checkpointed and stopped)"
         )
+    preemption = data.get("preemption", True)
+    if not isinstance(preemption, bool):
+        raise QueueSettingsError(
+            f"preemption: {preemption!r} is not true or false (true, the default: the queue "
+            "may checkpoint and requeue running jobs of researchers above their fair share)"
+        )
     defaults = QueueLimits()
     return enabled, QueueLimits(
         researcher_gpus=_count("researcher_gpus", data.get("researcher_gpus")),
@@ -137,6 +144,7 @@ def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
         researcher_budgets=_budgets("researcher_budgets", data.get("researcher_budgets")),
         team_budgets=_budgets("team_budgets", data.get("team_budgets")),
         budget_action=BudgetAction(action),
+        preemption=preemption,
     )
 
 
@@ -164,6 +172,7 @@ def settings_dict(enabled: bool, limits: QueueLimits) -> dict[str, Any]:
         "researcher_budgets": dict(limits.researcher_budgets),
         "team_budgets": dict(limits.team_budgets),
         "budget_action": limits.budget_action.value,
+        "preemption": limits.preemption,
     }
 
 

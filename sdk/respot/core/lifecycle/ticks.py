@@ -21,7 +21,7 @@ from respot.core.lifecycle.attempts import (
 )
 from respot.core.lifecycle.draft import Decision, _Draft, _finish, _unchanged, at_step
 from respot.core.lifecycle.returns import _begin_return, return_hold
-from respot.core.lifecycle.stops import STOPPING, begin_stop, stop_overdue
+from respot.core.lifecycle.stops import STOPPING, admitted_before, begin_stop, stop_overdue
 from respot.core.placement import ControlSettings, MarketPolicy, SwitchPolicy
 from respot.core.states import JobState, Transition
 
@@ -92,7 +92,7 @@ def _tick(
         return d.decision()  # a rule's stop the agent did not carry out in time
     if (
         spec.max_runtime is not None
-        and now - (job.admitted_at or job.created_at) > spec.max_runtime
+        and now - (job.admitted_at or job.created_at) + admitted_before(job) > spec.max_runtime
     ):
         _finish(
             d,

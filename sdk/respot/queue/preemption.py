@@ -1,0 +1,122 @@
+"""Fair-share preemption: which running jobs to checkpoint and requeue so that a waiting job of
+a researcher below their share gets room (docs/queue.md, "Preemption").
+
+Without it, a job too large for the free room reserves its quota until enough leases end
+(`admission._reserve`), and while the room gathers no one gets new GPUs: the researchers
+running already keep them. With it, when the fairest pick does not fit its quota, the planner
+may stop running jobs of researchers above their share instead. Pure: `plan` calls
+`victims`; the control plane checkpoints and stops each victim (`PlatformStop`, cause
+`preempt`, `core.lifecycle.stops`), the job waits HELD again, and its lease is released once
+it has stopped, so the room is counted as held until the instance is gone.
+
+The rules, each a bound:
+- only the fairest pick that does not fit its quota may preempt (one per quota per pass),
+  and not while jobs already stopping for it would free enough room;
+- a victim's researcher stays at or above the preemptor's share after it (Kueue's
+  "LessThanOrEqualToFinalShare"): `(gpus(V) - victim) / share(V) >= (gpus(R) + job) /
+  share(R)`, so no one is preempted to make someone else more over their share than they
+  were, and a researcher at or below share is never preempted by one above;
+- a victim is never larger (in vCPUs of the quota) than the job it makes room for: its own
+  readmission would otherwise need a longer drain than the one avoided;
+- a job preempted once is not preempted again within its own length (its estimated
+  runtime; without one, never again);
+- the researcher's own jobs are never victims;
+- only when waiting costs more GPU time than preempting: the drain (until enough leases end
+  by their estimates; unknown: forever) times the job's GPUs exceeds the victims' GPUs times
+  the changeover (launch, boot, restore: the 6 minutes `respot run --check` counts);
+- among those allowed: the researcher most over share first, then the newest admitted, until
+  the job fits; if all of them would not make it fit, no one is preempted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from respot.queue.model import Lease, QuotaRoom, WaitingJob
+
+# Launch, boot and restore of a preempted job's next attempt (the changeover `respot run
+# --check` counts, core.cost_estimate).
+CHANGEOVER_HOURS = 0.1
+
+
+@dataclass(frozen=True)
+class Preemptions:
+    """What the planner needs to preempt: `last`, each job's last preemption (from its
+    record); `stopping`, leased jobs being stopped for a preemption now (their room counts
+    as freeing); `running`, leased jobs that may be preempted now (training; None: all)."""
+
+    last: Mapping[str, datetime] = field(default_factory=dict)
+    stopping: frozenset[str] = frozenset()
+    running: frozenset[str] | None = None
+    changeover_hours: float = CHANGEOVER_HOURS
+
+
+def _protected(lease: Lease, last: Mapping[str, datetime], now: datetime) -> bool:
+    """True if the job was preempted within its own length (without one: ever)."""
+    at = last.get(lease.job_id)
+    if at is None:
+        return False
+    if lease.ends_at is None:
+        return True
+    return (now - at) < (lease.ends_at - lease.admitted_at)
+
+
+def victims(
+    job: WaitingJob,
+    leases: list[Lease],
+    room: QuotaRoom,
+    gpus_of: Mapping[str, int],
+    vcpus_admitted: int,
+    share: Mapping[str, float],
+    fits_at: datetime | None,
+    known: Preemptions,
+    now: datetime,
+) -> tuple[list[Lease], float] | None:
+    """The leases to preempt so that `job` fits its quota now, and the vCPUs left over; None
+    if it should wait instead (the rules above).
+
+    `gpus_of`: GPUs each researcher has admitted now (stopping leases included);
+    `vcpus_admitted`: vCPUs the quota's leases hold now; `fits_at`: when `job` fits without
+    preemption (None: not known to)."""
+    assert room.limit is not None
+    stopping = [le for le in leases if le.job_id in known.stopping]
+    free = room.limit - room.others - vcpus_admitted + sum(le.vcpus for le in stopping)
+    if free >= job.vcpus:
+        return None  # the jobs already stopping make room enough
+    gpus = dict(gpus_of)
+    for le in stopping:
+        gpus[le.researcher] = gpus.get(le.researcher, 0) - le.gpus
+    mine = (gpus.get(job.researcher, 0) + job.gpus) / share[job.researcher]
+    pool = [
+        le
+        for le in leases
+        if le.quota_key == job.quota_key
+        and le.job_id not in known.stopping
+        and (known.running is None or le.job_id in known.running)
+        and le.researcher != job.researcher
+        and le.researcher in share
+        and le.vcpus <= job.vcpus
+        and not _protected(le, known.last, now)
+    ]
+    chosen: list[Lease] = []
+    while free < job.vcpus:
+        allowed = [
+            le for le in pool if (gpus[le.researcher] - le.gpus) / share[le.researcher] >= mine
+        ]
+        if not allowed:
+            return None  # not enough room held by researchers above the job's final share
+        pick = max(
+            allowed,
+            key=lambda le: (gpus[le.researcher] / share[le.researcher], le.admitted_at, le.job_id),
+        )
+        pool.remove(pick)
+        chosen.append(pick)
+        gpus[pick.researcher] -= pick.gpus
+        free += pick.vcpus
+    if fits_at is not None:
+        drain = max((fits_at - now).total_seconds(), 0.0) / 3600.0
+        if drain * job.gpus <= sum(le.gpus for le in chosen) * known.changeover_hours:
+            return None  # waiting for the drain costs less GPU time than the changeover
+    return chosen, free - job.vcpus
