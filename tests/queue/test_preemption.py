@@ -134,6 +134,20 @@ def test_no_preemption_unless_it_makes_the_job_fit() -> None:
     assert _plan([_job("a4", "ann", size=4)], leases).preempt == []
 
 
+def test_then_jobs_of_researchers_above_the_preemptor_s_final_share_before_the_pass() -> None:
+    # ann's 2-GPU job (a share is 16/3 vCPUs: it is above hers alone). bo runs 3 GPUs, cy 1.
+    # The final-share rule allows one of bo's (he keeps 2 = ann's 2) and no more; Kueue's
+    # second strategy then allows another of bo's (3 before the pass > ann's 2 after), never
+    # cy's (1 before the pass).
+    leases = [*_bo(3), _lease("cy0", "cy", 30)]
+    p = _plan([_job("a2", "ann", size=2)], leases)
+    assert [j for j, _ in p.preempt] == ["bo2", "bo1"]
+    assert p.admit == [] and "room is being freed" in p.waits["a2"].reason
+    # strictly above: with bo at 2 before the pass (= ann's 2 after) nothing is preempted
+    leases = [*_bo(2), _lease("cy0", "cy", 30), _lease("cy1", "cy", 20)]
+    assert _plan([_job("a2", "ann", size=2)], leases).preempt == []
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from(["bo", "ann", "cy"]), st.sampled_from([1, 2])), max_size=6),

@@ -16,6 +16,14 @@ The rules, each a bound:
   "LessThanOrEqualToFinalShare"): `(gpus(V) - victim) / share(V) >= (gpus(R) + job) /
   share(R)`, so no one is preempted to make someone else more over their share than they
   were, and a researcher at or below share is never preempted by one above;
+- only when those victims do not make room enough, Kueue's second strategy
+  ("LessThanInitialShare", used after the first as Kueue's fair sharing configures it):
+  more jobs of researchers whose share before this pass is strictly above the preemptor's
+  final share, `gpus(V) / share(V) > (gpus(R) + job) / share(R)`. This is what lets a job
+  larger than its researcher's share (a 4-GPU job where a share is 3.2 GPUs) take room from
+  the researcher holding the most, instead of draining the quota while it gathers
+  (docs/queue.md, "Preemption"); a researcher at or below the preemptor's final share is
+  still never preempted, but a victim's researcher may end below the preemptor;
 - a victim is never larger (in vCPUs of the quota) than the job it makes room for: its own
   readmission would otherwise need a longer drain than the one avoided;
 - a job preempted once is not preempted again within its own length (its estimated
@@ -89,6 +97,7 @@ def victims(
     for le in stopping:
         gpus[le.researcher] = gpus.get(le.researcher, 0) - le.gpus
     mine = (gpus.get(job.researcher, 0) + job.gpus) / share[job.researcher]
+    initial = dict(gpus)  # each researcher's GPUs before this pass preempts anyone
     pool = [
         le
         for le in leases
@@ -105,8 +114,10 @@ def victims(
         allowed = [
             le for le in pool if (gpus[le.researcher] - le.gpus) / share[le.researcher] >= mine
         ]
+        if not allowed:  # Kueue's second strategy, once the first is spent
+            allowed = [le for le in pool if initial[le.researcher] / share[le.researcher] > mine]
         if not allowed:
-            return None  # not enough room held by researchers above the job's final share
+            return None  # not room enough from researchers either strategy allows
         pick = max(
             allowed,
             key=lambda le: (gpus[le.researcher] / share[le.researcher], le.admitted_at, le.job_id),
