@@ -16,9 +16,9 @@ local runtime's resources say the same thing. It is plain data: importing it cos
     agent  --Lambda Invoke (instance role, this function only)--> lambdas.credentials
         (a job's credentials, scoped to jobs/<job>/, for that job's live instances only)
     control plane (every function, after each commit) --> SQS FIFO notifications --> lambdas.notify
+        (message group = job id: one job's news is posted in order, never concurrently)
     control plane (a paced launch, DelaySeconds = when its launch token is due)
         --> SQS launch-retries --> lambdas.launch_retries (that job's tick: it launches again)
-        (message group = job id: one job's news is posted in order, never concurrently)
     commands (sweep: record and kick; sweep-stop: stop), control plane (a trial job's metric
     values and its end)
         --> SQS FIFO sweep-events --> lambdas.sweep (message group = sweep id)
