@@ -150,12 +150,23 @@ def test_a_saved_file_survives_an_interruption_on_the_same_local_port(
         )
         assert "/ipc/pylib/respot/" in printed  # respot alone, from the command's PYTHONPATH
         # WHEN the instance gets a spot interruption (`respot local interrupt`)
+        status = call(link, "/api/status")
+        assert isinstance(status, dict)
+        first_server = status["started"]
         first = rt.interrupt_job(job_id, wait_seconds=120)
 
         def replacement_serves() -> bool:
+            """Attempt 2 is current and its JupyterLab answers through the tunnel (the first
+            one serves on through its save window, the tunnel with it: another start time)."""
             record = rt.job_record(job_id)
             current = record.current if record else None
-            return bool(current and current.number == 2 and answers(link, "/api/status"))
+            if not (current and current.number == 2 and answers(link, "/api/status")):
+                return False
+            try:
+                now = call(link, "/api/status")
+            except (OSError, ValueError):
+                return False
+            return isinstance(now, dict) and now["started"] != first_server
 
         wait_for(replacement_serves, UP_SECONDS + NOTICE_SECONDS * SCALE, "the replacement")
         # THEN the same local port reaches the replacement, which serves the saved file

@@ -89,7 +89,6 @@ def job(tmp_path: Path):
         names.ENV_SYNC_SECONDS: "3600",  # only the final sync, unless a test says otherwise
         names.ENV_POLL_SECONDS: "0.5",
         names.ENV_IDLE_MINUTES: "60",
-        names.ENV_AUTOSAVE_SECONDS: "1",  # the save window after a notice: 1 s + the margin
     }
     yield root, env, agent
     agent.stop()
@@ -148,7 +147,7 @@ def test_notice_syncs_the_saved_file_and_exits_as_an_interruption(job) -> None:
         assert refused.value.code == 403
         api(port, "/api/contents/notes.txt", "PUT", {"type": "file", "format": "text",
                                                      "content": "kept across"})  # fmt: skip
-        contract.write_notice(root / "ipc" / "notice", "spot-interruption", None)
+        notice_in(root, 20)  # a short notice: a save window of 3 s (a page made requests)
         os.killpg(proc.pid, signal.SIGTERM)  # the agent signals the whole group
         code, out = finish(proc)
     finally:
@@ -254,7 +253,7 @@ def test_periodic_syncs_take_each_change_and_only_changes(job) -> None:
             api(port, f"/api/contents/{name}", "PUT",
                 {"type": "file", "format": "text", "content": name})  # fmt: skip
             synced(list(range(1, step + 1)))
-        contract.write_notice(root / "ipc" / "notice", "spot-interruption", None)
+        notice_in(root, 20)  # a short notice: a save window of 3 s (a page made requests)
         os.killpg(proc.pid, signal.SIGTERM)
         code, out = finish(proc)
     finally:
@@ -324,7 +323,9 @@ def test_an_edit_saved_after_the_notice_within_the_save_window_is_synced(job) ->
         port = wait_port(root, proc)
         put = {"type": "file", "format": "text", "content": "saved before"}
         api(port, "/api/contents/before.txt", "PUT", put)  # a page's request: a browser is there
-        notice_in(root, 120)  # EC2's two minutes
+        # A 30-s notice: the window is what it leaves (22.5 s to the agent's kill, less the
+        # shutdown's 12 s), short enough for a test
+        notice_in(root, 30)
         os.killpg(proc.pid, signal.SIGTERM)  # the agent signals the whole group at once
         lines.wait_for("for an open page's autosave")
         # what the browser's autosave does: PUT the notebook through the contents API
@@ -350,7 +351,6 @@ def test_an_edit_saved_after_the_notice_within_the_save_window_is_synced(job) ->
 
 def test_without_an_open_page_the_notice_takes_no_save_window(job) -> None:
     root, env, _ = job
-    env[names.ENV_AUTOSAVE_SECONDS] = "3600"  # a window, if taken, would say so and last 78 s
     proc = start(root, env)
     lines = Lines(proc)
     try:

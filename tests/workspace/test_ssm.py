@@ -307,3 +307,22 @@ def test_the_resolver_names_the_current_instance_and_says_when_the_workspace_sto
     rows["j-1"] = record("COMPLETED", None)
     with pytest.raises(ssm.SessionManagerError, match="`respot notebook start mine`"):
         resolve()
+
+
+def test_the_resolver_stays_on_a_noticed_instance_through_its_save_window():
+    """On the notice the replacement is current at once (no instance yet, or one booting), but
+    the noticed attempt's JupyterLab serves on for the page's autosave until that attempt
+    ends: the tunnel stays on it until then, and follows the replacement after."""
+    old = SimpleNamespace(instance_id=INSTANCE, end=None)
+    new = SimpleNamespace(instance_id=None, end=None)
+    row = SimpleNamespace(
+        state=SimpleNamespace(is_terminal=lambda: False, value="RUNNING"),
+        attempts=[old, new],
+        current=new,
+    )
+    resolve = ssm.instance_resolver(SimpleNamespace(get={"j-1": row}.get), "j-1", "mine")
+    assert resolve() == INSTANCE  # the replacement requested: the page still saves to the old
+    new.instance_id = "i-0replacement"
+    assert resolve() == INSTANCE  # the replacement booting: the old one still serves
+    old.end = "interrupted"
+    assert resolve() == "i-0replacement"  # the old attempt ended: the page follows

@@ -27,6 +27,18 @@ def is_workspace(record: JobRecord) -> bool:
     return spec.command == names.COMMAND and names.TAG in spec.tags
 
 
+def serving_attempt(record: Any) -> Any:
+    """The attempt whose JupyterLab a page should reach now: the oldest attempt that has an
+    instance and has not ended, else the newest. On the notice the control plane makes the
+    replacement current at once, but the noticed attempt serves on through its save window
+    (respot.workspace.serve), so the page's autosave must still reach it; the replacement
+    restores only once it ended (one trainer per job), and the page follows it then."""
+    for attempt in getattr(record, "attempts", None) or []:
+        if attempt.instance_id is not None and attempt.end is None:
+            return attempt
+    return record.current
+
+
 def name_of(record: JobRecord) -> str:
     return record.submission.spec.tags[names.TAG]
 

@@ -17,6 +17,7 @@ from typing import Any
 from respot.agent.config import DEFAULT_WORK_DIR
 from respot.aws.jobs import JobTable
 from respot.workspace import names
+from respot.workspace.catalog import serving_attempt
 from respot.workspace.tunnel import NotReachableError, Resolver
 
 # infra/local: the runtime's instances live in <work_root>/instances/<id>/, their "/" in root/
@@ -46,7 +47,7 @@ def resolver(table: JobTable, work_root: Path, job_id: str, name: str) -> Resolv
                 f"workspace {name!r} stopped (job {job_id} is {record.state.value}): "
                 f"`respot notebook start {name}` starts it again where it was"
             )
-        attempt = record.current
+        attempt = serving_attempt(record)  # through a noticed instance's save window
         if attempt is None or attempt.instance_id is None:
             raise NotReachableError(f"workspace {name!r} is waiting for an instance")
         path = port_file(work_root, attempt.instance_id, job_id, attempt.number)

@@ -19,14 +19,14 @@ directory, with a command job's environment (docs/commands.md):
 4. every RESPOT_WORKSPACE_SYNC_SECONDS (60) when files changed: `respot.checkpoint_saved`,
    so the agent snapshots the workspace and the checkpoint store uploads what changed;
 5. on the notice (the notice file appears; the group's stop signal): snapshots what Jupyter
-   saved at once; then keeps JupyterLab serving for the *save window* (`save_window`: the
-   autosave interval and SAVE_MARGIN_SECONDS, so a connected browser's autosave writes the
-   edits not yet saved; never past the moment the agent kills the group, less what the
-   shutdown after it takes); snapshots again, stops JupyterLab, takes the final snapshot if
-   anything changed, and exits 0: an interruption, replaced and restored as for any command
-   job. No window when no browser is there (`browser_seen`: no kernel connection and no
-   request from a page for BROWSER_SEEN_SECONDS): nobody can have unsaved edits, and an
-   unattended workspace is not slowed;
+   saved at once; then keeps JupyterLab serving for the *save window* (`save_window`: as
+   long as the notice allows, up to the moment the agent kills the group less what the
+   shutdown after it takes), so a connected browser's autosave writes the edits not yet
+   saved, even after slow saves stretched its interval; snapshots again, stops JupyterLab,
+   takes the final snapshot if anything changed, and exits 0: an interruption, replaced and
+   restored as for any command job. No window when no browser is there (`browser_seen`: no
+   kernel connection and no request from a page for BROWSER_SEEN_SECONDS): nobody can have
+   unsaved edits, and an unattended workspace is not slowed;
 6. idle (`respot.workspace.idle`): no kernel activity and no connected browser for
    RESPOT_WORKSPACE_IDLE_MINUTES: says why (its log, and `workspace-stopped.txt` in the job's
    outputs), stops Jupyter, takes a final snapshot and exits 0: the job completes (stopped,
@@ -71,8 +71,8 @@ DEFAULT_POLL_SECONDS = 15.0
 DEFAULT_AUTOSAVE_SECONDS = 10
 PORT_TRIES = 5  # a free port can be taken between our look and Jupyter's bind
 SNAPSHOT_SECONDS = 300.0  # checkpoint_saved: the agent's snapshot (hard links and copies)
-# The save window's margin over the autosave interval: the save's round trip (the page's PUT
-# through the tunnel, Jupyter's write aside and rename) on a loaded machine.
+# A save window shorter than the autosave interval and this margin (the save's round trip:
+# the page's PUT through the tunnel, Jupyter's write aside and rename) is said in the log.
 SAVE_MARGIN_SECONDS = 3.0
 MIN_SYNC_SECONDS = 1.0  # a snapshot's time when none was measured yet
 # An open JupyterLab page asks the server for its sessions and kernels every 10 s (tracked API
@@ -103,15 +103,18 @@ def shutdown_reserve(sync_seconds: float) -> float:
     return STOP_SECONDS + 2 * max(sync_seconds, MIN_SYNC_SECONDS)
 
 
-def save_window(
-    *, autosave_seconds: float, reclaim_at: datetime | None, now: datetime, sync_seconds: float
-) -> float:
-    """Seconds JupyterLab keeps serving after the notice: one autosave interval and the
-    margin, cut so the shutdown after it (`shutdown_reserve`) ends before the agent kills the
-    group (`contract.seconds_to_kill`); 0 when the notice is too short for any."""
-    wanted = autosave_seconds + SAVE_MARGIN_SECONDS
+def save_window(*, reclaim_at: datetime | None, now: datetime, sync_seconds: float) -> float:
+    """Seconds JupyterLab keeps serving after the notice (`now`): as long as the notice allows,
+    so that the shutdown after it (`shutdown_reserve`) ends before the agent kills the group
+    (`contract.seconds_to_kill`); 0 when the notice is too short for any.
+
+    Not one autosave interval: JupyterLab sets a page's next autosave at the interval or 10
+    times its last save's duration, whichever is longer (its SaveHandler), so a slow save (a
+    loaded machine, a large notebook, a slow tunnel) stretches it by an amount the supervisor
+    cannot see. The time is not lost: the replacement boots meanwhile, and waits for this
+    attempt's last snapshot in any case."""
     room = contract.seconds_to_kill(reclaim_at, now) - shutdown_reserve(sync_seconds)
-    return max(0.0, min(wanted, room))
+    return max(0.0, room)
 
 
 def browser_seen(status: Any, kernels: Any, now: datetime) -> bool:
@@ -474,15 +477,17 @@ class Supervisor:
         # What Jupyter saved is on disk (it writes aside and renames): snapshot it at once.
         self.sync("notice")
         window = save_window(
-            autosave_seconds=self.autosave_seconds,
-            reclaim_at=contract.reclaim_time(notice),
-            now=noticed,
-            sync_seconds=self.sync_took,
+            reclaim_at=contract.reclaim_time(notice), now=noticed, sync_seconds=self.sync_took
         )
         # Then JupyterLab serves on for the save window, so an open page's autosave writes
         # what was typed since its last save; snapshot that, stop JupyterLab, snapshot again.
         if window > 0 and self._serving() and self._browser_seen():
             _say(f"JupyterLab serves {window:.0f} s more, for an open page's autosave")
+            if window < self.autosave_seconds + SAVE_MARGIN_SECONDS:
+                _say(
+                    f"the notice leaves less than one autosave interval "
+                    f"({self.autosave_seconds} s): edits typed since the last may be lost"
+                )
             end = time.monotonic() + window
             while time.monotonic() < end and self._serving():
                 time.sleep(min(0.2, max(0.0, end - time.monotonic())))

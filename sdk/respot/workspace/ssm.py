@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from respot.exceptions import RespotError
+from respot.workspace.catalog import serving_attempt
 
 DOCUMENT = "AWS-StartPortForwardingSession"
 PLUGIN = "session-manager-plugin"
@@ -288,7 +289,7 @@ def instance_resolver(table: Any, job_id: str, name: str) -> Callable[[], str | 
                 f"workspace {name!r} stopped (job {job_id} is {record.state.value}): "
                 f"`respot notebook start {name}` starts it again where it was"
             )
-        attempt = record.current
+        attempt = serving_attempt(record)  # through a noticed instance's save window
         return attempt.instance_id if attempt is not None else None
 
     return current
