@@ -1,9 +1,11 @@
 """Issue 27 in a real browser: a headless Chromium (Debian's `chromium` and `chromium-driver`,
 driven by selenium) uses a workspace's JupyterLab through the local runtime's tunnel as a
 researcher would: open JupyterLab, create a notebook, run a cell that writes a file, save;
-`respot local interrupt` the workspace; once the replacement answers, reload the page: the
-notebook (with its saved output) and the file are there, the kernel is a new one (the variable
-the cell set is gone), and the note in the workspace says why.
+type an edit and do NOT save it; `respot local interrupt` the workspace; once the replacement
+answers, reload the page: the notebook (with its saved output, and the edit, which the page's
+autosave wrote during the supervisor's save window after the notice) and the file are there,
+the kernel is a new one (the variable the cell set is gone), and the note in the workspace says
+why.
 
 A screenshot of each step is kept under `$RESPOT_TEST_ARTIFACTS/notebook-browser/` (default
 `build/test-artifacts/notebook-browser/` in the checkout, gitignored); the path is printed.
@@ -67,10 +69,13 @@ from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-# As tests/e2e/test_workspace_e2e.py: EC2's two-minute notice lasts 30 real seconds here, so a
-# loaded machine has the time to stop JupyterLab's kernels and upload the workspace.
+# EC2's notice lasts its real two minutes here (the rest of the runtime's time is scaled): the
+# save window after it (what it leaves before the agent's kill, less the shutdown: about 75 s)
+# outlasts the page's autosave interval even as a loaded machine's slow saves stretch it
+# (JupyterLab waits 10 times a save's duration).
 SCALE = 1.0 / 30.0
-NOTICE_SECONDS = 900.0
+NOTICE_SECONDS = 120.0 / SCALE
+AUTOSAVE_SECONDS = 6  # JupyterLab's autosave interval in this workspace (its settings)
 UP_SECONDS = 420.0  # bound: an instance boots, the agent prepares, JupyterLab starts
 STEP_SECONDS = 240.0  # bound of one browser step (a kernel starting on a busy machine)
 NOTEBOOK = "kept.ipynb"
@@ -78,6 +83,8 @@ MADE = "made-in-cell.txt"
 CELL = f'x = 41; open("{MADE}", "w").write("kept"); print("wrote it")'
 AFTER = 'print("x is", "still set" if "x" in globals() else "gone")'
 IDLE = '.jp-NotebookPanel .jp-Notebook-ExecutionIndicator[data-status="idle"]'
+AUTOSAVED = "  # an edit the autosave took"  # typed after the save, then autosaved
+UNSAVED = " and one typed after it"  # typed right after that autosave: unsaved at the notice
 RERUNS = 3  # a dropped run asked again (not a failure of respot: JupyterLab's behaviour)
 UNRUN_SECONDS = 5.0  # how long an unrun cell beside an idle kernel counts as dropped
 
@@ -98,6 +105,13 @@ def rt() -> Iterator[LocalRuntime]:
         time_scale=SCALE,
         timing=FleetTiming(notice_seconds=NOTICE_SECONDS),
         chaos=ChaosSchedule(job_ids=set()),
+        # The replacement restores only once the noticed attempt wrote its last snapshot (its
+        # hand-off marker), or after this wait: as on AWS (150 s for a 120-s notice), it must
+        # outlast the notice, which the runtime would scale down (5 s) but not the notice.
+        agent_env={"RESPOT_HANDOFF_WAIT_SECONDS": f"{(NOTICE_SECONDS + 30) * SCALE:.3f}"},
+        # ... and the control plane must not judge the waiting replacement lost meanwhile
+        boot_timeout_seconds=1200.0 + NOTICE_SECONDS,
+        heartbeat_timeout_seconds=600.0 + NOTICE_SECONDS,
     )
     with LocalRuntime(options) as r:
         yield r
@@ -266,7 +280,9 @@ def test_a_notebook_and_its_file_survive_an_interruption_in_a_real_browser(
     print(f"notebook-browser screenshots: {out}")
     monkeypatch.setenv(ENV_DIR, str(tmp_path / "tokens"))
     deployment, session = rt.sdk_deployment(), rt.researcher_session()
-    started = ops.start(deployment, session, "browser", local=True)
+    started = ops.start(
+        deployment, session, "browser", local=True, settings={"autosave_seconds": AUTOSAVE_SECONDS}
+    )
     job_id = started.job_id
     wait_for(lambda: rt.job_record(job_id) is not None, 60, "the job's record")
     tunnel, link = ops.open_local(deployment, session, "browser", rt.work_root)
@@ -305,32 +321,70 @@ def test_a_notebook_and_its_file_survive_an_interruption_in_a_real_browser(
         assert first_kernel is not None
         steps.shot("saved")
 
+        # 3b. an edit typed into the first cell, never saved by hand. Typed right after an
+        # autosave (seen on disk), so the next one is an autosave interval away: the notice
+        # comes while it is unsaved, and only the save window after the notice can keep it.
+        first_cell = ".jp-NotebookPanel .jp-Notebook .jp-Cell .cm-content"
+        steps.click("the first cell's editor", first_cell)
+        end = ActionChains(browser).key_down(Keys.CONTROL).send_keys(Keys.END)
+        end.key_up(Keys.CONTROL).perform()
+        ActionChains(browser).send_keys(AUTOSAVED).perform()
+        steps.until(
+            "the autosave of the first edit", lambda d: AUTOSAVED in (api.text(NOTEBOOK) or "")
+        )
+        ActionChains(browser).send_keys(UNSAVED).perform()
+        steps.until(
+            "the edit on the page",
+            lambda d: UNSAVED.strip() in d.find_element(By.CSS_SELECTOR, first_cell).text,
+        )
+        assert UNSAVED not in (api.text(NOTEBOOK) or ""), "the edit was saved before the notice"
+        steps.shot("typed-not-saved")
+
         # 4. the workspace's spot instance is interrupted (`respot local interrupt`)
+        first_server = api.get("/api/status")["started"]
         first = rt.interrupt_job(job_id, wait_seconds=120)
 
         def replacement_serves() -> bool:
+            """Attempt 2 is current and its JupyterLab answers through the tunnel (the first
+            one serves on through its save window: another server's start time)."""
             record = rt.job_record(job_id)
             current = record.current if record else None
-            return bool(current and current.number == 2 and api.answers("/api/status"))
+            if not (current and current.number == 2 and api.answers("/api/status")):
+                return False
+            with contextlib.suppress(OSError, ValueError):
+                return bool(api.get("/api/status")["started"] != first_server)
+            return False
 
         wait_for(replacement_serves, UP_SECONDS + NOTICE_SECONDS * SCALE, "the replacement")
+
+        def first_ended() -> bool:  # its agent's last word reaches the control plane by SQS
+            record = rt.job_record(job_id)
+            return bool(record and record.attempts[0].end is not None)
+
+        with contextlib.suppress(AssertionError):  # if not, the assertion below tells the story
+            wait_for(first_ended, UP_SECONDS, "attempt 1's end")
         record = rt.job_record(job_id)
         assert record is not None and first.attempt == 1
         assert record.attempts[0].end is AttemptEnd.INTERRUPTED, job_story(rt, job_id)
         assert record.current is not None and record.current.instance_id != first.instance_id
         steps.shot("interrupted-replacement-up")
 
-        # 5. reload: the same URL reaches the replacement; the notebook (its saved output) and
-        # the file are there, and so is the note saying why
+        # 5. reload: the same URL reaches the replacement; the notebook (its saved output, and
+        # the edit the autosave wrote after the notice) and the file are there, and so is the
+        # note saying why
         browser.refresh()
         steps.until(
             "the notebook after the reload",
             lambda d: (
                 "wrote it" in steps.outputs()
-                and MADE
-                in d.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel .jp-Cell .cm-content").text
+                and MADE in d.find_element(By.CSS_SELECTOR, first_cell).text
             ),
         )
+        steps.until(
+            "the unsaved edit after the reload",
+            lambda d: UNSAVED.strip() in d.find_element(By.CSS_SELECTOR, first_cell).text,
+        )
+        assert AUTOSAVED + UNSAVED in (api.text(NOTEBOOK) or "")
         for listed in (NOTEBOOK, MADE, names.NOTE_FILE):
             steps.until(f"{listed} in the file browser", lambda d, n=listed: steps.listed(n))
         assert api.text(MADE) == "kept"
@@ -356,5 +410,5 @@ def test_a_notebook_and_its_file_survive_an_interruption_in_a_real_browser(
         steps.shot("why")
     ops.stop(deployment, session, "browser")
     shots = sorted(p.name for p in out.glob("*.png"))
-    assert len(shots) == 7 and not [s for s in shots if "failed" in s], shots
+    assert len(shots) == 8 and not [s for s in shots if "failed" in s], shots
     print(f"notebook-browser screenshots: {out} ({', '.join(shots)})")
