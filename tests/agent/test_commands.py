@@ -273,9 +273,12 @@ def _wait_for_script_start(stage: Stage, attempt: int) -> None:
     event in the attempt's session log, bounded only for a script that never gets there."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        for log in (stage.work / f"instance-{attempt}").rglob("session.log"):
-            if "start step=" in log.read_text(errors="replace"):
+        try:
+            logs = list((stage.work / f"instance-{attempt}").rglob("session.log"))
+            if any("start step=" in log.read_text(errors="replace") for log in logs):
                 return
+        except FileNotFoundError:
+            pass  # the agent renamed a directory away while we walked the tree: look again
         time.sleep(0.05)
     raise AssertionError(f"attempt {attempt}'s script never started")
 
