@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
@@ -43,6 +44,12 @@ def _running_and_paid(env: Env, usd: float) -> str:
             "last_heard_at": now,
         }
     )
+    save_training(env, record, att, now)
+    return sub.job_id
+
+
+def save_training(env: Env, record: Any, att: Any, now: datetime) -> None:
+    """`record` saved RUNNING on attempt `att`, heard `now`, its checkpoint at step 40."""
     env.control.jobs.save(
         record.model_copy(
             update={
@@ -54,7 +61,6 @@ def _running_and_paid(env: Env, usd: float) -> str:
         ),
         expected_version=record.version,
     )
-    return sub.job_id
 
 
 def _control_object(env: Env, job_id: str) -> dict[str, object] | None:

@@ -17,13 +17,12 @@ import pytest
 from respot.aws.queueledger import QueueLedger
 from respot.control.service import ControlPlane
 from respot.core.events import AgentReport
-from respot.core.job import CheckpointInfo
 from respot.core.lifecycle.stops import PREEMPTED
 from respot.core.states import JobState
 from respot.wire.messages import AgentMessage, AgentPreempted, CancelCommand
 from tests.control.test_admission import QUOTA_VCPUS, Account, RacingLedger
 from tests.control.test_budget_alerts import _settings
-from tests.control.test_budget_hard import _control_object
+from tests.control.test_budget_hard import _control_object, save_training
 from tests.handlers.test_handlers import Env, env, submission
 
 __all__ = ["env"]
@@ -54,17 +53,7 @@ def _running(env: Env, job_id: str) -> None:
     assert record.current.instance_id is not None
     now = datetime.now(UTC)
     att = record.current.model_copy(update={"started_at": now, "last_heard_at": now})
-    env.control.jobs.save(
-        record.model_copy(
-            update={
-                "attempts": [att],
-                "state": JobState.RUNNING,
-                "last_heartbeat_at": now,
-                "checkpoint": CheckpointInfo(step=40, manifest_key="m40", attempt=1, at=now),
-            }
-        ),
-        expected_version=record.version,
-    )
+    save_training(env, record, att, now)
 
 
 def _stop_report(env: Env, job_id: str, seq: int = 99) -> None:

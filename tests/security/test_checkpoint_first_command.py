@@ -14,11 +14,11 @@ from botocore.exceptions import ClientError
 
 from lambdas import commands
 from respot.core.events import AgentReport
-from respot.core.job import CheckpointInfo
 from respot.core.states import JobState
 from respot.identity.proofs import prove, sts_url
 from respot.storage import layout
 from respot.wire.messages import AgentMessage, AgentPreempted, CancelCommand, encode
+from tests.control.test_budget_hard import save_training
 from tests.handlers.test_handlers import CONTEXT, Env
 from tests.security.test_hostile_handlers import reasons
 from tests.security.test_identity import REGION, Person, person
@@ -37,17 +37,7 @@ def _training(env: Env, who: Person, endpoint: str) -> str:
     att = record.current.model_copy(
         update={"started_at": now - timedelta(minutes=5), "last_heard_at": now}
     )
-    env.control.jobs.save(
-        record.model_copy(
-            update={
-                "attempts": [att],
-                "state": JobState.RUNNING,
-                "last_heartbeat_at": now,
-                "checkpoint": CheckpointInfo(step=40, manifest_key="m40", attempt=1, at=now),
-            }
-        ),
-        expected_version=record.version,
-    )
+    save_training(env, record, att, now)
     return job_id
 
 
