@@ -124,18 +124,50 @@ def test_a_researcher_s_jobs_are_admitted_in_priority_then_submission_order(scen
     jobs = [WaitingJob(**{**j.__dict__, "queue": None, "after": ()}) for j in jobs]
     p = plan(jobs, [], quotas, limits, {}, {}, now)
     admitted = {j.job_id for j in p.admit}
-    # THEN for each researcher, the admitted jobs are the first ones in their own order:
-    # no admitted job has an earlier (higher priority, or as high and older) one still waiting
+    # THEN for each researcher, a job admitted while an earlier one of theirs waits is only a
+    # backfill: it has an estimate, uses the quota the first waiting one waits for, and that
+    # one waits for room in that quota (never for a limit or a budget, which hold them all)
     for r in {j.researcher for j in jobs}:
         mine = sorted(
             (j for j in jobs if j.researcher == r),
             key=lambda j: (-_rank(j, now, limits), j.submitted_at, j.job_id),
         )
-        flags = [j.job_id in admitted for j in mine]
-        assert flags == sorted(flags, reverse=True), (
-            r,
-            [(j.job_id, f) for j, f in zip(mine, flags, strict=True)],
-        )
+        first = next((j for j in mine if j.job_id not in admitted), None)
+        if first is None:
+            continue
+        later = mine[mine.index(first) + 1 :]
+        for j in later:
+            if j.job_id in admitted:
+                assert j.hours is not None and j.quota_key == first.quota_key, (r, j, first)
+                assert p.waits[first.job_id].kind == "quota", (r, p.waits[first.job_id])
+            else:
+                assert p.waits[j.job_id].kind == "turn", (r, j.job_id, p.waits[j.job_id])
+
+
+def test_a_later_job_backfills_only_room_its_earlier_job_cannot_use_before_it_could_start() -> None:
+    # GIVEN a 64-vCPU quota with 44 vCPUs held by heavy's job that ends in 2 h, a light user's
+    # 48-vCPU job that waits for them (the fairest pick: room is reserved for it from then,
+    # leaving 16 vCPUs spare), and heavy's waiting jobs: a 48-vCPU one of 3 h (first), then
+    # one-GPU jobs of 1 h and 4 h
+    key = "spot/G and VT"
+    room = {key: QuotaRoom(64)}
+    leases = [Lease("run", "heavy", "a", key, 44, 4, T0, ends_at=T0 + timedelta(hours=2))]
+    big = WaitingJob("big", "light", "b", T0, key, 48, 4, hours=1.0)
+    h = [
+        WaitingJob(f"h{i}", "heavy", "a", T0 + timedelta(minutes=i), key, vcpus, gpus, hours=hrs)
+        for i, (vcpus, gpus, hrs) in enumerate([(48, 4, 3.0), (4, 1, 1.0), (4, 1, 4.0)])
+    ]
+    usage = {"heavy": __import__("respot.queue", fromlist=["Usage"]).Usage(200.0, T0)}
+    # WHEN the free room is planned half an hour in
+    p = plan([big, *h], leases, room, QueueLimits(), usage, {}, T0 + timedelta(minutes=30))
+    # THEN heavy's 1-h job fills free room (it ends before the reservation begins, so neither
+    # the light user's job nor heavy's first waits longer for it); the 4-h one, which would
+    # fit the spare room but still run when heavy's first could start, waits behind that one;
+    # every waiting job keeps its position
+    assert [j.job_id for j in p.admit] == ["h1"]
+    assert p.waits["big"].kind == "quota" and p.waits["h0"].kind == "quota"
+    assert p.waits["h2"].kind == "turn" and "heavy's job h0" in p.waits["h2"].reason
+    assert [p.waits[j].position for j in ("big", "h0", "h2")] == [1, 2, 3]
 
 
 def test_after_fails_a_job_whose_dependency_failed_and_holds_one_that_runs() -> None:

@@ -8,7 +8,11 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    first waiting jobs are candidates.
 3. Within a researcher: priority (high, normal, low; a job gains one level per
    `aging_hours` waited), then submission order. Only the researcher's first candidate may be
-   admitted: a later job never overtakes an earlier one that waits for a limit or a quota.
+   admitted, with one exception that delays no one: when it waits for room reserved in its
+   quota (rule 6), by the estimates it cannot start before the reservation's time, so a later
+   job of the same researcher in the same quota may take free room if it ends by then (EASY
+   backfill within the researcher). A job behind one that waits for a limit or a budget, or
+   one without an estimate, waits its turn.
 4. Between researchers, fair share: the next pick is the researcher with the least load per
    share, where load = recent GPU-hours (`usage`: decayed with the half-life, including what
    admitted jobs used so far) + one hour per GPU admitted now (`LOOKAHEAD_HOURS`), and the
@@ -166,6 +170,8 @@ def plan(
 
     held: dict[str, _Reservation] = {}  # quota key -> the room reserved for a fairer job
     blocked: set[str] = set()
+    gaps: dict[str, _Gap] = {}  # researcher -> their first job that waits for reserved room
+    passed: dict[str, list[WaitingJob]] = defaultdict(list)  # waits behind a gap, in order
     while True:
         candidates = [r for r, jobs in per.items() if jobs and r not in blocked]
         if not candidates:
@@ -175,9 +181,18 @@ def plan(
             key=lambda r: (not aged(per[r][0]), load(r), per[r][0].submitted_at, per[r][0].job_id),
         )
         job = per[researcher][0]
+        gap = gaps.get(researcher)
+        if gap is not None and not gap.ends_before(job, now):
+            out.waits[job.job_id] = gap.behind(researcher)
+            passed[researcher].append(per[researcher].pop(0))
+            continue
         why = _over_budget(job, limits, spent or {}) or _misfit(
             job, tally, quotas, limits, held, now
         )
+        if why is not None and gap is not None:
+            out.waits[job.job_id] = gap.behind(researcher)
+            passed[researcher].append(per[researcher].pop(0))
+            continue
         if why is None:
             per[researcher].pop(0)
             tally.add(job.researcher, job.team, job.queue, job.quota_key, job)
@@ -207,11 +222,18 @@ def plan(
         if why.kind == "queue":
             per[researcher].pop(0)  # it waits for its queue; the researcher's next may go
             continue
+        if why.kind == "quota" and job.quota_key in held:
+            # Its later jobs may still fill room it cannot use before it could start (below).
+            gaps[researcher] = _Gap(job.job_id, job.quota_key, held[job.quota_key], why.reason)
+            passed[researcher].append(per[researcher].pop(0))
+            continue
         blocked.add(researcher)
         for later in per[researcher][1:]:
             out.waits[later.job_id] = Waits(
                 "turn", f"behind {researcher}'s job {job.job_id}, which waits: {why.reason}"
             )
+    for researcher, jobs in passed.items():
+        per[researcher][:0] = jobs  # back in the researcher's order, to be numbered
     _positions(per, tally, load, aged, out)
     return out
 
@@ -333,6 +355,30 @@ class _Reservation:
     job_id: str
     at: datetime | None
     spare: float
+
+
+@dataclass(frozen=True)
+class _Gap:
+    """A researcher's first job that waits for room reserved in quota `key` (for itself or
+    for a fairer job): by the estimates it cannot start before `room.at`, so a later job of
+    the same researcher may take free room if it ends by then (backfill that delays no
+    earlier job of theirs), and otherwise waits its turn."""
+
+    job_id: str
+    key: str
+    room: _Reservation
+    reason: str
+
+    def ends_before(self, job: WaitingJob, now: datetime) -> bool:
+        return (
+            job.quota_key == self.key
+            and job.hours is not None
+            and self.room.at is not None
+            and now.timestamp() + job.hours * 3600.0 <= self.room.at.timestamp()
+        )
+
+    def behind(self, researcher: str) -> Waits:
+        return Waits("turn", f"behind {researcher}'s job {self.job_id}, which waits: {self.reason}")
 
 
 def _reserve(
