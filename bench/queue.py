@@ -207,9 +207,10 @@ def _ts(seconds: float) -> datetime:
 @dataclass
 class Trace:
     """Piecewise-constant state between events: (t, running GPUs per researcher,
-    researchers with a startable job waiting, anything startable waiting, vCPUs used per key)."""
+    researchers with a startable job waiting, anything startable waiting, vCPUs used per key,
+    the vCPUs of the smallest startable job waiting (0: none))."""
 
-    points: list[tuple[float, dict[str, int], frozenset[str], bool, dict[str, int]]] = field(
+    points: list[tuple[float, dict[str, int], frozenset[str], bool, dict[str, int], int]] = field(
         default_factory=list
     )
 
@@ -352,7 +353,14 @@ def simulate(
         for r in running.values():
             gpus[r.researcher] += r.gpus
         trace.points.append(
-            (t, dict(gpus), frozenset(w.researcher for w in startable), bool(startable), dict(used))
+            (
+                t,
+                dict(gpus),
+                frozenset(w.researcher for w in startable),
+                bool(startable),
+                dict(used),
+                min((w.vcpus for w in startable), default=0),
+            )
         )
         if waiting and (next_tick is None or next_tick <= t):
             next_tick = t + TICK
@@ -408,14 +416,20 @@ def figures(
     # Windows where every researcher has a startable job waiting; utilization while any waits.
     windows: list[tuple[float, float, dict[str, float]]] = []
     cur: tuple[float, dict[str, float]] | None = None
-    busy = waited = 0.0
-    for (t0, gpus, who, anyone, used), nxt in zip(trace.points, trace.points[1:], strict=False):
+    busy = waited = usable = 0.0
+    for (t0, gpus, who, anyone, used, smallest), nxt in zip(
+        trace.points, trace.points[1:], strict=False
+    ):
         dt = nxt[0] - t0
         if dt <= 0:
             continue
         if anyone:
             waited += dt
-            busy += dt * min((sum(used.values()) + others) / quota_vcpus, 1.0)
+            in_use = min((sum(used.values()) + others) / quota_vcpus, 1.0)
+            busy += dt * in_use
+            # Room no waiting job fits is not charged here: only a preemption could fill it.
+            fits = smallest <= quota_vcpus - sum(used.values()) - others
+            usable += dt * (in_use if fits else 1.0)
         if who >= set(researchers):
             if cur is None:
                 cur = (t0, defaultdict(float))
@@ -460,6 +474,9 @@ def figures(
             "shares": {r: _r(share[r]) for r in researchers},
         },
         "quota_utilization_while_waiting": _r(busy / waited if waited else None),
+        "quota_utilization_while_waiting_of_room_a_waiting_job_fits": _r(
+            usable / waited if waited else None
+        ),
         "hours_anything_waits": _r(waited / 3600.0),
         "makespan_hours": _r((max(ended) - min(j.at for j in jobs)) / 3600.0 if ended else None),
         "failed": sum(1 for j in jobs if j.failed),
