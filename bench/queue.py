@@ -234,10 +234,8 @@ def simulate(
     next_tick: float | None = None
     while events:
         t = events[0][0]
-        kinds: set[str] = set()
         while events and events[0][0] == t:
             _, _, kind, jid = heapq.heappop(events)
-            kinds.add(kind)
             j = by_id[jid]
             if kind == "stop":
                 stopping.discard(jid)
@@ -273,10 +271,7 @@ def simulate(
             dep_failed.failed = "after: a job it names failed"
             states[dep_failed.id] = "FAILED"
             del waiting[dep_failed.id]
-        if mode == "respot" and kinds == {"stop"}:
-            # A requeue is not an end: the control plane's next pass is the tick's.
-            order = []
-        elif mode == "respot":
+        if mode == "respot":  # a pass at every event: a requeue runs one too
             rooms = {k: QuotaRoom(limit=quota_vcpus, others=others) for k in {j.key for j in jobs}}
             leases = [
                 Lease(

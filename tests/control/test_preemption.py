@@ -131,7 +131,9 @@ def test_a_job_below_its_share_preempts_the_newest_job_above_it_and_starts_once_
     assert record.checkpoint is not None and record.checkpoint.step == 40
     assert record.policy[PREEMPTED]["count"] == 1
     assert env.live_instances(bo2) == [] and len(env.instances(bo2)) == 1
-    # WHEN the next pass runs (the tick): bo2's lease is released and ann's job admitted
+    # AND at once, without waiting for a tick, the pass the requeue runs releases bo2's
+    # lease and admits ann's job
+    assert _state(env, ann) is JobState.REQUESTED and len(env.live_instances(ann)) == 1
     env.control.admit("the tick")
     assert _state(env, ann) is JobState.REQUESTED and len(env.live_instances(ann)) == 1
     ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()

@@ -708,6 +708,15 @@ class ControlPlane:
             and (record.spec.after or record.spec.queue or self._queue_on(read=True))
         ):
             self.admit(f"job {job_id} ended")  # its lease frees room, its dependents may start
+        elif (
+            decision.record is not None
+            and record is not None
+            and record.state is JobState.HELD
+            and any(note.kind == "requeued" for note in decision.notes)
+        ):
+            # A preempted job stopped: its lease frees the room the preemptor waits for now,
+            # not at the next tick.
+            self.admit(f"job {job_id} was preempted and stopped")
         if decision.follow_up is not None and depth < MAX_FOLLOW_UPS:
             after = self.apply(job_id, decision.follow_up, depth=depth + 1)
             if after.version is not None:
