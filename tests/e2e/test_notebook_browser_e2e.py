@@ -317,8 +317,11 @@ def test_a_notebook_and_its_file_survive_an_interruption_in_a_real_browser(
         steps.until("the saved notebook", lambda d: MADE in (api.text(NOTEBOOK) or ""))
         saved = json.loads(api.text(NOTEBOOK) or "{}")
         assert any("wrote it" in json.dumps(c.get("outputs", [])) for c in saved["cells"])
-        first_kernel = api.kernel_of(NOTEBOOK)
-        assert first_kernel is not None
+        # The page moves its kernel's session to the new name by a request of its own, after
+        # the save: wait for it, as for every other step (on a busy machine it comes later).
+        first_kernel = steps.until(
+            "the kernel's session renamed", lambda d: api.kernel_of(NOTEBOOK)
+        )
         steps.shot("saved")
 
         # 3b. an edit typed into the first cell, never saved by hand. Typed right after an
