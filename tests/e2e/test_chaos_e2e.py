@@ -80,6 +80,7 @@ class MidUploadKiller:
         self.killed_step: int | None = None
         self.killed_instance: str | None = None
         self._refused: set[str] = set()
+        self.passed: list[str] = []  # manifests let through, and why (a failure prints them)
         self._lock = threading.Lock()
         self._real_put = S3Backend.put_object
         killer, real_put = self, self._real_put
@@ -104,12 +105,11 @@ class MidUploadKiller:
                 return False
             step, attempt = parsed
             assert self.rt.fleet is not None
-            live = [
-                i
-                for i in self.rt.fleet.live()
-                if i.job_id == self.job_id and i.attempt == attempt and i.noticed_at is None
-            ]
+            mine = [i for i in self.rt.fleet.live() if i.job_id == self.job_id]
+            live = [i for i in mine if i.attempt == attempt and i.noticed_at is None]
             if not live or not self.rt.fleet.terminate(live[0].instance_id, "killed mid-upload"):
+                seen = [(i.instance_id, i.attempt, i.noticed_at is not None) for i in mine]
+                self.passed.append(f"{key}: live (instance, attempt, noticed) = {seen}")
                 return False
             self._refused.add(key)
             self.killed_step, self.killed_instance = step, live[0].instance_id
@@ -185,7 +185,12 @@ def test_every_job_survives_everything_at_once(rt: LocalRuntime, stretch: float)
     assert watch.violations == []
     # AND the chaos really happened: interruptions, the mid-upload kill, the crash
     assert sum(s.record.interruptions for s in results if s.record) >= 2
-    assert killer.killed_step is not None, "the checkpoint upload was never caught mid-way"
+    assert killer.killed_step is not None, (
+        "the checkpoint upload was never caught mid-way; manifests let through:\n"
+        + "\n".join(killer.passed)
+        + "\n"
+        + job_story(rt, ids[0])
+    )
     killed = results[0].record
     assert killed is not None
     lost = next(a for a in killed.attempts if a.instance_id == killer.killed_instance)
