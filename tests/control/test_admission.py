@@ -374,6 +374,39 @@ def test_respot_queue_lists_the_stack_s_named_queues(queued: Env) -> None:
     assert queue_view([], ledger, datetime.now(UTC))["queues"] == ["nightly"]
 
 
+def test_an_admission_rewrites_only_the_waits_whose_news_it_changes(queued: Env) -> None:
+    from respot.core.job import QUEUE_TOP
+
+    env = queued
+    # GIVEN room for two one-GPU jobs, both taken, and QUEUE_TOP + 5 jobs held behind them
+    subs = [
+        submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+        for _ in range(2 + QUEUE_TOP + 5)
+    ]
+    for sub in subs:
+        env.control.submit(sub)
+
+    def held() -> list[Any]:
+        return [env.control.jobs.get(sub.job_id) for sub in subs[2:]]
+
+    before = held()
+    assert [r.queue_wait.position for r in before] == list(range(1, QUEUE_TOP + 6))
+    # WHEN a running job is cancelled: the first held job is admitted, the others move up
+    env.control.cancel(CancelCommand(job_id=subs[0].job_id, requested_at=subs[0].submitted_at))
+    after = held()
+    assert after[0].state is JobState.REQUESTED
+    # THEN the records (and Slack cards) of those now within the first QUEUE_TOP places are
+    # rewritten at once; those further back keep theirs until the refresh (no write, no edit)
+    for old, new in zip(before[1:], after[1:], strict=True):
+        place = old.queue_wait.position - 1
+        assert (new.version != old.version) == (place <= QUEUE_TOP), place
+        assert new.queue_wait.position == (place if place <= QUEUE_TOP else place + 1)
+    # ... and `respot queue` (the ledger's plan) has every place fresh
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    rows = queue_view(after[1:], ledger, datetime.now(UTC))["held"]
+    assert sorted(row["position"] for row in rows) == list(range(1, QUEUE_TOP + 5))
+
+
 def test_a_held_job_carries_the_queues_words_for_ls_status_and_slack(queued: Env) -> None:
     from respot.cli.jobs import queue_wait_json
 

@@ -100,6 +100,42 @@ def test_the_control_plane_s_effective_switch_wins_over_the_stack_s() -> None:
     assert isinstance(off.follow_up, PlaceNow)
 
 
+def test_a_held_jobs_details_are_rewritten_at_most_every_refresh_but_news_at_once() -> None:
+    from respot.core.events import QueueWaitNoted
+    from respot.core.job import QUEUE_REFRESH_SECONDS, QUEUE_TOP
+
+    far = QUEUE_TOP + 5
+    free = "quota spot/G and VT: 0 of 64 vCPUs free"
+
+    def said(
+        job: JobRecord, now: float, kind: str, reason: str, position: int, start: float | None
+    ) -> JobRecord | None:
+        estimate = at(start) if start is not None else None
+        noted = QueueWaitNoted(kind, reason, position, estimate)
+        return decide(job, noted, now=at(now), settings=QUEUED_ON).record
+
+    # GIVEN a held job written as #far, waiting for the quota
+    job = said(_held(), 10, "quota", free, far, 7200)
+    assert job is not None
+    # WHEN, within the refresh, each admission moves it one place, changes the free room in
+    # its reason, or moves its estimate by an hour THEN nothing is written (no card edit)
+    for step, (reason, position, start) in enumerate(
+        [(free, far - 1, 7200), (free.replace("0 of", "4 of"), far, 7200), (free, far, 10800)]
+    ):
+        assert said(job, 20 + step, "quota", reason, position, start) is None, step
+    # ... but news is written at once: what it waits for, a move within the first QUEUE_TOP
+    # places, an estimate becoming unknown
+    assert said(job, 30, "turn", "behind alice's job j-1, which waits", far, 7200) is not None
+    top = said(job, 30, "quota", free, QUEUE_TOP, 7200)
+    assert top is not None
+    assert said(top, 40, "quota", free, QUEUE_TOP - 1, 7200) is not None
+    assert said(top, 40, "quota", free, QUEUE_TOP, None) is not None
+    # WHEN the refresh has passed THEN the changed details are written
+    moved = said(job, 10 + QUEUE_REFRESH_SECONDS, "quota", "4 of 64 free", far - 1, 7200)
+    assert moved is not None and moved.queue_wait is not None
+    assert (moved.queue_wait.reason, moved.queue_wait.position) == ("4 of 64 free", far - 1)
+
+
 def test_a_held_job_records_why_it_waits_once_per_change_and_forgets_it_when_admitted() -> None:
     from respot.core.events import QueueWaitNoted
 

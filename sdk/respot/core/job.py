@@ -133,6 +133,12 @@ class TimelineEntry(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
 
 
+# A held job's wait (below): moves within the first QUEUE_TOP places are written at once, other
+# changed details at most every QUEUE_REFRESH_SECONDS (QueueWait.same_as).
+QUEUE_TOP = 10
+QUEUE_REFRESH_SECONDS = 600.0
+
+
 class QueueWait(BaseModel):
     """Why a HELD job waits, as the team's queue last planned it (respot.queue): what
     `respot ls`, `respot status` and the job's Slack card show, in `respot queue`'s words.
@@ -148,15 +154,34 @@ class QueueWait(BaseModel):
     at: datetime  # when the pass that said so planned
 
     def same_as(self, other: QueueWait | None, slack_seconds: float = 600.0) -> bool:
-        """True if `other` says the same to the researcher: kind, reason and position equal,
-        estimates both unknown or within `slack_seconds` (so their drift writes nothing)."""
-        if other is None:
+        """True if writing this over `other` (the job's last written wait) tells the
+        researcher nothing they need now, so the record and its Slack card stay as they are.
+
+        News is written at once: what it waits for (`kind`), whether it has a position, a
+        move within the first QUEUE_TOP places ("#2 -> #1"), an estimate becoming known or
+        unknown. The details that every admission or ending changes for every waiting job
+        (the free room in a reason, a place far back, an estimate drifting by more than
+        `slack_seconds`) are written at most every QUEUE_REFRESH_SECONDS: a queue of N jobs
+        costs at most N writes (and card edits) per refresh, not N on every admission.
+        `respot queue` reads the ledger, whose plan is fresh at every pass."""
+        if other is None or self.kind != other.kind:
             return False
-        if (self.kind, self.reason, self.position) != (other.kind, other.reason, other.position):
+        if self.position != other.position and (
+            self.position is None
+            or other.position is None
+            or min(self.position, other.position) <= QUEUE_TOP
+        ):
             return False
-        if self.estimate is None or other.estimate is None:
-            return self.estimate is other.estimate
-        return abs((self.estimate - other.estimate).total_seconds()) < slack_seconds
+        if (self.estimate is None) != (other.estimate is None):
+            return False
+        drifted = (
+            self.estimate is not None
+            and other.estimate is not None
+            and (abs((self.estimate - other.estimate).total_seconds()) >= slack_seconds)
+        )
+        if (self.reason, self.position) == (other.reason, other.position) and not drifted:
+            return True
+        return (self.at - other.at).total_seconds() < QUEUE_REFRESH_SECONDS
 
 
 class JobRecord(BaseModel):
