@@ -22,8 +22,10 @@ from respot.cli.queue import budget_view, queue_view
 from respot.control.queuecommand import QueueSettingsCommand
 from respot.control.service import ControlPlane
 from respot.core.job import AttemptEnd, Market
+from respot.core.quotas import quota_for
 from respot.core.states import JobState
 from respot.exceptions import NotOwnerError
+from respot.queue.model import quota_key_of
 from respot.wire.messages import CancelCommand
 from tests.handlers.test_handlers import CONTEXT, Env, env, submission
 
@@ -72,6 +74,11 @@ def _state(env: Env, job_id: str) -> JobState:
     record = env.control.jobs.get(job_id)
     assert record is not None
     return record.state
+
+
+def _class_of(instance_type: str, market: Market) -> str | None:
+    quota = quota_for(instance_type, market)
+    return quota.quota_class if quota else None
 
 
 def _admitted_notes(env: Env, job_id: str) -> int:
@@ -463,6 +470,57 @@ def test_an_on_demand_job_waits_for_the_on_demand_quota_not_the_spot_one(queued:
     record = env.control.jobs.get(od.job_id)
     assert record is not None and record.current is not None
     assert record.current.placement.market is Market.ON_DEMAND
+
+
+def test_a_job_fallen_back_to_on_demand_counts_against_the_on_demand_quota(queued: Env) -> None:
+    env = queued
+    # GIVEN a spot job admitted against the spot quota (its lease)
+    fell = submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+    env.control.submit(fell)
+    assert _state(env, fell.job_id) is JobState.REQUESTED
+    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
+    assert ledger.leases[fell.job_id].quota_key.startswith("spot/")
+    on_demand = quota_key_of("on-demand", _class_of("g5.xlarge", Market.ON_DEMAND), "g5.xlarge")
+
+    # AND its instance now on-demand (its `max_spot_wait` passed), beside one instance respot
+    # did not launch: the on-demand quota's 8 vCPUs are taken
+    class FellBack(Account):
+        def instances(self) -> list[tuple[str, str | None, str, int]]:
+            return [("i-fell-back", fell.job_id, on_demand, 4), ("i-other", None, on_demand, 4)]
+
+    env.control.admission.account = FellBack(env)
+    # WHEN a job with `market: on-demand` comes
+    od = submission(
+        instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1), market="on-demand"
+    )
+    env.control.submit(od)
+    # THEN it waits: EC2 counts the fallen-back instance in the on-demand quota, and so does
+    # admission (the spot lease does not cover an instance in another quota)
+    record = env.control.jobs.get(od.job_id)
+    assert record is not None and record.state is JobState.HELD
+    assert record.queue_wait is not None
+    assert f"{on_demand}: 0 of 8 vCPUs free" in record.queue_wait.reason, record.queue_wait
+
+
+def test_a_jobs_second_instance_counts_beyond_its_lease(queued: Env) -> None:
+    env = queued
+    # GIVEN a spot job admitted (its lease: 4 vCPUs of the 8-vCPU spot quota)
+    first = submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+    env.control.submit(first)
+    assert _state(env, first.job_id) is JobState.REQUESTED
+    spot = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().leases
+    key = spot[first.job_id].quota_key
+
+    # AND two instances of it running at once (a warm replacement beside the one it replaces)
+    class Overlap(Account):
+        def instances(self) -> list[tuple[str, str | None, str, int]]:
+            return [("i-old", first.job_id, key, 4), ("i-warm", first.job_id, key, 4)]
+
+    env.control.admission.account = Overlap(env)
+    # WHEN another spot job comes THEN it waits: EC2 counts both instances, so does admission
+    other = submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+    env.control.submit(other)
+    assert _state(env, other.job_id) is JobState.HELD
 
 
 def test_one_pass_admits_a_researcher_s_jobs_in_submission_order_whatever_the_table_lists(

@@ -483,13 +483,21 @@ class Admission:
         return states
 
     def _rooms(self, types: dict[str, str], leases: dict[str, Lease]) -> dict[str, QuotaRoom]:
-        """Each waiting quota's value and what instances no lease covers use of it."""
+        """Each waiting quota's value and what instances no lease covers use of it.
+
+        A lease covers its job's instances in its own quota only, up to its vCPUs: a job's
+        instance in another quota (a spot job fallen back to on-demand, a return to spot's
+        overlap) or beyond them (a warm replacement beside the instance it replaces) is
+        counted there, as EC2 counts it."""
         if self.account is None or not types:
             return {}
         others: dict[str, int] = {}
+        covers = {job_id: lease.vcpus for job_id, lease in leases.items()}
         for _, job_id, key, vcpus in self.account.instances():
-            if job_id is not None and job_id in leases:
-                continue  # its lease counts it
+            lease = leases.get(job_id) if job_id is not None else None
+            if lease is not None and lease.quota_key == key and vcpus <= covers[lease.job_id]:
+                covers[lease.job_id] -= vcpus  # its lease counts it
+                continue
             others[key] = others.get(key, 0) + vcpus
         return {
             key: QuotaRoom(
