@@ -35,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench._report import percentile
-from respot.core.job import Market
+from respot.core.job import Market, QueueWait
 from respot.core.quotas import quota_for
 from respot.queue import (
     Lease,
@@ -49,6 +49,7 @@ from respot.queue import (
     plan,
     settle,
 )
+from respot.queue.estimate import estimate_starts
 from respot.queue.model import quota_key_of
 from respot.queue.preemption import CHANGEOVER_HOURS
 from respot.queue.shapes import shape
@@ -213,6 +214,40 @@ class Trace:
     points: list[tuple[float, dict[str, int], frozenset[str], bool, dict[str, int], int]] = field(
         default_factory=list
     )
+    # Held jobs' record writes (each one a Slack card edit): by `QueueWait.same_as` (news at
+    # once, details at most every QUEUE_REFRESH_SECONDS), and as every change was written.
+    wait_writes: int = 0
+    wait_writes_every_change: int = 0
+    most_in_one_pass: int = 0
+    most_in_one_pass_every_change: int = 0
+    written: dict[str, QueueWait] = field(default_factory=dict)
+    written_every_change: dict[str, QueueWait] = field(default_factory=dict)
+
+    def note_waits(self, said: dict[str, QueueWait]) -> None:
+        """What a pass says of each job still waiting, written as the control plane would."""
+        writes = every_change = 0
+        for job_id, wait in said.items():
+            if not wait.same_as(self.written.get(job_id)):
+                self.written[job_id] = wait
+                writes += 1
+            last = self.written_every_change.get(job_id)
+            if last is None or not _same_every_change(wait, last):
+                self.written_every_change[job_id] = wait
+                every_change += 1
+        self.wait_writes += writes
+        self.wait_writes_every_change += every_change
+        self.most_in_one_pass = max(self.most_in_one_pass, writes)
+        self.most_in_one_pass_every_change = max(self.most_in_one_pass_every_change, every_change)
+
+
+def _same_every_change(wait: QueueWait, last: QueueWait) -> bool:
+    """The rule before the bound: kind, reason and position equal, estimates both unknown or
+    within 10 minutes."""
+    if (wait.kind, wait.reason, wait.position) != (last.kind, last.reason, last.position):
+        return False
+    if wait.estimate is None or last.estimate is None:
+        return wait.estimate is last.estimate
+    return abs((wait.estimate - last.estimate).total_seconds()) < 600.0
 
 
 def simulate(
@@ -320,6 +355,27 @@ def simulate(
                 states[j.id] = "FAILED"
                 del waiting[j.id]
             order = [by_id[a.job_id] for a in p.admit]
+            admitted = {a.job_id for a in p.admit}
+            rest = [w for w in wjobs if w.job_id not in admitted and w.job_id in waiting]
+            new_leases = leases + [
+                Lease(a.job_id, a.researcher, a.team, a.quota_key, a.vcpus, a.gpus, _ts(t),
+                      a.queue, _ts(t + a.hours * 3600.0) if a.hours else None)
+                for a in p.admit
+            ]  # fmt: skip
+            starts = estimate_starts(rest, p.waits, new_leases, rooms, _ts(t))
+            trace.note_waits(
+                {
+                    w.job_id: QueueWait(
+                        kind=p.waits[w.job_id].kind,
+                        reason=p.waits[w.job_id].reason,
+                        position=p.waits[w.job_id].position,
+                        estimate=starts.get(w.job_id),
+                        at=_ts(t),
+                    )
+                    for w in rest
+                    if w.job_id in p.waits
+                }
+            )
         else:
             order = [
                 w
@@ -609,6 +665,13 @@ def main(argv: list[str] | None = None) -> int:
         fig["most_preemptions_of_one_job"] = max((j.preemptions for j in done), default=0)
         fig["launches_refused_for_quota"] = refused
         fig["launches_refused_for_quota_by_own_jobs"] = refused_own
+        if mode == "respot":
+            fig["held_job_record_writes"] = {
+                "news_at_once_details_every_10_min": trace.wait_writes,
+                "every_change": trace.wait_writes_every_change,
+                "most_in_one_pass": trace.most_in_one_pass,
+                "most_in_one_pass_every_change": trace.most_in_one_pass_every_change,
+            }
         fig["max_vcpus_used"] = (
             max((sum(p[4].values()) for p in trace.points), default=0) + args.others_vcpus
         )
