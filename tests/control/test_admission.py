@@ -474,32 +474,48 @@ def test_an_on_demand_job_waits_for_the_on_demand_quota_not_the_spot_one(queued:
 
 def test_a_job_fallen_back_to_on_demand_counts_against_the_on_demand_quota(queued: Env) -> None:
     env = queued
-    # GIVEN a spot job admitted against the spot quota (its lease)
-    fell = submission(instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1))
+    # GIVEN two spot jobs admitted: the spot quota (8 vCPUs) is full
+    one_hour = timedelta(hours=1)
+    fell, other = (
+        submission(instance_types=["g5.xlarge"], estimated_runtime=one_hour) for _ in range(2)
+    )
     env.control.submit(fell)
-    assert _state(env, fell.job_id) is JobState.REQUESTED
-    ledger = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read()
-    assert ledger.leases[fell.job_id].quota_key.startswith("spot/")
+    env.control.submit(other)
+    assert [_state(env, s.job_id) for s in (fell, other)] == [JobState.REQUESTED] * 2
+    leases = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().leases
+    spot = leases[fell.job_id].quota_key
+    assert spot.startswith("spot/")
     on_demand = quota_key_of("on-demand", _class_of("g5.xlarge", Market.ON_DEMAND), "g5.xlarge")
 
-    # AND its instance now on-demand (its `max_spot_wait` passed), beside one instance respot
-    # did not launch: the on-demand quota's 8 vCPUs are taken
+    # AND the first one's instance now on-demand (its `max_spot_wait` passed), beside one
+    # instance respot did not launch: the on-demand quota's 8 vCPUs are taken
     class FellBack(Account):
         def instances(self) -> list[tuple[str, str | None, str, int]]:
-            return [("i-fell-back", fell.job_id, on_demand, 4), ("i-other", None, on_demand, 4)]
+            return [
+                ("i-fell-back", fell.job_id, on_demand, 4),
+                ("i-spot", other.job_id, spot, 4),
+                ("i-not-respots", None, on_demand, 4),
+            ]
 
     env.control.admission.account = FellBack(env)
     # WHEN a job with `market: on-demand` comes
-    od = submission(
-        instance_types=["g5.xlarge"], estimated_runtime=timedelta(hours=1), market="on-demand"
-    )
+    od = submission(instance_types=["g5.xlarge"], estimated_runtime=one_hour, market="on-demand")
     env.control.submit(od)
     # THEN it waits: EC2 counts the fallen-back instance in the on-demand quota, and so does
-    # admission (the spot lease does not cover an instance in another quota)
+    # admission (its lease followed it there)
     record = env.control.jobs.get(od.job_id)
     assert record is not None and record.state is JobState.HELD
     assert record.queue_wait is not None
     assert f"{on_demand}: 0 of 8 vCPUs free" in record.queue_wait.reason, record.queue_wait
+    leases = QueueLedger(env.local.table_name, env.clients["dynamodb"]).read().leases
+    assert leases[fell.job_id].quota_key == on_demand
+    # AND the spot room it left is free: another researcher's spot job is admitted into it
+    again = submission(instance_types=["g5.xlarge"], estimated_runtime=one_hour).model_copy(
+        update={"submitted_by": "arn:aws:iam::123456789012:user/bo"}
+    )
+    env.control.submit(again)
+    record = env.control.jobs.get(again.job_id)
+    assert record is not None and record.state is JobState.REQUESTED, record.queue_wait
 
 
 def test_a_jobs_second_instance_counts_beyond_its_lease(queued: Env) -> None:

@@ -131,6 +131,24 @@ def _wait_event(said: dict[str, Any]) -> QueueWaitNoted:
     )
 
 
+def _follow_instances(
+    leases: dict[str, Lease], instances: list[tuple[str, str | None, str, int]]
+) -> dict[str, Lease]:
+    """Each lease moved to the quota its job's instances are in, when none is in its own and
+    all are in one other (a spot job fallen back to on-demand, or back on spot after its
+    return): the room it held in its old quota is free for others. A job with no instance
+    now (between attempts) keeps its lease where it is."""
+    keys: dict[str, set[str]] = {}
+    for _, job_id, key, _ in instances:
+        if job_id is not None and job_id in leases:
+            keys.setdefault(job_id, set()).add(key)
+    moved = dict(leases)
+    for job_id, found in keys.items():
+        if len(found) == 1 and leases[job_id].quota_key not in found:
+            moved[job_id] = replace(leases[job_id], quota_key=found.pop())
+    return moved
+
+
 def _requeued_at(record: JobRecord | None, lease: Lease) -> datetime | None:
     """When a leased job was preempted and requeued (HELD again) since its lease; else None."""
     if record is None or record.state is not JobState.HELD:
@@ -277,7 +295,9 @@ class Admission:
             types: dict[str, str] = {}  # quota key -> an instance type of its class
             waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
             states = self._after_states(waiting, by_id)
-            rooms = self._rooms(types, new.leases)
+            instances = self.account.instances() if self.account is not None else []
+            new.leases = _follow_instances(new.leases, instances)
+            rooms = self._rooms(types, new.leases, instances)
             spent, paid, budgets = (
                 self._spend(limits, live, now) if _has_budgets(limits) else ({}, {}, {})
             )
@@ -482,7 +502,12 @@ class Admission:
                     states[name] = record.state.value
         return states
 
-    def _rooms(self, types: dict[str, str], leases: dict[str, Lease]) -> dict[str, QuotaRoom]:
+    def _rooms(
+        self,
+        types: dict[str, str],
+        leases: dict[str, Lease],
+        instances: list[tuple[str, str | None, str, int]],
+    ) -> dict[str, QuotaRoom]:
         """Each waiting quota's value and what instances no lease covers use of it.
 
         A lease covers its job's instances in its own quota only, up to its vCPUs: a job's
@@ -493,7 +518,7 @@ class Admission:
             return {}
         others: dict[str, int] = {}
         covers = {job_id: lease.vcpus for job_id, lease in leases.items()}
-        for _, job_id, key, vcpus in self.account.instances():
+        for _, job_id, key, vcpus in instances:
             lease = leases.get(job_id) if job_id is not None else None
             if lease is not None and lease.quota_key == key and vcpus <= covers[lease.job_id]:
                 covers[lease.job_id] -= vcpus  # its lease counts it
