@@ -161,8 +161,8 @@ class QueueWait(BaseModel):
         move within the first QUEUE_TOP places ("#2 -> #1"), an estimate becoming known or
         unknown. The details that every admission or ending changes for every waiting job
         (the free room in a reason, a place far back, an estimate drifting by more than
-        `slack_seconds`) are written at most every QUEUE_REFRESH_SECONDS: a queue of N jobs
-        costs at most N writes (and card edits) per refresh, not N on every admission.
+        `slack_seconds`) are written at most every QUEUE_REFRESH_SECONDS: they cost each held
+        job at most one write (and card edit) per refresh, not one on every admission.
         `respot queue` reads the ledger, whose plan is fresh at every pass."""
         if other is None or self.kind != other.kind:
             return False
