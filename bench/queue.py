@@ -209,7 +209,8 @@ def _ts(seconds: float) -> datetime:
 class Trace:
     """Piecewise-constant state between events: (t, running GPUs per researcher,
     researchers with a startable job waiting, anything startable waiting, vCPUs used per key,
-    the vCPUs of the smallest startable job waiting (0: none))."""
+    the vCPUs of the smallest startable job waiting (0: none)); and the held jobs' record
+    writes a control plane would make (`note_waits`)."""
 
     points: list[tuple[float, dict[str, int], frozenset[str], bool, dict[str, int], int]] = field(
         default_factory=list

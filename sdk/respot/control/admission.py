@@ -295,7 +295,8 @@ class Admission:
             types: dict[str, str] = {}  # quota key -> an instance type of its class
             waiting = [self._waiting(r, limits, types) for r in held if r.job_id not in new.leases]
             states = self._after_states(waiting, by_id)
-            instances = self.account.instances() if self.account is not None else []
+            # DescribeInstances only when a job waits for room (a lease's quota matters then)
+            instances = self.account.instances() if self.account is not None and types else []
             new.leases = _follow_instances(new.leases, instances)
             rooms = self._rooms(types, new.leases, instances)
             spent, paid, budgets = (
