@@ -12,7 +12,17 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from respot.queue import Lease, Preemptions, QueueLimits, QuotaRoom, WaitingJob, Waits, plan
+from respot.queue import (
+    Lease,
+    Plan,
+    Preemptions,
+    QueueLimits,
+    QuotaRoom,
+    Usage,
+    WaitingJob,
+    Waits,
+    plan,
+)
 
 T0 = datetime(2026, 1, 5, 12, tzinfo=UTC)
 KEY = "spot/G and VT"
@@ -177,3 +187,40 @@ def test_preemption_never_exceeds_the_quota_and_only_stops_leases_of_others(
     for job_id, _ in p.preempt:
         assert ids[job_id].researcher != freed[0].researcher
         assert ids[job_id].vcpus <= freed[0].vcpus
+
+
+# The third strategy: recent use, and only against room that would otherwise sit idle.
+# ann's 2-GPU job waits with 4 of 16 vCPUs free; bo holds 1 GPU (at or below anyone's
+# share by GPUs held, so Kueue's two strategies allow nothing) but has used 40 GPU-hours
+# lately; cy holds 2 and has used little.
+def _behind(bo_used: float, ann_used: float, bo_lease: Lease | None = None) -> Plan:
+    leases = [bo_lease or _lease("bo0", "bo", 30), *_cy()]
+    usage = {"bo": Usage(bo_used, T0), "ann": Usage(ann_used, T0)}
+    return plan([_job("a2", "ann", size=2)], leases, ROOM, ON, usage, {}, T0, None, Preemptions())
+
+
+def test_a_researcher_with_more_recent_use_is_preempted_so_that_free_room_does_not_idle() -> None:
+    p = _behind(bo_used=40.0, ann_used=5.0)
+    assert [j for j, _ in p.preempt] == ["bo0"]  # never cy's: less recent use than ann
+    assert "more GPU-hours recently" in p.preempt[0][1] and "idle" in p.preempt[0][1]
+    assert p.admit == [] and "room is being freed" in p.waits["a2"].reason
+
+
+def test_a_researcher_with_less_recent_use_than_the_job_s_is_not() -> None:
+    assert _behind(bo_used=0.0, ann_used=40.0).preempt == []
+
+
+def test_the_third_strategy_needs_idle_room_worth_more_than_the_changeover() -> None:
+    # bo's job ends in 5 minutes: 4 idle vCPUs x 5 min < his 4 vCPUs x 6 min of changeover
+    # (the GPU rule alone would allow it: 5 min x 2 GPUs > 6 min x 1 GPU)
+    ending = _lease("bo0", "bo", minutes_ago=175)
+    assert _behind(bo_used=40.0, ann_used=5.0, bo_lease=ending).preempt == []
+    # nothing idle (bo's second job fills the room): nothing to keep busy, no preemption
+    full = [_lease("bo0", "bo", 30), _lease("bo1", "bo", 25), *_cy()]
+    usage = {"bo": Usage(40.0, T0), "ann": Usage(5.0, T0)}
+    p = plan([_job("a2", "ann", size=2)], full, ROOM, ON, usage, {}, T0, None, Preemptions())
+    assert p.preempt == []
+
+
+def _cy() -> list[Lease]:
+    return [_lease("cy0", "cy", 30), _lease("cy1", "cy", 20)]

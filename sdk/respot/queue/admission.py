@@ -31,9 +31,10 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    smaller jobs keep the quota busy without ever delaying the fairest pick.
 
 7. Fair-share preemption (`preemption`, unless the platform team turned it off): when the
-   fairest pick does not fit its quota, running jobs of researchers above their share may be
-   checkpointed and requeued to make room (`Plan.preempt`); their room is reserved for the
-   pick until they have stopped.
+   fairest pick does not fit its quota, running jobs of researchers above their share (or,
+   to keep idle room from waiting hours, of researchers the order ranks behind the pick) may
+   be checkpointed and requeued to make room (`Plan.preempt`); their room is reserved for
+   the pick until they have stopped.
 
 `plan` is a function of its arguments only; the control plane makes its result stick with
 conditional writes (docs/queue.md, "Why no job is admitted twice").
@@ -214,11 +215,11 @@ def plan(
                     held[job.quota_key].at,
                     preemptions,
                     now,
+                    {r: load(r) for r in active},
                 )
                 if found is not None:
-                    chosen, spare = found
-                    _preempt(job, chosen, out)
-                    held[job.quota_key] = _Reservation(job.job_id, now, spare)
+                    _preempt(job, found.chosen, found.by_use, out)
+                    held[job.quota_key] = _Reservation(job.job_id, now, found.spare)
         if why.kind == "queue":
             per[researcher].pop(0)  # it waits for its queue; the researcher's next may go
             continue
@@ -412,20 +413,24 @@ def _reserve(
     return _Reservation(job.job_id, None, 0.0)
 
 
-def _preempt(job: WaitingJob, chosen: list[Lease], out: Plan) -> None:
+def _preempt(job: WaitingJob, chosen: list[Lease], by_use: frozenset[str], out: Plan) -> None:
     """Record the preemptions for `job` and say so in its wait."""
     for lease in chosen:
-        out.preempt.append(
-            (
-                lease.job_id,
-                f"preempted for fair share: {lease.researcher} holds more than its share of "
-                f"quota {job.quota_key} and {job.researcher}'s job {job.job_id} needs the room",
-            )
+        why = (
+            f"{lease.researcher} has had more GPU-hours recently, for its share, than "
+            f"{job.researcher}, "
+            f"and quota {job.quota_key}'s free room would sit idle while "
+            f"{job.researcher}'s job {job.job_id} waits for it to gather"
+            if lease.job_id in by_use
+            else f"{lease.researcher} holds more than its share of quota {job.quota_key} and "
+            f"{job.researcher}'s job {job.job_id} needs the room"
         )
+        out.preempt.append((lease.job_id, f"preempted for fair share: {why}"))
     out.waits[job.job_id] = Waits(
         "quota",
         f"quota {job.quota_key}: room is being freed for it: {len(chosen)} job(s) of "
-        "researchers above their fair share checkpoint and wait in the queue again",
+        "researchers ahead of its researcher in fair share checkpoint and wait in the queue "
+        "again",
     )
 
 

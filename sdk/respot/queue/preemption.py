@@ -24,6 +24,14 @@ The rules, each a bound:
   the researcher holding the most, instead of draining the quota while it gathers
   (docs/queue.md, "Preemption"); a researcher at or below the preemptor's final share is
   still never preempted, but a victim's researcher may end below the preemptor;
+- only when neither makes room enough, and only to keep the quota from idling: jobs of
+  researchers whose load in the fair-share order (recent GPU-hours per share, the order's
+  `load`) is above the preemptor's, i.e. those the order itself ranks behind it, may be
+  preempted too, if the room idle now times the drain (vCPU-hours that would sit unused
+  until enough leases end) exceeds those victims' vCPUs times the changeover. Kueue's two
+  strategies compare GPUs held now; the issue's fair share is recent use, and a large job
+  of a light user otherwise gathers room for hours while the heavy user, at or below share
+  by GPUs held, keeps it (docs/queue.md, "Preemption");
 - a victim is never larger (in vCPUs of the quota) than the job it makes room for: its own
   readmission would otherwise need a longer drain than the one avoided;
 - a job preempted once is not preempted again within its own length (its estimated
@@ -41,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from respot.queue.model import Lease, QuotaRoom, WaitingJob
 
@@ -59,6 +68,15 @@ class Preemptions:
     stopping: frozenset[str] = frozenset()
     running: frozenset[str] | None = None
     changeover_hours: float = CHANGEOVER_HOURS
+
+
+class Victims(NamedTuple):
+    """The leases to preempt, the vCPUs left over once they stop, and which of them only the
+    third strategy (recent use, to keep idle room busy) allowed."""
+
+    chosen: list[Lease]
+    spare: float
+    by_use: frozenset[str]
 
 
 def _protected(lease: Lease, last: Mapping[str, datetime], now: datetime) -> bool:
@@ -81,13 +99,15 @@ def victims(
     fits_at: datetime | None,
     known: Preemptions,
     now: datetime,
-) -> tuple[list[Lease], float] | None:
+    load: Mapping[str, float] | None = None,
+) -> Victims | None:
     """The leases to preempt so that `job` fits its quota now, and the vCPUs left over; None
     if it should wait instead (the rules above).
 
     `gpus_of`: GPUs each researcher has admitted now (stopping leases included);
     `vcpus_admitted`: vCPUs the quota's leases hold now; `fits_at`: when `job` fits without
-    preemption (None: not known to)."""
+    preemption (None: not known to); `load`: each researcher's load in the fair-share order
+    (None: the third strategy is off)."""
     assert room.limit is not None
     stopping = [le for le in leases if le.job_id in known.stopping]
     free = room.limit - room.others - vcpus_admitted + sum(le.vcpus for le in stopping)
@@ -109,25 +129,38 @@ def victims(
         and le.vcpus <= job.vcpus
         and not _protected(le, known.last, now)
     ]
+    idle = max(free, 0)  # vCPUs no one uses now (and none stopping for the job)
     chosen: list[Lease] = []
+    by_load: list[Lease] = []  # victims only the third strategy allows
     while free < job.vcpus:
         allowed = [
             le for le in pool if (gpus[le.researcher] - le.gpus) / share[le.researcher] >= mine
         ]
         if not allowed:  # Kueue's second strategy, once the first is spent
             allowed = [le for le in pool if initial[le.researcher] / share[le.researcher] > mine]
+        third = not allowed
+        if third and load is not None:  # behind the job in the order, to keep room busy
+            allowed = [le for le in pool if load[le.researcher] > load[job.researcher]]
         if not allowed:
-            return None  # not room enough from researchers either strategy allows
+            return None  # not room enough from researchers the strategies allow
         pick = max(
             allowed,
             key=lambda le: (gpus[le.researcher] / share[le.researcher], le.admitted_at, le.job_id),
         )
         pool.remove(pick)
         chosen.append(pick)
+        if third:
+            by_load.append(pick)
         gpus[pick.researcher] -= pick.gpus
         free += pick.vcpus
-    if fits_at is not None:
-        drain = max((fits_at - now).total_seconds(), 0.0) / 3600.0
+    drain = (
+        max((fits_at - now).total_seconds(), 0.0) / 3600.0 if fits_at is not None else None
+    )  # None: no known end frees room enough, so the wait is unbounded
+    if drain is not None:
         if drain * job.gpus <= sum(le.gpus for le in chosen) * known.changeover_hours:
             return None  # waiting for the drain costs less GPU time than the changeover
-    return chosen, free - job.vcpus
+        if by_load and idle * drain <= sum(le.vcpus for le in by_load) * known.changeover_hours:
+            return None  # the room idle until the drain is worth less than their changeover
+    elif by_load and idle == 0:
+        return None  # nothing idles while the job waits: the third strategy has no cause
+    return Victims(chosen, free - job.vcpus, frozenset(le.job_id for le in by_load))

@@ -123,7 +123,7 @@ def parse_settings(data: dict[str, Any] | None) -> tuple[bool, QueueLimits]:
     if not isinstance(preemption, bool):
         raise QueueSettingsError(
             f"preemption: {preemption!r} is not true or false (true, the default: the queue "
-            "may checkpoint and requeue running jobs of researchers above their fair share)"
+            "may checkpoint and requeue running jobs of researchers ahead in fair share)"
         )
     defaults = QueueLimits()
     return enabled, QueueLimits(
