@@ -87,6 +87,7 @@ class Job:
     run_from: float | None = None  # when its current run started
     preempted_at: float | None = None  # its last preemption
     preemptions: int = 0
+    loan_for: str | None = None
 
     def line(self) -> dict[str, Any]:
         return {
@@ -308,6 +309,9 @@ def simulate(
             states[dep_failed.id] = "FAILED"
             del waiting[dep_failed.id]
         if mode == "respot":  # a pass at every event: a requeue runs one too
+            for r in running.values():  # a loan whose holder no longer waits is a plain lease
+                if r.loan_for is not None and r.loan_for not in waiting:
+                    r.loan_for = None
             rooms = {k: QuotaRoom(limit=quota_vcpus, others=others) for k in {j.key for j in jobs}}
             leases = [
                 Lease(
@@ -320,6 +324,7 @@ def simulate(
                     _ts(r.run_from if r.run_from is not None else t),
                     r.queue,
                     _ts(_ends(r)),
+                    r.loan_for,
                 )
                 for r in running.values()
             ]
@@ -356,6 +361,8 @@ def simulate(
                 states[j.id] = "FAILED"
                 del waiting[j.id]
             order = [by_id[a.job_id] for a in p.admit]
+            for a in p.admit:
+                by_id[a.job_id].loan_for = p.loans.get(a.job_id)
             admitted = {a.job_id for a in p.admit}
             rest = [w for w in wjobs if w.job_id not in admitted and w.job_id in waiting]
             new_leases = leases + [

@@ -69,6 +69,7 @@ def _lease_doc(lease: Lease) -> dict[str, Any]:
         "admitted_at": lease.admitted_at.isoformat(),
         "queue": lease.queue,
         "ends_at": lease.ends_at.isoformat() if lease.ends_at else None,
+        "loan_for": lease.loan_for,
     }
 
 
@@ -83,6 +84,7 @@ def _lease(job_id: str, doc: dict[str, Any]) -> Lease:
         admitted_at=datetime.fromisoformat(doc["admitted_at"]),
         queue=doc.get("queue"),
         ends_at=datetime.fromisoformat(doc["ends_at"]) if doc.get("ends_at") else None,
+        loan_for=doc.get("loan_for"),
     )
 
 

@@ -58,6 +58,12 @@ def queue_view(held: list[JobRecord], ledger: LedgerState, now: datetime) -> dic
     return {
         "held": rows,
         "admitted_gpus_by_researcher": admitted,
+        # admitted jobs running on room reserved for a held job: taken back when it can start
+        "on_loan": {
+            job_id: lease.loan_for
+            for job_id, lease in sorted(ledger.leases.items())
+            if lease.loan_for is not None
+        },
         "queues": ledger.queues or sorted(((ledger.settings or {}).get("queues") or {}).keys()),
         "planned_at": ledger.planned_at,
     }
@@ -173,6 +179,11 @@ def queue(
             for r, g in sorted(view["admitted_gpus_by_researcher"].items())
         )
         out.print(f"GPUs admitted now: {admitted}")
+    for job_id, holder in view["on_loan"].items():
+        out.print(
+            f"on loan: {job_id} runs on room reserved for {holder}; it is checkpointed and "
+            f"queued again when {holder} can start"
+        )
     if view["queues"]:
         out.print(f"named queues: {', '.join(view['queues'])}")
 

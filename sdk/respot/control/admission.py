@@ -47,6 +47,7 @@ from respot.queue import (
     WaitingJob,
     plan,
     settle,
+    settle_loans,
 )
 from respot.queue.admission import Plan
 from respot.queue.budgets import (
@@ -118,6 +119,16 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> bool:
         return {k: {f: v for f, v in d.items() if f != "estimate"} for k, d in w.items()}
 
     return strip(before) != strip(after)
+
+
+def _admitted_because(holder: str | None) -> str:
+    """The words of an admission: its turn, or a loan of room reserved for `holder`."""
+    if holder is None:
+        return "its turn: it fits the quotas and the limits"
+    return (
+        f"on loan: it runs on room reserved for job {holder}, which cannot start yet; when "
+        "it can, this job is checkpointed and waits in the queue again (docs/queue.md, rule 6)"
+    )
 
 
 def _wait_event(said: dict[str, Any]) -> QueueWaitNoted:
@@ -297,7 +308,9 @@ class Admission:
             states = self._after_states(waiting, by_id)
             # DescribeInstances only when a job waits for room (a lease's quota matters then)
             instances = self.account.instances() if self.account is not None and types else []
-            new.leases = _follow_instances(new.leases, instances)
+            new.leases = settle_loans(
+                _follow_instances(new.leases, instances), (w.job_id for w in waiting)
+            )
             rooms = self._rooms(types, new.leases, instances)
             spent, paid, budgets = (
                 self._spend(limits, live, now) if _has_budgets(limits) else ({}, {}, {})
@@ -323,6 +336,7 @@ class Admission:
                     admitted_at=now,
                     queue=job.queue,
                     ends_at=now + timedelta(hours=job.hours) if job.hours else None,
+                    loan_for=p.loans.get(job.job_id),
                 )
             result.plan = p
             starts = estimate_starts(waiting, p.waits, new.leases.values(), rooms, now)
@@ -368,7 +382,8 @@ class Admission:
         held_ids = {record.job_id for record in held}
         for job_id in planned + rest:
             if job_id in held_ids and job_id in result.leases:
-                apply(job_id, Admitted("its turn: it fits the quotas and the limits"))
+                holder = result.leases[job_id].loan_for
+                apply(job_id, Admitted(_admitted_because(holder)))
                 result.admitted.append(job_id)
         for job, reason in result.plan.fail:
             apply(job.job_id, AdmissionRefused(reason))

@@ -28,7 +28,11 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    reserved for it from the time enough leases end (their `ends_at`, from estimated runtimes;
    a lease with none never ends for this count). A job behind it may still take the free room
    only if it ends before that time (its estimate) or fits in what the reservation leaves; so
-   smaller jobs keep the quota busy without ever delaying the fairest pick.
+   smaller jobs keep the quota busy without ever delaying the fairest pick. With preemption
+   on, a job that fits the free room but not those tests is admitted on **loan**
+   (`Plan.loans`, `Lease.loan_for`) when it would run longer before the reservation's time
+   than a changeover: the room would idle until then, and the loan is taken back (the job
+   checkpointed and requeued) as soon as the pick could start without it (`preemption`).
 
 7. Fair-share preemption (`preemption`, unless the platform team turned it off): when the
    fairest pick does not fit its quota, running jobs of researchers above their share (or,
@@ -44,11 +48,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from respot.queue.model import Lease, QueueLimits, QuotaRoom, WaitingJob
-from respot.queue.preemption import Preemptions, victims
+from respot.queue.preemption import Preemptions, Victims, victims
 from respot.queue.usage import Usage, decayed, running_usage
 
 # A GPU admitted now counts as this many GPU-hours of use in the fair-share comparison (so
@@ -79,6 +83,8 @@ class Plan:
     waits: dict[str, Waits] = field(default_factory=dict)
     # Leased jobs to checkpoint and requeue for fair share, with the reason (`preemption`).
     preempt: list[tuple[str, str]] = field(default_factory=list)
+    # Admitted jobs that borrow room reserved for another: job id -> the holder's job id.
+    loans: dict[str, str] = field(default_factory=dict)
 
 
 def _seconds(a: datetime, b: datetime) -> float:
@@ -190,6 +196,16 @@ def plan(
         why = _over_budget(job, limits, spent or {}) or _misfit(
             job, tally, quotas, limits, held, now
         )
+        if (  # room reserved for a fairer job and idle until then: lent, reclaimed for it
+            why is not None
+            and preemptions is not None
+            and limits.preemption
+            and why.kind == "quota"
+            and job.quota_key in held
+            and _lendable(job, tally, quotas, held[job.quota_key], now, preemptions)
+        ):
+            out.loans[job.job_id] = held[job.quota_key].job_id
+            why = None
         if why is not None and gap is not None:
             out.waits[job.job_id] = gap.behind(researcher)
             passed[researcher].append(per[researcher].pop(0))
@@ -218,7 +234,7 @@ def plan(
                     {r: load(r) for r in active},
                 )
                 if found is not None:
-                    _preempt(job, found.chosen, found.by_use, out)
+                    _preempt(job, found, out)
                     held[job.quota_key] = _Reservation(job.job_id, now, found.spare)
         if why.kind == "queue":
             per[researcher].pop(0)  # it waits for its queue; the researcher's next may go
@@ -392,14 +408,17 @@ def _reserve(
     stopping: frozenset[str] = frozenset(),
 ) -> _Reservation:
     """When `job` will fit its quota as the known ends of leases free room (a lease being
-    stopped for a preemption ends now)."""
+    stopped for a preemption, or borrowing room reserved for `job`, ends now)."""
     assert room.limit is not None
     free = room.limit - room.others - tally.vcpus[job.quota_key]
     ends = [
-        (now if lease.job_id in stopping else lease.ends_at, lease.vcpus)
+        (
+            now if lease.job_id in stopping or lease.loan_for == job.job_id else lease.ends_at,
+            lease.vcpus,
+        )
         for lease in leases
         if lease.quota_key == job.quota_key
-        and (lease.ends_at is not None or lease.job_id in stopping)
+        and (lease.ends_at is not None or lease.job_id in stopping or lease.loan_for == job.job_id)
     ]
     ends += [
         (now + timedelta(hours=a.hours), a.vcpus)
@@ -413,24 +432,66 @@ def _reserve(
     return _Reservation(job.job_id, None, 0.0)
 
 
-def _preempt(job: WaitingJob, chosen: list[Lease], by_use: frozenset[str], out: Plan) -> None:
+def settle_loans(leases: Mapping[str, Lease], waiting: Iterable[str]) -> dict[str, Lease]:
+    """`leases` with every loan whose holder no longer waits turned into a plain lease (the
+    holder started, ended or was cancelled: nothing will take the room back for it)."""
+    still = set(waiting)
+    return {
+        job_id: lease
+        if lease.loan_for is None or lease.loan_for in still
+        else replace(lease, loan_for=None)
+        for job_id, lease in leases.items()
+    }
+
+
+def _lendable(
+    job: WaitingJob,
+    tally: _Tally,
+    quotas: Mapping[str, QuotaRoom],
+    r: _Reservation,
+    now: datetime,
+    known: Preemptions,
+) -> bool:
+    """True if `job` fits the free room and only reservation `r` keeps it out, and it would
+    run longer before `r` is due than the changeover its reclaim costs (`r` with no known
+    time: the holder's wait is unbounded, so lending costs it nothing)."""
+    room = quotas[job.quota_key]
+    assert room.limit is not None
+    free = room.limit - room.others - tally.vcpus[job.quota_key]
+    if job.vcpus > free:
+        return False
+    if r.at is None:
+        return True
+    return _seconds(r.at, now) / 3600.0 > known.changeover_hours
+
+
+def _preempt(job: WaitingJob, found: Victims, out: Plan) -> None:
     """Record the preemptions for `job` and say so in its wait."""
-    for lease in chosen:
+    for lease in found.chosen:
+        if lease.job_id in found.reclaimed:
+            out.preempt.append(
+                (
+                    lease.job_id,
+                    f"its room is taken back: it ran on room of quota {job.quota_key} "
+                    f"lent until {job.researcher}'s job {job.job_id} could start, and now it can",
+                )
+            )
+            continue
         why = (
             f"{lease.researcher} has had more GPU-hours recently, for its share, than "
             f"{job.researcher}, "
             f"and quota {job.quota_key}'s free room would sit idle while "
             f"{job.researcher}'s job {job.job_id} waits for it to gather"
-            if lease.job_id in by_use
+            if lease.job_id in found.by_use
             else f"{lease.researcher} holds more than its share of quota {job.quota_key} and "
             f"{job.researcher}'s job {job.job_id} needs the room"
         )
         out.preempt.append((lease.job_id, f"preempted for fair share: {why}"))
     out.waits[job.job_id] = Waits(
         "quota",
-        f"quota {job.quota_key}: room is being freed for it: {len(chosen)} job(s) of "
-        "researchers ahead of its researcher in fair share checkpoint and wait in the queue "
-        "again",
+        f"quota {job.quota_key}: room is being freed for it: {len(found.chosen)} job(s) "
+        "running on room lent to them or of researchers ahead of its researcher in fair share "
+        "checkpoint and wait in the queue again",
     )
 
 

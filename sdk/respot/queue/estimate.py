@@ -4,7 +4,8 @@ A rough, honest estimate: the jobs waiting in one quota start, in their position
 leases end (each end frees its own vCPUs; a waiting job starts once the freed vCPUs cover
 it). A lease without an estimated runtime (no `estimated_runtime` in its spec) has no known
 end, so a job behind it gets no estimate ("unknown"), never a made-up one. `after:` jobs and
-jobs waiting for a limit or their named queue get none either.
+jobs waiting for a limit or their named queue get none either. A loan of room reserved for a
+waiting job (`Lease.loan_for`) is taken back for it, so its vCPUs count as free here.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def estimate_starts(
         if w is None or w.kind not in ("quota", "turn") or w.position is None:
             continue
         by_key.setdefault(job.quota_key, []).append(job)
-    leases = list(leases)
+    holders = {job.job_id for jobs in by_key.values() for job in jobs}
+    leases = [lease for lease in leases if lease.loan_for not in holders]
     out: dict[str, datetime | None] = {}
     for key, jobs in by_key.items():
         jobs.sort(key=lambda j: waits[j.job_id].position or 0)

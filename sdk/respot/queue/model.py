@@ -56,6 +56,7 @@ class Lease:
     admitted_at: datetime
     queue: str | None = None
     ends_at: datetime | None = None  # admitted_at + its estimated runtime, if given
+    loan_for: str | None = None  # admitted into room reserved for this job, reclaimed for it
 
 
 @dataclass(frozen=True)

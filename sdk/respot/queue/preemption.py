@@ -9,6 +9,12 @@ may stop running jobs of researchers above their share instead. Pure: `plan` cal
 `preempt`, `core.lifecycle.stops`), the job waits HELD again, and its lease is released once
 it has stopped, so the room is counted as held until the instance is gone.
 
+Loans first: a job admitted into room reserved for the pick (`Lease.loan_for`, admission
+rule 6) is taken back, newest first, as soon as the free room plus the pick's loans fit the
+pick; none of the rules below applies to a loan taken back for its own holder (it was
+admitted on that condition, and a protection from a second preemption would otherwise turn
+the loan into a longer wait for the holder).
+
 The rules, each a bound:
 - only the fairest pick that does not fit its quota may preempt (one per quota per pass),
   and not while jobs already stopping for it would free enough room;
@@ -71,12 +77,14 @@ class Preemptions:
 
 
 class Victims(NamedTuple):
-    """The leases to preempt, the vCPUs left over once they stop, and which of them only the
-    third strategy (recent use, to keep idle room busy) allowed."""
+    """The leases to preempt, the vCPUs left over once they stop, which of them only the
+    third strategy (recent use, to keep idle room busy) allowed, and which are loans taken
+    back."""
 
     chosen: list[Lease]
     spare: float
     by_use: frozenset[str]
+    reclaimed: frozenset[str] = frozenset()
 
 
 def _protected(lease: Lease, last: Mapping[str, datetime], now: datetime) -> bool:
@@ -113,6 +121,26 @@ def victims(
     free = room.limit - room.others - vcpus_admitted + sum(le.vcpus for le in stopping)
     if free >= job.vcpus:
         return None  # the jobs already stopping make room enough
+    loans = sorted(
+        (
+            le
+            for le in leases
+            if le.loan_for == job.job_id
+            and le.quota_key == job.quota_key
+            and le.job_id not in known.stopping
+            and (known.running is None or le.job_id in known.running)
+        ),
+        key=lambda le: (le.admitted_at, le.job_id),
+        reverse=True,
+    )
+    if loans and free + sum(le.vcpus for le in loans) >= job.vcpus:
+        back: list[Lease] = []
+        for le in loans:  # newest first, until the job fits
+            back.append(le)
+            free += le.vcpus
+            if free >= job.vcpus:
+                break
+        return Victims(back, free - job.vcpus, frozenset(), frozenset(le.job_id for le in back))
     gpus = dict(gpus_of)
     for le in stopping:
         gpus[le.researcher] = gpus.get(le.researcher, 0) - le.gpus
