@@ -159,7 +159,7 @@ def victims(
     ]
     idle = max(free, 0)  # vCPUs no one uses now (and none stopping for the job)
     chosen: list[Lease] = []
-    by_load: list[Lease] = []  # victims only the third strategy allows
+    by_use: list[Lease] = []  # victims only the third strategy allows
     while free < job.vcpus:
         allowed = [
             le for le in pool if (gpus[le.researcher] - le.gpus) / share[le.researcher] >= mine
@@ -178,7 +178,7 @@ def victims(
         pool.remove(pick)
         chosen.append(pick)
         if third:
-            by_load.append(pick)
+            by_use.append(pick)
         gpus[pick.researcher] -= pick.gpus
         free += pick.vcpus
     drain = (
@@ -187,8 +187,8 @@ def victims(
     if drain is not None:
         if drain * job.gpus <= sum(le.gpus for le in chosen) * known.changeover_hours:
             return None  # waiting for the drain costs less GPU time than the changeover
-        if by_load and idle * drain <= sum(le.vcpus for le in by_load) * known.changeover_hours:
+        if by_use and idle * drain <= sum(le.vcpus for le in by_use) * known.changeover_hours:
             return None  # the room idle until the drain is worth less than their changeover
-    elif by_load and idle == 0:
+    elif by_use and idle == 0:
         return None  # nothing idles while the job waits: the third strategy has no cause
-    return Victims(chosen, free - job.vcpus, frozenset(le.job_id for le in by_load))
+    return Victims(chosen, free - job.vcpus, frozenset(le.job_id for le in by_use))
