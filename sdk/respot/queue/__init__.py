@@ -8,13 +8,14 @@ with conditional writes; `bench.queue` runs the same `plan` over simulated time.
 - `shapes`: vCPUs and GPUs of the instance types respot knows without asking EC2;
 - `usage`: recent use in GPU-hours, decayed with a half-life (the fair-share memory);
 - `admission`: the planner (`plan`): order, fair share, aging, limits, quotas, `after`;
-- `preemption`: which running jobs to checkpoint and requeue for a job below its share
-  (and loans of reserved room to take back).
+- `preemption`: which running jobs to checkpoint and requeue for a job below its share;
+- `loans`: room reserved for a job that cannot start yet, lent and taken back for it.
 
 docs/queue.md describes the rules for the platform team and the researcher.
 """
 
-from respot.queue.admission import Plan, Waits, plan, settle_loans
+from respot.queue.admission import Plan, Waits, plan
+from respot.queue.loans import settle_loans
 from respot.queue.model import (
     Lease,
     NamedQueue,

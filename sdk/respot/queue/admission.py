@@ -48,9 +48,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from respot.queue.loans import lendable
 from respot.queue.model import Lease, QueueLimits, QuotaRoom, WaitingJob
 from respot.queue.preemption import Preemptions, Victims, victims
 from respot.queue.usage import Usage, decayed, running_usage
@@ -202,7 +203,13 @@ def plan(
             and limits.preemption
             and why.kind == "quota"
             and job.quota_key in held
-            and _lendable(job, tally, quotas, held[job.quota_key], now, preemptions)
+            and lendable(
+                job,
+                _free(job.quota_key, quotas, tally),
+                held[job.quota_key].at,
+                now,
+                preemptions.changeover_hours,
+            )
         ):
             out.loans[job.job_id] = held[job.quota_key].job_id
             why = None
@@ -432,37 +439,12 @@ def _reserve(
     return _Reservation(job.job_id, None, 0.0)
 
 
-def settle_loans(leases: Mapping[str, Lease], waiting: Iterable[str]) -> dict[str, Lease]:
-    """`leases` with every loan whose holder no longer waits turned into a plain lease (the
-    holder started, ended or was cancelled: nothing will take the room back for it)."""
-    still = set(waiting)
-    return {
-        job_id: lease
-        if lease.loan_for is None or lease.loan_for in still
-        else replace(lease, loan_for=None)
-        for job_id, lease in leases.items()
-    }
-
-
-def _lendable(
-    job: WaitingJob,
-    tally: _Tally,
-    quotas: Mapping[str, QuotaRoom],
-    r: _Reservation,
-    now: datetime,
-    known: Preemptions,
-) -> bool:
-    """True if `job` fits the free room and only reservation `r` keeps it out, and it would
-    run longer before `r` is due than the changeover its reclaim costs (`r` with no known
-    time: the holder's wait is unbounded, so lending costs it nothing)."""
-    room = quotas[job.quota_key]
+def _free(key: str, quotas: Mapping[str, QuotaRoom], tally: _Tally) -> float:
+    """vCPUs of quota `key` that no lease, no admission of this pass and no other instance
+    holds now."""
+    room = quotas[key]
     assert room.limit is not None
-    free = room.limit - room.others - tally.vcpus[job.quota_key]
-    if job.vcpus > free:
-        return False
-    if r.at is None:
-        return True
-    return _seconds(r.at, now) / 3600.0 > known.changeover_hours
+    return room.limit - room.others - tally.vcpus[key]
 
 
 def _preempt(job: WaitingJob, found: Victims, out: Plan) -> None:

@@ -9,11 +9,11 @@ may stop running jobs of researchers above their share instead. Pure: `plan` cal
 `preempt`, `core.lifecycle.stops`), the job waits HELD again, and its lease is released once
 it has stopped, so the room is counted as held until the instance is gone.
 
-Loans first: a job admitted into room reserved for the pick (`Lease.loan_for`, admission
-rule 6) is taken back, newest first, as soon as the free room plus the pick's loans fit the
-pick; none of the rules below applies to a loan taken back for its own holder (it was
-admitted on that condition, and a protection from a second preemption would otherwise turn
-the loan into a longer wait for the holder).
+Loans first (`loans.taken_back`): jobs admitted into room reserved for the pick
+(`Lease.loan_for`, admission rule 6) are taken back, newest first, as soon as the free room
+plus the pick's loans fit the pick; none of the rules below applies to a loan taken back for
+its own holder (it was admitted on that condition, and a protection from a second preemption
+would otherwise turn the loan into a longer wait for the holder).
 
 The rules, each a bound:
 - only the fairest pick that does not fit its quota may preempt (one per quota per pass),
@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
+from respot.queue.loans import taken_back
 from respot.queue.model import Lease, QuotaRoom, WaitingJob
 
 # Launch, boot and restore of a preempted job's next attempt (the changeover `respot run
@@ -121,26 +122,9 @@ def victims(
     free = room.limit - room.others - vcpus_admitted + sum(le.vcpus for le in stopping)
     if free >= job.vcpus:
         return None  # the jobs already stopping make room enough
-    loans = sorted(
-        (
-            le
-            for le in leases
-            if le.loan_for == job.job_id
-            and le.quota_key == job.quota_key
-            and le.job_id not in known.stopping
-            and (known.running is None or le.job_id in known.running)
-        ),
-        key=lambda le: (le.admitted_at, le.job_id),
-        reverse=True,
-    )
-    if loans and free + sum(le.vcpus for le in loans) >= job.vcpus:
-        back: list[Lease] = []
-        for le in loans:  # newest first, until the job fits
-            back.append(le)
-            free += le.vcpus
-            if free >= job.vcpus:
-                break
-        return Victims(back, free - job.vcpus, frozenset(), frozenset(le.job_id for le in back))
+    back = taken_back(job, leases, free, known.stopping, known.running)
+    if back is not None:
+        return Victims(back[0], back[1], frozenset(), frozenset(le.job_id for le in back[0]))
     gpus = dict(gpus_of)
     for le in stopping:
         gpus[le.researcher] = gpus.get(le.researcher, 0) - le.gpus
