@@ -32,7 +32,7 @@ The rules (docs/queue.md says them for the platform team and the researcher):
    on, a job that fits the free room but not those tests is admitted on **loan**
    (`Plan.loans`, `Lease.loan_for`) when it would run longer before the reservation's time
    than a changeover: the room would idle until then, and the loan is taken back (the job
-   checkpointed and requeued) as soon as the pick could start without it (`preemption`).
+   checkpointed and requeued) as soon as the pick could start without it (`loans`).
 
 7. Fair-share preemption (`preemption`, unless the platform team turned it off): when the
    fairest pick does not fit its quota, running jobs of researchers above their share (or,
