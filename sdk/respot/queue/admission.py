@@ -205,7 +205,7 @@ def plan(
             and job.quota_key in held
             and lendable(
                 job,
-                _free(job.quota_key, quotas, tally),
+                _free(quotas[job.quota_key], job.quota_key, tally),
                 held[job.quota_key].at,
                 now,
                 preemptions.changeover_hours,
@@ -416,8 +416,7 @@ def _reserve(
 ) -> _Reservation:
     """When `job` will fit its quota as the known ends of leases free room (a lease being
     stopped for a preemption, or borrowing room reserved for `job`, ends now)."""
-    assert room.limit is not None
-    free = room.limit - room.others - tally.vcpus[job.quota_key]
+    free = _free(room, job.quota_key, tally)
     ends = [
         (
             now if lease.job_id in stopping or lease.loan_for == job.job_id else lease.ends_at,
@@ -439,10 +438,9 @@ def _reserve(
     return _Reservation(job.job_id, None, 0.0)
 
 
-def _free(key: str, quotas: Mapping[str, QuotaRoom], tally: _Tally) -> float:
-    """vCPUs of quota `key` that no lease, no admission of this pass and no other instance
-    holds now."""
-    room = quotas[key]
+def _free(room: QuotaRoom, key: str, tally: _Tally) -> float:
+    """vCPUs of quota `key` (`room`) that no lease, no admission of this pass and no other
+    instance holds now."""
     assert room.limit is not None
     return room.limit - room.others - tally.vcpus[key]
 
@@ -512,7 +510,7 @@ def _misfit(
         return None
     if room.limit < job.vcpus:
         return None  # never fits: the launch's refusal names the quota and its fix
-    free = room.limit - room.others - tally.vcpus[job.quota_key]
+    free = _free(room, job.quota_key, tally)
     if job.vcpus <= free and job.quota_key in held:
         r = held[job.quota_key]
         ends_in_time = (
