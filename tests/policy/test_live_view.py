@@ -144,3 +144,24 @@ def test_a_lone_job_on_on_demand_returns_when_the_pools_come_back_unseen() -> No
     assert not outcome.missed and outcome.on_demand_ticks > 0
     back = next(t for t, x in enumerate(outcome.placements) if t > 12 and x.choice is Choice.SPOT)
     assert back <= 12 + 2 * backoff_cap_ticks(job.changeover_seconds, gap), outcome.placements
+
+
+def test_a_lone_job_on_on_demand_returns_while_a_pool_it_does_not_see_has_spot_for_hours():
+    # GIVEN a 40-h job due in 44 h (G = 10 min, d = 12 min): for 10 h pool a flickers (3
+    # ticks up, 1 down) and pool b has no spot; both are down for an hour, the job buys
+    # on-demand; then pool a has spot to the end, which nobody sees while the job trains
+    # on on-demand (aws-2022-10-26, 52 h / 0.2 h, window 26, issue 28: the switch budget
+    # read the run found up as a new one, survival 1, and held on-demand for 76 ticks)
+    gap = 600
+    job = Job(40 * 3600, 44 * 3600, 720)
+    ticks = job.ticks(gap) + 1
+    pools = [Pool.named(f"us-west-2{z}_gpu_1") for z in "ab"]
+    flicker = ([1, 1, 1, 0] * 15)[:60]
+    window = [flicker + [0] * 6 + [1] * (ticks - 66), [0] * ticks]
+    outcome = simulate_pools(LiveView(), pools, window, job, gap)
+    # THEN it goes back to spot in the first quarter of the hours pool a has spot (before
+    # the change: after 180 of its 199 ticks), and buys no on-demand after that
+    assert not outcome.missed
+    back = next(t for t, x in enumerate(outcome.placements) if t > 66 and x.choice is Choice.SPOT)
+    assert back < 66 + (ticks - 66) // 4, outcome.placements
+    assert all(x.choice is Choice.SPOT for x in outcome.placements[back:]), outcome.placements

@@ -530,3 +530,29 @@ def test_with_many_pools_slack_near_the_restarts_reserve_is_not_free():
     assert value_at(round(reserve)) > 0.25 * SPOT_PRICE_PER_SECOND
     # and with hours of slack above that reserve, little
     assert value_at(round(reserve) + 6 * 3600) < 0.01 * SPOT_PRICE_PER_SECOND
+
+
+def test_a_run_found_up_at_an_arbitrary_tick_survives_as_the_renewal_mean_says():
+    # GIVEN up-runs of 1, 2, 4 and 16 ticks (and outages between), seen over a history
+    history = [1, 0, 1, 1, 0, 1, 1, 1, 1, 0] + [1] * 16 + [0]
+    stats = RunStatistics(history)
+    prior = 2.0
+    horizon = stats.ticks
+    # WHEN the age of a run found in progress is unknown
+    found = stats.found_survival(1, horizon, prior)
+    # THEN it is survival averaged over the renewal law of that age, P(A = a) ~ S(a)
+    # (a brute-force sum of the same estimator; the closed-form prior tail included)
+    s = [stats.survival(1, a, prior) for a in range(horizon)]
+    assert found == pytest.approx(sum(x * x for x in s) / sum(s), rel=1e-9)
+    # AND a run found is older than a new one: its survival is below a new run's (1) and
+    # below that of a run of the mean age of new ones; with no history it is the prior's
+    assert found < stats.survival(1, 0, prior) == 1.0
+    fresh = RunStatistics()
+    t = [1 / (a + 1) for a in range(50)]
+    assert fresh.found_survival(1, 50, prior) == pytest.approx(
+        sum(x * x for x in t) / sum(t), rel=1e-9
+    )
+    # AND longer runs make the found one likelier to be old: heavier tail, lower survival
+    heavy = RunStatistics([1] * 40 + [0] + [1] + [0] + [1] * 40 + [0])
+    light = RunStatistics(([1, 1, 0] * 27)[:83])
+    assert heavy.found_survival(1, 83, prior) < light.found_survival(1, 83, prior)

@@ -105,6 +105,33 @@ class RunStatistics:
         # sum of n_{>x} for x = age .. age + horizon - 1 = sum of _at_least[age+1 .. age+horizon]
         return cumulative[min(age + horizon, top)] - cumulative[min(age, top)]
 
+    def found_survival(self, value: int, horizon: int, prior_runs: float) -> float:
+        """E[S(A)]: `survival` at the age A of a run of `value` found in progress, age unknown.
+
+        By renewal theory a run found in progress at an arbitrary tick has lasted a ticks
+        with P(A = a) = S(a) / E[L], S(a) = P(L > a) (`survival`): long runs cover more ticks,
+        so a run found is older than a new one. Averaged over that age, the survival is
+        sum S(a)^2 / sum S(a). The ages are those a history of `horizon` ticks can show
+        (a < horizon): the Lindy prior's S(a) = 1 / (a + 1) has no finite mean. Beyond the
+        longest completed run only the prior is left, summed in closed form.
+        """
+        if horizon <= 0:
+            return 1.0
+        counts = self._at_least[value]
+        weight = prior_runs + self.runs[value]
+        if weight <= 0:
+            return 1.0
+        longest = len(counts) - 1  # completed runs are longer than a only for a < longest
+        squares = total = 0.0
+        for age in range(min(longest, horizon)):
+            alive = prior_runs / (age + 1) + counts[age + 1]
+            squares += alive * alive
+            total += alive
+        if horizon > longest:  # ages longest .. horizon - 1: the prior alone
+            total += prior_runs * (_harmonic(horizon) - _harmonic(longest))
+            squares += prior_runs**2 * (_harmonic_squares(horizon) - _harmonic_squares(longest))
+        return squares / (weight * total) if total > 0 else 1.0
+
     def availability(self, gap_seconds: int, prior: float, prior_seconds: float) -> float:
         """Fraction of time spot was available, shrunk towards `prior` by `prior_seconds`."""
         seen = self.ticks * gap_seconds
@@ -159,10 +186,17 @@ _EULER_GAMMA = 0.5772156649015329
 
 
 def _harmonic(n: int) -> float:
-    """H_n = 1 + 1/2 + ... + 1/n (exact sum below 16, asymptotic series above: error < 1e-12)."""
+    """H_n = 1 + 1/2 + ... + 1/n (exact sum below 16, asymptotic series above: error < 1e-9)."""
     if n < 16:
         return math.fsum(1 / k for k in range(1, n + 1))
     return math.log(n) + _EULER_GAMMA + 1 / (2 * n) - 1 / (12 * n**2) + 1 / (120 * n**4)
+
+
+def _harmonic_squares(n: int) -> float:
+    """1 + 1/4 + ... + 1/n^2 (exact sum below 64, asymptotic series above: error < 1e-12)."""
+    if n < 64:
+        return math.fsum(1 / k**2 for k in range(1, n + 1))
+    return math.pi**2 / 6 - 1 / n + 1 / (2 * n**2) - 1 / (6 * n**3) + 1 / (30 * n**5)
 
 
 class RunLengths(Sequence[int]):

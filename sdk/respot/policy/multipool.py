@@ -186,7 +186,13 @@ class _UnseenRun(RunStatistics):
     renewal theory the chance that a run in progress ends after a given tick is the rate at
     which up-runs end per up-tick: completed up-runs over up-ticks, with the policy's prior
     cycle (`cycle_prior_runs` runs over `availability_prior_seconds` of up time), here over
-    every pool. Only the hazard changes; the rest is the union's.
+    every pool. The same holds for the switch budget (`RespotPolicy._switch_affordable`),
+    which leaves on-demand only for a run whose age puts it among the longest the slack can
+    afford, by its survival at that age: the age of a run found up is unknown, so the
+    survival is its mean over the ages a run found in progress has (`found_survival`: long
+    runs are found more often). With age 0 the survival was 1 and the budget held
+    on-demand while a pool had spot for hours (aws-2022-10-26, 52 h / 0.2 h, window 26: 76
+    ticks of on-demand against the everything-seen policy's 19). The rest is the union's.
     """
 
     __slots__ = ("_rate",)
@@ -201,6 +207,11 @@ class _UnseenRun(RunStatistics):
         if value == 1:
             return self._rate
         return super().hazard(value, age, prior_runs)
+
+    def survival(self, value: int, age: int, prior_runs: float) -> float:
+        if value == 1:  # the age of the run found is unknown: averaged over it
+            return self.found_survival(1, self.ticks, prior_runs)
+        return super().survival(value, age, prior_runs)
 
 
 class MultiPoolPolicy:
