@@ -94,3 +94,20 @@ def test_with_one_pool_the_single_zone_policy_holds_the_same_property(
     seed: int, deadline: float, changeover: float
 ) -> None:
     _check(seed, 1, deadline, changeover)
+
+
+# Markets outside the 30 drawn above where the live policy is above round-robin by more
+# than noise: a throwaway sweep of 1,000 markets (seeds 10,001-100,000; bench/placement/
+# issue28/README.md, "A wider sweep") found these 3 (6 before 2026-11-27). In each, one
+# window of four holds on-demand to the end: a return to a run that ends the next tick
+# costs the two changeovers of slack a later return needs, and live returns only with
+# two changeovers of slack (seed 41973, window 0: 0.696 against round-robin's 0.577).
+@pytest.mark.xfail(strict=True, reason="known misses of the property: see the comment above")
+@pytest.mark.parametrize(
+    ("seed", "pools", "deadline", "changeover"),
+    [(49945, 4, 26.0, 0.05), (41973, 11, 26.0, 0.2), (76172, 5, 26.0, 0.2)],
+)
+def test_the_markets_where_the_live_policy_is_known_to_lose_to_round_robin(
+    seed: int, pools: int, deadline: float, changeover: float
+) -> None:
+    _check(seed, pools, deadline, changeover)
