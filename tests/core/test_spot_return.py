@@ -238,9 +238,15 @@ def test_no_return_without_slack_for_the_whole_changeover_and_the_one_back() -> 
     choice = PoolPlacementPolicy(up(roomy)).switch_running(roomy.job, at(roomy.t), SETTINGS)
     assert choice is not None and choice.market is Market.SPOT
     assert PoolKey.of(choice.pools[0]) == STEADY
-    # AND without any pool seen up (or never observed), it stays
-    assert PoolPlacementPolicy(all_down()).switch_running(roomy.job, at(roomy.t), SETTINGS) is None
+    # AND never observed, it stays; with every pool seen down an hour ago and not asked
+    # since, it asks them (spot is asked before on-demand stops, so a refusal costs nothing,
+    # and counts against the job's bounded returns): a run found up by asking is one in
+    # progress, whose survival is the renewal mean (`RunStatistics.found_survival`,
+    # issue 28), not a new run's certain one
     assert PoolPlacementPolicy({}).switch_running(roomy.job, at(roomy.t), SETTINGS) is None
+    asked = PoolPlacementPolicy(all_down()).switch_running(roomy.job, at(roomy.t), SETTINGS)
+    assert asked is not None and asked.market is Market.SPOT
+    assert "spot to be asked first" in asked.reason and "return 1 of at most" in asked.reason
 
 
 def test_returns_are_bounded_per_job() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from respot.policy import Choice, Job, MultiPoolPolicy, Placement, Pool, simulate_pools
 from respot.policy.live_view import MAX_SPOT_RETURNS, LiveView, backoff_cap_ticks
+from respot.policy.pool_baselines import UniformProgressRoundRobin
 from respot.policy.pools import PoolsObservation
 
 POOLS = [Pool.named("us-east-1a_gpu_1"), Pool.named("us-east-1b_gpu_1")]
@@ -121,11 +122,16 @@ def test_a_lone_job_moves_to_another_region_rather_than_wait_out_its_regions_out
     pools = [Pool.named("us-east-1a_gpu_1"), Pool.named("us-west-2a_gpu_1")]
     window = [[1] * 24 + [0] * (ticks - 24), [1] * ticks]
     outcome = simulate_pools(LiveView(), pools, window, job, gap)
-    # THEN it moves once (one transfer), within a changeover's worth of the outage, and
-    # buys no on-demand: waiting out the whole outage would have cost more than the fee
+    # THEN it moves once (one transfer) and buys no on-demand: it may wait for its region
+    # while the wait its outage is expected to last, by its age, fits the slack (the plan
+    # of `_stick_to_a_pool`, which would save the fee), but gives up long before the
+    # slack is spent (here after 14 ticks), and pays no more than moving at once
     assert not outcome.missed and outcome.on_demand_ticks == 0 and outcome.transfers == 1
     moved = next(t for t, x in enumerate(outcome.placements) if x == Placement.spot(1))
-    assert moved <= 24 + 2, outcome.placements
+    slack_ticks = (job.deadline_seconds - job.work_seconds) // gap
+    assert moved <= 24 + slack_ticks // 2, outcome.placements
+    at_once = simulate_pools(UniformProgressRoundRobin(), pools, window, job, gap)
+    assert at_once.placements[24] == Placement.spot(1) and outcome.cost <= at_once.cost
 
 
 def test_a_lone_job_on_on_demand_returns_when_the_pools_come_back_unseen() -> None:
@@ -165,3 +171,42 @@ def test_a_lone_job_on_on_demand_returns_while_a_pool_it_does_not_see_has_spot_f
     back = next(t for t, x in enumerate(outcome.placements) if t > 66 and x.choice is Choice.SPOT)
     assert back < 66 + (ticks - 66) // 4, outcome.placements
     assert all(x.choice is Choice.SPOT for x in outcome.placements[back:]), outcome.placements
+
+
+def _long_and_flickering(ticks: int) -> list[list[int]]:
+    """Pool a: 4-h runs and 20-min outages; pool b: 10 min up, 5 min down (G = 5 min)."""
+    a = ([1] * 48 + [0] * 4) * (ticks // 52 + 1)
+    b = [1, 1, 0] * (ticks // 3 + 1)
+    return [a[:ticks], b[:ticks]]
+
+
+def test_a_lone_job_with_slack_waits_out_a_pool_whose_runs_last_rather_than_hop():
+    # GIVEN a 24-h job due in 36 h (G = 5 min, d = 3 min) and two pools of one region: a has
+    # 4-h runs and 20-min outages, b flickers (aws-2023-04-19: us-east-1d's runs last
+    # hours, its outages minutes; the others' runs are short)
+    gap = 300
+    job = Job(24 * 3600, 36 * 3600, 180)
+    ticks = job.ticks(gap) + 1
+    pools = [Pool.named(f"us-east-1{z}_gpu_1") for z in "ab"]
+    outcome = simulate_pools(LiveView(), pools, _long_and_flickering(ticks), job, gap)
+    # THEN once it has seen one of a's outages it waits out the next ones (a plan: the
+    # waits fit the slack, and a's new runs need far fewer restarts than b's) instead of
+    # starting b's short runs: no tick on b through a's 2nd to 5th outages
+    assert not outcome.missed and outcome.on_demand_ticks == 0
+    on_b = [t for t, x in enumerate(outcome.placements) if x == Placement.spot(1)]
+    assert not [t for t in on_b if 52 <= t < 256], outcome.placements
+    assert outcome.changeovers <= 10  # one start a run of a, and the hops at the ends
+
+
+def test_a_lone_job_without_the_slack_for_the_waits_takes_the_pool_that_has_spot():
+    # GIVEN the same pools, the same 24-h job due in 24.8 h: 48 min of slack, less than
+    # a's outages and restarts ahead need
+    gap = 300
+    job = Job(24 * 3600, int(24.8 * 3600), 180)
+    ticks = job.ticks(gap) + 1
+    pools = [Pool.named(f"us-east-1{z}_gpu_1") for z in "ab"]
+    outcome = simulate_pools(LiveView(), pools, _long_and_flickering(ticks), job, gap)
+    # THEN it does not wait for a through its outages: b's spot (or on-demand) covers them
+    assert not outcome.missed
+    idle = [t for t, x in enumerate(outcome.placements) if x.choice is Choice.NONE]
+    assert len(idle) <= 2, outcome.placements

@@ -236,7 +236,10 @@ def test_live_a_pool_nobody_asked_this_tick_is_asked_not_waited_for():
     flicker = ([1, 0, 0] * 10 + [1] * 20 + [0] * 10) * 3 + [0] * 20
     steady = [1] * 199 + [0]
     obs = observation(NOTHING, [True, False], [flicker[:199], steady[:199]], done=199 * 600 - 6000)
-    unasked = replace(obs, observed=(False, True))
+    # (asked of a market where the other pool has been down for 8 h: waiting that out,
+    # `_stick_to_a_pool`, does not fit the slack, so only the flickering pool is in question)
+    gone = [1] * 150 + [0] * 50
+    unasked = replace(obs, observed=(False, True), histories=(obs.histories[0], tuple(gone[:199])))
     # THEN the job asks it now: read as a run that starts this tick, it would look new at
     # every tick and the job would wait for it until the safety net took on-demand
     assert MultiPoolPolicy().place(unasked) == Placement.spot(0)
@@ -246,7 +249,7 @@ def test_live_a_pool_nobody_asked_this_tick_is_asked_not_waited_for():
     # tick after tick unasked (its history repeats its last sighting, down, as does the
     # steady pool's, seen down), it is never waited for
     for later in range(1, 6):
-        histories = tuple(tuple(h) + (0,) * later for h in obs.histories)
+        histories = tuple(tuple(h) + (0,) * later for h in unasked.histories)
         ahead = replace(unasked, tick=obs.tick + later, histories=histories)
         assert MultiPoolPolicy().place(ahead) == Placement.spot(0)
 
@@ -556,3 +559,21 @@ def test_a_run_found_up_at_an_arbitrary_tick_survives_as_the_renewal_mean_says()
     heavy = RunStatistics([1] * 40 + [0] + [1] + [0] + [1] * 40 + [0])
     light = RunStatistics(([1, 1, 0] * 27)[:83])
     assert heavy.found_survival(1, 83, prior) < light.found_survival(1, 83, prior)
+
+
+def test_the_remaining_life_of_a_run_found_up_has_the_law_of_its_age():
+    # GIVEN up-runs of 1, 2, 4 and 16 ticks (and outages between)
+    history = [1, 0, 1, 1, 0, 1, 1, 1, 1, 0] + [1] * 16 + [0]
+    stats = RunStatistics(history)
+    prior = 2.0
+    ages = stats.ticks
+    # THEN the sum of P(R > t) over any span is the brute-force renewal sum (T(t) / T(0),
+    # T(t) = sum over x >= t of S(x)), its prior part in closed form
+    s = [stats.survival(1, x, prior) for x in range(ages)]
+    tails = [sum(s[t:]) for t in range(ages)] + [0.0]
+    for start, stop in [(0, 1), (1, 3), (2, 20), (5, ages + 10), (0, ages)]:
+        brute = sum(tails[min(t, ages)] / tails[0] for t in range(start, stop))
+        assert stats.found_lasting(1, start, stop, ages, prior) == pytest.approx(brute, rel=1e-9)
+    # AND a run found in progress outlives a new one: more expected ticks over any horizon
+    new = sum(stats.survival(1, t, prior) for t in range(12))
+    assert stats.found_lasting(1, 0, 12, ages, prior) > new

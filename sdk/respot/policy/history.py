@@ -132,6 +132,36 @@ class RunStatistics:
             squares += prior_runs**2 * (_harmonic_squares(horizon) - _harmonic_squares(longest))
         return squares / (weight * total) if total > 0 else 1.0
 
+    def found_lasting(self, value: int, start: int, stop: int, horizon: int, prior: float) -> float:
+        """sum over t = start .. stop - 1 of P(R > t), R the ticks left (this one included) of
+        a run of `value` found in progress, its age unknown.
+
+        By renewal theory P(R > t) = T(t) / T(0), T(t) = sum over x >= t of S(x) (`survival`):
+        the remaining life of a run found at an arbitrary tick has the law of its age
+        (`found_survival`). The ages are those a history of `horizon` ticks can show
+        (x < horizon; T(t) = 0 beyond); the Lindy prior's part of T is a difference of
+        harmonic numbers and its sum over t one of sum H_t = (n + 1) H_n - n. With
+        stop = start + 1 this is P(R > start).
+        """
+        if horizon <= 0:
+            return 0.0
+        stop = min(stop, horizon)
+        if stop <= start:
+            return 0.0
+        total = prior * _harmonic(horizon) + self._residual_sum(value, 0, horizon)
+        if total <= 0:
+            return 0.0
+        # the prior: sum over t of (H_horizon - H_t)
+        harmonics = _harmonic_sum(stop - 1) - _harmonic_sum(start - 1)
+        part = prior * ((stop - start) * _harmonic(horizon) - harmonics)
+        # the completed runs: sum over t of sum over x = t .. horizon - 1 of n_x, i.e. each
+        # n_x (x >= start) counted for t = start .. min(x, stop - 1)
+        counts = self._at_least[value]
+        runs = 0
+        for x in range(start, min(len(counts) - 1, horizon)):
+            runs += counts[x + 1] * (min(x, stop - 1) - start + 1)
+        return (part + runs) / total
+
     def availability(self, gap_seconds: int, prior: float, prior_seconds: float) -> float:
         """Fraction of time spot was available, shrunk towards `prior` by `prior_seconds`."""
         seen = self.ticks * gap_seconds
@@ -190,6 +220,13 @@ def _harmonic(n: int) -> float:
     if n < 16:
         return math.fsum(1 / k for k in range(1, n + 1))
     return math.log(n) + _EULER_GAMMA + 1 / (2 * n) - 1 / (12 * n**2) + 1 / (120 * n**4)
+
+
+def _harmonic_sum(n: int) -> float:
+    """H_1 + ... + H_n = (n + 1) H_n - n (0 for n <= 0)."""
+    if n <= 0:
+        return 0.0
+    return (n + 1) * _harmonic(n) - n
 
 
 def _harmonic_squares(n: int) -> float:

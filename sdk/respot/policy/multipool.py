@@ -138,12 +138,14 @@ def _expected_progress(
     *,
     later: int = 0,
     until_done: bool = False,
+    new_run: bool = False,
 ) -> float:
     """Seconds of work a new instance on this pool is expected to do before the pool's run ends.
 
     `later` > 0: the same for an instance started `later` ticks from now, given that the run
     is still up then (its age is then `later` ticks more: what waiting for it to prove itself
-    would buy).
+    would buy). `new_run`: the same for a run that starts when the instance does (age 0: a
+    pool waited for through its outage).
 
     `until_done`: count the run's life only up to the tick that would finish the remaining
     work W (the expectation of min(progress, W), up to a tick's rounding), not all of it.
@@ -164,7 +166,7 @@ def _expected_progress(
         horizon = min(horizon, -(-(obs.remaining_seconds + changeover) // gap))
     if horizon < steps:
         return 0.0
-    age = stats.current_age(1) + later
+    age = 0 if new_run else stats.current_age(1) + later
     alive = stats.survival(1, age, prior)
 
     def lasting(more: int) -> float:  # P(L' > more)
@@ -172,6 +174,28 @@ def _expected_progress(
 
     tail = lasting(steps) * stats.expected_residual(1, age + steps, horizon - steps, prior)
     return (steps * gap - changeover) * lasting(steps - 1) + gap * tail
+
+
+def _found_progress(
+    obs: PoolsObservation, stats: RunStatistics, prior: float, *, until_done: bool = False
+) -> float:
+    """`_expected_progress` of a run found up by asking, its age unknown (renewal theory).
+
+    Live, a pool nobody asked this tick has no known age: asking finds its run in progress,
+    whose remaining life R has P(R > t) = T(t) / T(0), T(t) = sum over x >= t of S(x)
+    (`RunStatistics.found_lasting`), longer than a new run's when long runs are common. The
+    same sum as `_expected_progress`: E = (m G - d) P(R > m - 1) + G sum_{t=m}^{H-1} P(R > t).
+    """
+    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left
+    steps = max(1, -(-changeover // gap))
+    if until_done:  # ticks a new instance needs to finish: m G - d + (n - m) G >= W
+        horizon = min(horizon, -(-(obs.remaining_seconds + changeover) // gap))
+    if horizon < steps:
+        return 0.0
+    ages = max(stats.ticks, 1)  # the ages the history can show
+    first = stats.found_lasting(1, steps - 1, steps, ages, prior)
+    rest = stats.found_lasting(1, steps, horizon, ages, prior)
+    return (steps * gap - changeover) * first + gap * rest
 
 
 class _UnseenRun(RunStatistics):
@@ -559,6 +583,8 @@ class MultiPoolPolicy:
                 waiting = (slack_value * k * gap + lasts * overhead) / (lasts * later)
                 if waiting < overhead / now:
                     return True
+        if self._stick_to_a_pool(obs, pools, candidate, now):
+            return True
         if fee > 0:
             home = [
                 k
@@ -579,6 +605,61 @@ class MultiPoolPolicy:
                 and _boot_completes(obs, waited=1)
                 and self._region_wait_cost(obs, pools, home, price) < fee
             ):
+                return True
+        return False
+
+    def _stick_to_a_pool(
+        self, obs: PoolsObservation, pools: Sequence[RunStatistics], candidate: int, now: float
+    ) -> bool:
+        """Whether a plan that waits out the outages of a pool that is down now costs less.
+
+        Two plans for the rest of the work W, compared by the restarts they pay (d at the
+        spot price each, and a transfer fee to leave the checkpoint's region):
+        - take the candidate now, and pools as they come: W / P starts, P the candidate's
+          expected progress (`now`; a run found up by asking, live, `_found_progress`);
+        - stick to pool k, down now, waiting out each of its outages: W / P_k starts, P_k the
+          expected progress of k's *new* runs (`new_run`: each start follows an outage),
+          which is only a plan if its waits fit the slack: the outage now plus one per
+          later start, each of k's mean outage, and d a start, plus the net's margin
+          d + min(d, G), with one standard deviation of the waits to spare (sqrt(n) times
+          the mean outage: n outages of that mean, about independent).
+        Wait iff some such k costs less. A plan, not a tick: its waits are priced by the
+        slack they need over the whole job, where a tick-by-tick price (`slack_value`) read
+        each wait as nearly free and repeated it (bench/placement/issue28/README.md).
+        Means are learned from k's own history with the policy's prior cycle (one run of
+        `availability_prior` times `availability_prior_seconds` up, and the rest down).
+        """
+        if now <= 0 or len(obs.pools) == 1:
+            return False
+        p = self.core.parameters
+        prior = p.lindy_prior_runs
+        gap, changeover, work = obs.gap_seconds, obs.changeover_seconds, obs.remaining_seconds
+        if not obs.seen_now(candidate):
+            now = min(_found_progress(obs, pools[candidate], prior, until_done=True), work)
+            if now <= 0:
+                return False
+        restart = changeover * SPOT_PRICE_PER_SECOND
+        take = work / now * restart + obs.transfer_fee(candidate)
+        margin = changeover + min(changeover, gap)
+        prior_up = p.availability_prior * p.availability_prior_seconds
+        prior_down = p.availability_prior_seconds - prior_up
+        for k, up in enumerate(obs.available):
+            if up or k == candidate or not obs.seen_now(k):
+                continue
+            stats = pools[k]
+            fresh = min(_expected_progress(obs, stats, prior, until_done=True, new_run=True), work)
+            if fresh <= 0:
+                continue
+            starts = work / fresh
+            outages = stats.runs[0] + (stats.last == 0) + p.cycle_prior_runs
+            outage = ((stats.ticks - stats.up_ticks) * gap + prior_down) / outages
+            # the outage now, by its age (`expected_residual`), then one of mean length a start
+            now_out = stats.expected_residual(0, stats.current_age(0), obs.ticks_left, prior) * gap
+            waits = now_out + (starts - 1) * outage
+            needed = waits + starts * changeover + margin + math.sqrt(max(starts, 1.0)) * outage
+            if needed > obs.slack_seconds:
+                continue
+            if starts * restart + obs.transfer_fee(k) < take:
                 return True
         return False
 
