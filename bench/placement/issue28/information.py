@@ -77,7 +77,8 @@ def main() -> None:
                 ]
                 rr, opt = base["up-round-robin"]["mean"], base["omniscient"]["mean"]
                 closed.append((rr - statistics.fmean(costs)) / (rr - opt))
-            print(f"{name} sees every pool while {phase:4s}: gap closed {100 * statistics.fmean(closed):.1f}%")
+            mean = 100 * statistics.fmean(closed)
+            print(f"{name} sees every pool while {phase:4s}: gap closed {mean:.1f}%")
 
 
 if __name__ == "__main__":
