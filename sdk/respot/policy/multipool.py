@@ -619,10 +619,11 @@ class MultiPoolPolicy:
           expected progress (`now`; a run found up by asking, live, `_found_progress`);
         - stick to pool k, down now, waiting out each of its outages: W / P_k starts, P_k the
           expected progress of k's *new* runs (`new_run`: each start follows an outage),
-          which is only a plan if its waits fit the slack: the outage now plus one per
-          later start, each of k's mean outage, and d a start, plus the net's margin
-          d + min(d, G), with one standard deviation of the waits to spare (sqrt(n) times
-          the mean outage: n outages of that mean, about independent).
+          which is only a plan if its waits fit the slack: the outage now (its expected
+          remainder by its age, `expected_residual`), then one of k's mean outage per later
+          start, and d a start, plus the net's margin d + min(d, G), with one standard
+          deviation of the waits to spare (sqrt(n) times the mean outage: n outages of that
+          mean, about independent).
         Wait iff some such k costs less. A plan, not a tick: its waits are priced by the
         slack they need over the whole job, where a tick-by-tick price (`slack_value`) read
         each wait as nearly free and repeated it (bench/placement/issue28/README.md).
@@ -653,7 +654,6 @@ class MultiPoolPolicy:
             starts = work / fresh
             outages = stats.runs[0] + (stats.last == 0) + p.cycle_prior_runs
             outage = ((stats.ticks - stats.up_ticks) * gap + prior_down) / outages
-            # the outage now, by its age (`expected_residual`), then one of mean length a start
             now_out = stats.expected_residual(0, stats.current_age(0), obs.ticks_left, prior) * gap
             waits = now_out + (starts - 1) * outage
             needed = waits + starts * changeover + margin + math.sqrt(max(starts, 1.0)) * outage
