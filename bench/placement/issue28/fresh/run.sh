@@ -1,7 +1,7 @@
 #!/bin/bash
 # Fresh synthetic markets for issue 28, generated after the policy was fixed (seeds 301-312,
 # never used to design anything): 2-22 pools, G = 120 or 300 s, 8 windows a cell.
-# From the project root: bash bench/placement/issue28/fresh/run.sh  (about 8 min, 1 core)
+# From the project root: bash bench/placement/issue28/fresh/run.sh  (about 2 min on one core of this machine)
 set -euo pipefail
 out=bench/placement/issue28/fresh
 for i in $(seq 301 312); do
