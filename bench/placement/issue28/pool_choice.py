@@ -27,22 +27,13 @@ from pathlib import Path
 
 from respot.policy.baselines import UniformProgressPolicy
 from respot.policy.bench import Cell
+from respot.policy.history import RunStatistics
 from respot.policy.pool_baselines import single_view, to_placement
 from respot.policy.pools import Placement, PoolsObservation, simulate_pools
 from respot.policy.synth import synth_market
 
 HERE = Path(__file__).resolve().parent
 WINDOWS = 8  # as the sweep of the README
-
-
-def _age(history: Sequence[int]) -> int:
-    """Ticks the trailing up-run has lasted (0 if the pool was down at the last tick)."""
-    age = 0
-    for value in reversed(history):
-        if value != 1:
-            break
-        age += 1
-    return age
 
 
 class _Chooser:
@@ -67,7 +58,7 @@ def _oldest(home_first: bool) -> Callable[[PoolsObservation, list[int]], int]:
     def pick(obs: PoolsObservation, up: list[int]) -> int:
         if home_first:
             up = [k for k in up if obs.pools[k].region == obs.home] or up
-        return max(up, key=lambda k: (_age(obs.histories[k]), -k))
+        return max(up, key=lambda k: (RunStatistics(obs.histories[k]).current_age(1), -k))
 
     return pick
 
