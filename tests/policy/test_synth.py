@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,27 @@ def test_pools_of_a_region_fail_together_more_often_than_pools_of_different_regi
         if pools.pools[a].region != pools.pools[b].region
     ]
     assert sum(same) / len(same) > sum(apart) / len(apart)
+
+
+def test_the_record_of_what_drew_a_market_is_the_market() -> None:
+    # each pool's own segments tile the market, alternate, and explain every tick of spot:
+    # a pool is up only inside one of its up-runs (a region shock can take it down there)
+    market = synth_market(5, pools=9, days=3)
+    ticks = len(market.availability[0])
+    assert len(market.segments) == len(market.shock_rates) == 9
+    for row, segments, rate in zip(
+        market.availability, market.segments, market.shock_rates, strict=True
+    ):
+        assert 0 < rate < 1
+        assert segments[0].start == 0 and segments[-1].start + segments[-1].ticks >= ticks
+        for before, after in itertools.pairwise(segments):
+            assert after.start == before.start + before.ticks and after.up != before.up
+        own = [0] * ticks
+        for segment in segments:
+            assert segment.ticks >= 1 and segment.median_ticks > 0 and segment.sigma > 0
+            for i in range(segment.start, min(ticks, segment.start + segment.ticks)):
+                own[i] = int(segment.up)
+        assert all(seen <= drawn for seen, drawn in zip(row, own, strict=True))
 
 
 def test_bad_sizes_are_refused_naming_the_argument() -> None:

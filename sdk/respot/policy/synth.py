@@ -18,6 +18,11 @@ model, every random draw from one `random.Random(seed)`:
   the benchmark's spot price) and written to the trace's metadata. The benchmark's rules
   price every pool alike (`bench/specs/multi-zone.md`), so they do not enter its costs yet.
 
+The market keeps what drew it (`SynthMarket.segments`: each pool's own up-runs and outages
+with the log-normal law each was drawn from; `shock_rates`: the chance per tick that a shock
+of its region begins and takes it down), for analyses that ask what knowing the true law
+would be worth (`bench/placement/issue28/pool_choice.py`). No policy reads them.
+
 `write_market(directory, market)` writes one trace file per pool in the format of
 `bench/traces/` (`{"metadata": {"gap_seconds": G, ...}, "data": [0/1, ...]}`), which
 `respot bench placement --traces DIR` reads. Nothing here was fitted to a trace set: the
@@ -54,6 +59,17 @@ MAX_POOLS = len(REGIONS) * len(ZONE_LETTERS) * len(TYPES)
 
 
 @dataclass(frozen=True, slots=True)
+class Segment:
+    """One up-run or outage of a pool's own process (region shocks aside) and its law."""
+
+    start: int  # first tick
+    ticks: int  # length drawn (the last segment may run past the end of the market)
+    up: bool
+    median_ticks: float  # the log-normal law it was drawn from: median and sigma of log-length
+    sigma: float
+
+
+@dataclass(frozen=True, slots=True)
 class SynthMarket:
     """A generated set: pool names, the tick, each pool's 0/1 availability and its price."""
 
@@ -62,6 +78,9 @@ class SynthMarket:
     names: tuple[str, ...]
     availability: tuple[tuple[int, ...], ...]
     prices: tuple[float, ...]  # spot $/h per pool (metadata only: the rules price pools alike)
+    # What drew it, per pool in `names` order (for analyses only; no policy reads these):
+    segments: tuple[tuple[Segment, ...], ...] = ()
+    shock_rates: tuple[float, ...] = ()  # chance per tick that a region shock downs the pool
 
     def pool_set(self) -> PoolSet:
         """The market as the benchmark's `PoolSet` (pools in file-name order, as loaded)."""
@@ -131,9 +150,11 @@ def synth_market(
     # Region shocks: outages of a region, each taking down each of its pools with
     # probability rho (the region's correlation), on top of the pools' own outages.
     hits: list[list[int]] = [[0] * ticks for _ in names]
+    shock_rate: dict[int, float] = {}
     for r in sorted(set(region_of_pool)):
         rho = rng.uniform(*correlation)
         mean_gap = rng.uniform(6.0, 72.0) * per_hour  # ticks between a region's shocks
+        shock_rate[r] = rho / mean_gap
         t = round(rng.expovariate(1 / mean_gap))
         while t < ticks:
             length = _lognormal_ticks(rng, rng.uniform(0.25, 6.0) * per_hour, 1.0)
@@ -143,9 +164,11 @@ def synth_market(
                         hits[k][i] = 1
             t += length + round(rng.expovariate(1 / mean_gap))
     availability: list[tuple[int, ...]] = []
+    segments: list[tuple[Segment, ...]] = []
     regime_ticks = max(1.0, regime_hours * per_hour)
     for k in range(len(names)):
         row = [0] * ticks
+        drawn: list[Segment] = []
         t = 0
         up = rng.random() < 0.7
         while t < ticks:
@@ -158,11 +181,13 @@ def synth_market(
             while t < end:
                 median = up_median if up else down_median
                 length = _lognormal_ticks(rng, median, sigma)
+                drawn.append(Segment(t, length, up, median, sigma))
                 for i in range(t, min(t + length, ticks)):
                     row[i] = 1 if up else 0
                 t += length
                 up = not up
         availability.append(tuple(0 if hits[k][i] else row[i] for i in range(ticks)))
+        segments.append(tuple(drawn))
     prices = tuple(
         round(SPOT_PRICE_PER_HOUR * (1 + rng.uniform(-price_spread, price_spread)), 4)
         for _ in names
@@ -173,6 +198,8 @@ def synth_market(
         names=tuple(names),
         availability=tuple(availability),
         prices=prices,
+        segments=tuple(segments),
+        shock_rates=tuple(shock_rate[r] for r in region_of_pool),
     )
 
 
