@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from respot.policy import Choice, Job, MultiPoolPolicy, Placement, Pool, simulate_pools
 from respot.policy.live_view import MAX_SPOT_RETURNS, LiveView, backoff_cap_ticks
 from respot.policy.pool_baselines import UniformProgressRoundRobin
@@ -210,3 +212,35 @@ def test_a_lone_job_without_the_slack_for_the_waits_takes_the_pool_that_has_spot
     assert not outcome.missed
     idle = [t for t, x in enumerate(outcome.placements) if x.choice is Choice.NONE]
     assert len(idle) <= 2, outcome.placements
+
+
+def test_the_accounts_sightings_head_the_histories_and_order_the_asking() -> None:
+    # GIVEN an account that saw pool 0 refuse for its last 3 ticks and never observed pool 1,
+    # and a window where both pools have spot throughout
+    window = [[1] * 19, [1] * 19]
+    recording = Recording()
+    live = LiveView(recording, account=[[1, 0, 0, 0], None])
+    outcome = simulate_pools(live, POOLS, window, JOB, GAP)
+    first = recording.seen[0]
+    # THEN at tick 0 the policy sees the account's 4 ticks before its own, pool 0 as the
+    # refusals and pool 1 as never observed (up); it still asks pool 0 first (nobody asked
+    # it this tick), finds spot and takes it
+    assert list(first.histories[0]) == [1, 0, 0, 0] and list(first.histories[1]) == [1] * 4
+    assert outcome.placements[0] == Placement.spot(0)
+    # AND its own sightings follow the account's: at tick 5, 4 + 5 ticks
+    later = next(obs for obs in recording.seen if obs.tick == 5)
+    assert list(later.histories[0]) == [1, 0, 0, 0] + [1] * 5
+    # AND what it hands a later job is its own ticks only, the last one repeated past its end
+    assert live.sightings(3) == [[1, 1, 1], None]
+    assert live.sightings(12)[0] == [1] * 12
+
+
+def test_without_an_account_it_is_the_job_alone_and_a_bad_account_is_refused() -> None:
+    window = [[0, 0, 0] + [1] * 16, [1] * 19]
+    alone = simulate_pools(LiveView(), POOLS, window, JOB, GAP)
+    empty = simulate_pools(LiveView(account=[None, None]), POOLS, window, JOB, GAP)
+    assert empty.placements == alone.placements and empty.cost == alone.cost
+    with pytest.raises(ValueError, match="different ticks"):
+        LiveView(account=[[1, 0], [1]])
+    with pytest.raises(ValueError, match="3 pools, not 2"):
+        simulate_pools(LiveView(account=[[1], [1], [1]]), POOLS, window, JOB, GAP)

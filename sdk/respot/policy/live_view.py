@@ -26,14 +26,19 @@ at most `MAX_SPOT_RETURNS` returns refused or not, the backoff doubling without 
 With no other job in the account, this is what live placement of one job would do on the
 window; `respot-live-view` in `bench/placement/dev.py --policy` measures it on every window
 of a set (`respot-live-view-sightings-only`: returns from on-demand only on a sighting, as
-live did until 2026-11-24). Not modelled: other jobs'
-sightings, the live-only rule for a first spot start from waiting (two changeovers of
-slack), and the changeover's length beyond d.
+live did until 2026-11-24). `account`: what the account's other jobs saw before this one
+started (`respot.core.pool_watch` hands a job placed live up to two days of them), ahead of
+the job's own sightings; `sightings()` is what this job leaves for the next
+(`bench/placement/issue28/shared.py` measures what a colleague's two days are worth: not
+always something). Not modelled: other jobs' sightings while this one runs, the live-only
+rule for a first spot start from waiting (two changeovers of slack), and the changeover's
+length beyond d.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
 from respot.policy.model import Choice, HistoryView
@@ -62,12 +67,18 @@ def backoff_cap_ticks(changeover_seconds: float, tick_seconds: float) -> int:
 
 
 class _Sightings:
-    """One pool's history as the account saw it: ticks 0.. as a growing list of 0/1."""
+    """One pool's history as the account saw it: ticks 0.. as a growing list of 0/1.
 
-    __slots__ = ("now", "ticks")
+    `before`: the account's sightings of the pool before the job's tick 0 (they head the
+    list, so the job's tick t is entry `offset + t`); None: nobody has observed it.
+    """
 
-    def __init__(self) -> None:
-        self.ticks: list[int] | None = None  # None: never observed (reads as up)
+    __slots__ = ("now", "offset", "ticks")
+
+    def __init__(self, before: Sequence[int] | None = None, offset: int = 0) -> None:
+        # None: never observed (reads as up)
+        self.ticks: list[int] | None = None if before is None else [int(v) for v in before]
+        self.offset = offset
         self.now: int | None = None  # a sighting at the tick being decided
 
     def see(self, tick: int, value: int) -> None:
@@ -75,7 +86,7 @@ class _Sightings:
         if self.ticks is None:
             # first sighting: the past reads as it (a new list, so that cached statistics
             # of the old reading are rebuilt, not extended)
-            self.ticks = [value] * tick
+            self.ticks = [value] * (self.offset + tick)
         self.now = value
 
     def close(self) -> None:
@@ -89,11 +100,11 @@ class _Sightings:
         self.now = None
 
     def history(self, tick: int, ones: tuple[int, ...]) -> HistoryView:
-        """Ticks 0..tick-1 (`ones`: a shared all-up source, for a pool never observed)."""
+        """The account's ticks, then the job's 0..tick-1 (`ones`: all up, never observed)."""
         if self.ticks is None:
-            return HistoryView(ones, tick)
+            return HistoryView(ones, self.offset + tick)
         # a list that only grows: the policy's cached statistics extend it tick by tick
-        return HistoryView(self.ticks, tick)  # type: ignore[arg-type]
+        return HistoryView(self.ticks, self.offset + tick)  # type: ignore[arg-type]
 
     @property
     def last(self) -> int:
@@ -113,10 +124,22 @@ class LiveView:
         *,
         ask_from_on_demand: bool = True,
         stop_first: bool = False,
+        account: Sequence[Sequence[int] | None] | None = None,
     ) -> None:
+        """`account`: what the account saw of each pool before the job's first tick.
+
+        One entry per pool, oldest tick first, every observed pool over the same ticks
+        (None: a pool nobody observed), as `respot.core.pool_watch` hands a job placed live
+        the sightings its colleagues' jobs made; None: a job alone in a new account.
+        """
         self.policy = policy or MultiPoolPolicy()
         self.ask_from_on_demand = ask_from_on_demand
         self.stop_first = stop_first  # the return before 2026-11-24: on-demand stopped first
+        self.account = None if account is None else tuple(account)
+        lengths = {len(row) for row in self.account or () if row is not None}
+        if len(lengths) > 1:
+            raise ValueError(f"account sightings cover different ticks per pool: {lengths}")
+        self._offset = lengths.pop() if lengths else 0
         self._returns = self._refused = self._next_return = 0
         self.restarted = False
         self._asked_from_on_demand = False
@@ -127,10 +150,13 @@ class LiveView:
 
     def place(self, obs: PoolsObservation) -> Placement:
         if obs.tick == 0 or len(self._pools) != len(obs.pools):
-            self._pools = [_Sightings() for _ in obs.pools]
+            before = self.account or (None,) * len(obs.pools)
+            if len(before) != len(obs.pools):
+                raise ValueError(f"account sightings for {len(before)} pools, not {len(obs.pools)}")
+            self._pools = [_Sightings(row, self._offset) for row in before]
             self._held = None
             self._returns = self._refused = self._next_return = 0
-            self._ones = (1,) * (obs.deadline_seconds // obs.gap_seconds + 1)
+            self._ones = (1,) * (self._offset + obs.deadline_seconds // obs.gap_seconds + 1)
         self._learn(obs)
         sightings = self._pools
         tick = obs.tick
@@ -204,6 +230,24 @@ class LiveView:
             available[k], observed[k] = False, True
             choice = Placement(Choice.NONE)
         return choice
+
+    def sightings(self, ticks: int) -> list[list[int] | None]:
+        """The account's sightings of each pool over the job's first `ticks` ticks.
+
+        What a later job of the account would be handed (`account`): the ticks this job
+        closed, the last sighting repeated past its end (as live, a tick nobody observed
+        repeats the last one); None for a pool nobody observed. The account's sightings from
+        before this job are not included.
+        """
+        rows: list[list[int] | None] = []
+        for pool in self._pools:
+            if pool.ticks is None:
+                rows.append(None)
+                continue
+            own = pool.ticks[pool.offset : pool.offset + ticks]
+            last = own[-1] if own else (pool.ticks[-1] if pool.ticks else 1)
+            rows.append(own + [last] * (ticks - len(own)))
+        return rows
 
     def _learn(self, obs: PoolsObservation) -> None:
         """Close the ticks before this one; note what this tick already shows."""

@@ -32,8 +32,8 @@ OMNISCIENT = "omniscient"
 ROUND_ROBIN = UniformProgressRoundRobin.name
 # The figure of record: respot as the control plane runs it for one job
 # (`respot.core.pool_placement`): the same policy fed only the job's own launches,
-# refusals and interruptions (`LiveView`; a job alone in its account, the worst case: the
-# account's other jobs only add sightings).
+# refusals and interruptions (`LiveView`; a job alone in a new account. The account's other
+# jobs add sightings, which move the cost both ways: bench/placement/issue28/shared.py).
 RESPOT = "respot"
 # The same policy shown every pool at every tick, which live never sees: an upper bound on
 # what more sightings could buy, reported beside the figure of record.

@@ -1,0 +1,133 @@
+"""What the account's shared sightings are worth to a job: a colleague's job ran just before.
+
+    python bench/placement/issue28/shared.py [--sets aws-2022-10-26 ... synth-9 ... fresh]
+
+The figure of record (`respot` in `respot bench placement`) is a job alone in a new account:
+it starts knowing nothing of any pool. Live, the account's sightings are shared
+(`respot.core.pool_watch`: every job's launches, refusals, running instances and
+interruptions, two days of them, `HISTORY_TICKS` one-minute ticks), so a job placed after a
+colleague's starts with what that job saw. This reruns the live policy on the windows of the
+saved results with one such colleague: a job of the same cell ran the same live policy over
+the two days before the window (fewer when the window starts earlier in the trace; none for
+the first window), and the new job is handed its sightings (`LiveView(account=...)`). The
+colleague stops sighting at the window's start (it is not modelled running beside the job),
+so this is one colleague's worth, not a busy team's. Prints the mean gap closed per set
+against the saved up-round-robin and optimum, beside the job alone (the same code with no
+account), and the cells above round-robin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from respot.policy.bench import Cell
+from respot.policy.live_view import LiveView
+from respot.policy.pools import PoolSet, load_pool_set, simulate_pools
+from respot.policy.synth import synth_market
+
+HERE = Path(__file__).resolve().parent
+TRACES = HERE.parents[1] / "traces"
+# respot.core.pool_watch.HISTORY_TICKS (2,880) ticks of the live policy tick (one minute)
+ACCOUNT_SECONDS = 2 * 86400
+DEV = {
+    "aws-2022-10-26": (sorted((TRACES / "aws-2022-10-26").glob("*_1.json")), 100),
+    "aws-2023-08-27": (sorted((TRACES / "aws-2023-08-27").glob("*_1.json")), 100),
+    "aws-2023-04-19": (sorted((TRACES / "aws-2023-04-19").glob("*.json")), 8),
+}
+SWEEP = (1, 3, 9, 18, 27)
+FRESH = range(301, 313)
+
+
+def _sets(names: Sequence[str]) -> Iterator[tuple[str, PoolSet, int, Path]]:
+    """(label, pools, windows a cell, saved results) for each name; "fresh": all twelve."""
+    for name in names:
+        if name in DEV:
+            paths, windows = DEV[name]
+            yield name, load_pool_set(paths), windows, HERE / f"results-{name}.jsonl"
+        elif name.startswith("synth-"):
+            count = int(name.removeprefix("synth-"))  # as the sweep: seed = pool count
+            pools = synth_market(count, pools=count).pool_set()
+            yield name, pools, 8, HERE / f"results-{name}.jsonl"
+        elif name == "fresh":  # as fresh/run.sh made them
+            for seed in FRESH:
+                gap = 300 if seed % 2 == 0 else 120
+                market = synth_market(seed, pools=(seed % 6) * 4 + 2, gap_seconds=gap)
+                saved = HERE / "fresh" / f"results-fresh-{seed}.jsonl"
+                yield f"fresh-{seed}", market.pool_set(), 8, saved
+        else:
+            raise SystemExit(f"unknown set {name!r}: a development set, synth-K or fresh")
+
+
+def colleague(pool_set: PoolSet, cell: Cell, start: int) -> list[list[int] | None] | None:
+    """The account's sightings at tick `start`: a job of `cell` ran live over the ticks before."""
+    gap = pool_set.gap_seconds
+    before = min(start, ACCOUNT_SECONDS // gap)
+    if before == 0:
+        return None
+    job = cell.job
+    size = job.window_ticks(gap)
+    earlier = LiveView()
+    simulate_pools(earlier, pool_set.pools, pool_set.window(start - before, size), job, gap)
+    return earlier.sightings(before)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--sets", nargs="+", default=[*DEV, *(f"synth-{k}" for k in SWEEP), "fresh"]
+    )
+    args = parser.parse_args()
+    pooled: dict[str, list[float]] = {"alone": [], "colleague": []}
+    above = {"alone": 0, "colleague": 0}
+    for label, pool_set, windows, saved_path in _sets(args.sets):
+        closed: dict[str, list[float]] = {"alone": [], "colleague": []}
+        for line in saved_path.read_text().splitlines():
+            row = json.loads(line)
+            cell = Cell(48, float(row["deadline_hours"]), float(row["changeover_hours"]))
+            base = row["results"]
+            rr, opt = base["up-round-robin"]["mean"], base["omniscient"]["mean"]
+            job = cell.job
+            size = job.window_ticks(pool_set.gap_seconds)
+            costs: dict[str, list[float]] = {"alone": [], "colleague": []}
+            for start in pool_set.window_starts(size, windows):
+                window = pool_set.window(start, size)
+                for name, account in (
+                    ("alone", None),
+                    ("colleague", colleague(pool_set, cell, start)),
+                ):
+                    outcome = simulate_pools(
+                        LiveView(account=account), pool_set.pools, window, job, pool_set.gap_seconds
+                    )
+                    if outcome.missed:
+                        raise SystemExit(f"{label} {cell}: {name} missed the deadline")
+                    costs[name].append(outcome.normalized_cost)
+            for name, values in costs.items():
+                mean = statistics.fmean(values)
+                closed[name].append((rr - mean) / (rr - opt))
+                if mean > rr:
+                    above[name] += 1
+                    print(
+                        f"{label} {cell.deadline_hours:g} h / {cell.changeover_hours:g} h: "
+                        f"{name} {mean:.4f} above round-robin {rr:.4f}"
+                    )
+        for name, values in closed.items():
+            print(
+                f"{label} {name:10s} gap closed {100 * statistics.fmean(values):.1f}%", flush=True
+            )
+            if label.startswith("fresh"):
+                pooled[name].extend(values)
+    for name, values in pooled.items():
+        if values:
+            print(
+                f"fresh ({len(values)} cells) {name:10s} gap closed "
+                f"{100 * statistics.fmean(values):.1f}%"
+            )
+    print(f"cells above round-robin: alone {above['alone']}, colleague {above['colleague']}")
+
+
+if __name__ == "__main__":
+    main()
