@@ -9,6 +9,12 @@ writes them (`pool_watch.observe` on absolute ticks), and at every tick the job 
 idle the control plane's observation and ranking are compared with LiveView's: the same
 histories, availability and observed flags, the same decision and the same pools in the
 same order. A change to either side that the other does not follow fails here.
+
+With `account`, the account already holds a colleague's sightings from before the job's
+first tick: written into the records the same way, and handed to LiveView as
+`account=` rows built here by the rule the control plane states (a tick nobody observed
+repeats the last sighting; before its first, a pool reads as that first one; a pool never
+observed is None), so the job's own sightings continue the account's on both sides.
 """
 
 from __future__ import annotations
@@ -66,9 +72,47 @@ def _window(seed: int, pools: int, ticks: int) -> list[list[int]]:
     return rows
 
 
+BEFORE = 30  # ticks of the account's sightings before the job's tick 0, in `account` runs
+
+
+def _colleague(seed: int, pools: int) -> list[list[tuple[int, int]] | None]:
+    """A colleague's sightings before the job: per pool (tick, value) in order, or None."""
+    rng = random.Random(1000 + seed)
+    sightings: list[list[tuple[int, int]] | None] = []
+    for k in range(pools):
+        if k > 0 and rng.random() < 0.3:
+            sightings.append(None)  # never observed
+            continue
+        ticks = sorted(rng.sample(range(BEFORE), rng.randint(1, 8)))
+        if k == 0:
+            ticks = sorted({0, *ticks})  # the account's record starts BEFORE ticks back
+        sightings.append([(t, int(rng.random() < 0.5)) for t in ticks])
+    return sightings
+
+
+def _account_rows(
+    sightings: list[list[tuple[int, int]] | None],
+) -> list[list[int] | None]:
+    """What the account hands a job, by the rule stated above, independently of pool_watch."""
+    rows: list[list[int] | None] = []
+    for seen in sightings:
+        if seen is None:
+            rows.append(None)
+            continue
+        value, at, row = seen[0][1], 0, []
+        for tick in range(BEFORE):
+            while at < len(seen) and seen[at][0] <= tick:
+                value = seen[at][1]
+                at += 1
+            row.append(value)
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("account", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, account: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = Job(40 * 60, 90 * 60, 3 * 60)  # 40 min of work in 90 min, a 3-min changeover
     live_pools = [
@@ -90,7 +134,8 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
 
     monkeypatch.setattr(_Sightings, "see", see)
     recording = _Recording()
-    live = LiveView(recording)
+    colleague = _colleague(seed, len(pools)) if account else [None] * len(pools)
+    live = LiveView(recording, account=_account_rows(colleague) if account else None)
     outcome = simulate_pools(live, pools, window, job, GAP)
     assert not outcome.missed
     made = [(t, live._pools.index(obj), value) for t, obj, value in SIGHTINGS]
@@ -113,6 +158,10 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
         # the account's records: every sighting LiveView made before this tick's asking,
         # written as the control plane writes them (absolute ticks, the newest wins)
         records: dict[PoolKey, PoolRecord] = {}
+        for key, seen_before in zip(keys, colleague, strict=True):
+            for t, value in seen_before or ():
+                updated = record_sighting(records.get(key), START - BEFORE + t, bool(value))
+                records[key] = updated or records[key]
         for t, k, value in made[: recording.before[tick]]:
             key = keys[k]
             updated = record_sighting(records.get(key), START + t, bool(value))
@@ -140,6 +189,7 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
         assert control.observed == first.observed, tick
         for ours, theirs in zip(control.histories, first.histories, strict=True):
             assert list(ours) == list(theirs), tick
+            assert len(theirs) == (BEFORE if account else 0) + tick  # the account's, then ours
         # AND it ranks the pools in the order LiveView asks them (LiveView stops at the
         # first that has spot; the control plane ranks every pool the policy would take)
         decision, ranked = _rank(base, live_pools, seen, available, NOTHING, record)
