@@ -134,7 +134,9 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
 
     monkeypatch.setattr(_Sightings, "see", see)
     recording = _Recording()
-    colleague = _colleague(seed, len(pools)) if account else [None] * len(pools)
+    colleague: list[list[tuple[int, int]] | None] = (
+        _colleague(seed, len(pools)) if account else [None] * len(pools)
+    )
     live = LiveView(recording, account=_account_rows(colleague) if account else None)
     outcome = simulate_pools(live, pools, window, job, GAP)
     assert not outcome.missed
