@@ -244,3 +244,22 @@ def test_without_an_account_it_is_the_job_alone_and_a_bad_account_is_refused() -
         LiveView(account=[[1, 0], [1]])
     with pytest.raises(ValueError, match="3 pools, not 2"):
         simulate_pools(LiveView(account=[[1], [1], [1]]), POOLS, window, JOB, GAP)
+
+
+def test_what_other_jobs_see_while_it_runs_is_seen_before_it_asks() -> None:
+    # GIVEN pool 0 with spot throughout and pool 1 from tick 1; another job of the account
+    # was refused on pool 0 at tick 0 and saw it up again at tick 2
+    window = [[1] * 19, [0] + [1] * 18]
+    recording = Recording()
+    live = LiveView(recording, beside={0: [(0, 0)], 2: [(0, 1)]})
+    outcome = simulate_pools(live, POOLS, window, JOB, GAP)
+    first = recording.seen[0]
+    # THEN at tick 0 pool 0 is seen down (observed, by the other job) before anything is
+    # asked, so the job asks pool 1 only, is refused, and takes on-demand
+    assert first.available == (False, True) and first.observed == (True, False)
+    assert outcome.placements[0] == Placement(Choice.ON_DEMAND)
+    # AND pool 0's history holds what the other job saw: down at 0 and 1, up from 2
+    later = next(obs for obs in recording.seen if obs.tick == 4)
+    assert list(later.histories[0]) == [0, 0, 1, 1]
+    # AND what this job tells the account is its own sightings only: pool 1's refusal
+    assert live.made == [(0, 1, 0)]

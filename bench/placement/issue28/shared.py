@@ -1,4 +1,4 @@
-"""What the account's shared sightings are worth to a job: a colleague's job ran just before.
+"""What the account's shared sightings are worth to a job: a colleague's job started before.
 
     python bench/placement/issue28/shared.py [--sets aws-2022-10-26 ... synth-9 ... fresh]
 
@@ -9,11 +9,13 @@ interruptions, two days of them, `HISTORY_TICKS` one-minute ticks), so a job pla
 colleague's starts with what that job saw. This reruns the live policy on the windows of the
 saved results with one such colleague: a job of the same cell ran the same live policy over
 the two days before the window (fewer when the window starts earlier in the trace; none for
-the first window), and the new job is handed its sightings (`LiveView(account=...)`). The
-colleague stops sighting at the window's start (it is not modelled running beside the job),
-so this is one colleague's worth, not a busy team's. Prints the mean gap closed per set
-against the saved up-round-robin and optimum, beside the job alone (the same code with no
-account), and the cells above round-robin.
+the first window), and the new job is handed its sightings (`LiveView(account=...)`):
+`colleague`. In `beside`, the colleague also goes on running its window while the job runs,
+and the job sees each of its sightings at the tick it is made (`LiveView(beside=...)`; the
+colleague asks first within a tick and does not see the job's: one direction only). One
+colleague's worth, not a busy team's. Prints the mean gap closed per set against the saved
+up-round-robin and optimum, beside the job alone (the same code with no account), and the
+cells above round-robin.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from respot.policy.bench import Cell
@@ -62,8 +64,17 @@ def _sets(names: Sequence[str]) -> Iterator[tuple[str, PoolSet, int, Path]]:
             raise SystemExit(f"unknown set {name!r}: a development set, synth-K or fresh")
 
 
-def colleague(pool_set: PoolSet, cell: Cell, start: int) -> list[list[int] | None] | None:
-    """The account's sightings at tick `start`: a job of `cell` ran live over the ticks before."""
+Account = list[list[int] | None]
+Beside = Mapping[int, Sequence[tuple[int, int]]]
+SCENARIOS = ("alone", "colleague", "beside")
+
+
+def colleague(pool_set: PoolSet, cell: Cell, start: int) -> tuple[Account, Beside] | None:
+    """A job of `cell` that started live two days (at most) before tick `start`.
+
+    Its sightings before `start` (the account a job starting then is handed), and the ones
+    it makes from `start` on, by the later job's tick (what that job sees beside it).
+    """
     gap = pool_set.gap_seconds
     before = min(start, ACCOUNT_SECONDS // gap)
     if before == 0:
@@ -72,7 +83,18 @@ def colleague(pool_set: PoolSet, cell: Cell, start: int) -> list[list[int] | Non
     size = job.window_ticks(gap)
     earlier = LiveView()
     simulate_pools(earlier, pool_set.pools, pool_set.window(start - before, size), job, gap)
-    return earlier.sightings(before)
+    beside: dict[int, list[tuple[int, int]]] = {}
+    for tick, pool, value in earlier.made:
+        if tick >= before:
+            beside.setdefault(tick - before, []).append((pool, value))
+    return earlier.sightings(before), beside
+
+
+def _live(scenario: str, shared: tuple[Account, Beside] | None) -> LiveView:
+    if shared is None or scenario == "alone":
+        return LiveView()
+    account, beside = shared
+    return LiveView(account=account, beside=beside if scenario == "beside" else None)
 
 
 def main() -> None:
@@ -81,10 +103,10 @@ def main() -> None:
         "--sets", nargs="+", default=[*DEV, *(f"synth-{k}" for k in SWEEP), "fresh"]
     )
     args = parser.parse_args()
-    pooled: dict[str, list[float]] = {"alone": [], "colleague": []}
-    above = {"alone": 0, "colleague": 0}
+    pooled: dict[str, list[float]] = {name: [] for name in SCENARIOS}
+    above = dict.fromkeys(SCENARIOS, 0)
     for label, pool_set, windows, saved_path in _sets(args.sets):
-        closed: dict[str, list[float]] = {"alone": [], "colleague": []}
+        closed: dict[str, list[float]] = {name: [] for name in SCENARIOS}
         for line in saved_path.read_text().splitlines():
             row = json.loads(line)
             cell = Cell(48, float(row["deadline_hours"]), float(row["changeover_hours"]))
@@ -92,15 +114,13 @@ def main() -> None:
             rr, opt = base["up-round-robin"]["mean"], base["omniscient"]["mean"]
             job = cell.job
             size = job.window_ticks(pool_set.gap_seconds)
-            costs: dict[str, list[float]] = {"alone": [], "colleague": []}
+            costs: dict[str, list[float]] = {name: [] for name in SCENARIOS}
             for start in pool_set.window_starts(size, windows):
                 window = pool_set.window(start, size)
-                for name, account in (
-                    ("alone", None),
-                    ("colleague", colleague(pool_set, cell, start)),
-                ):
+                shared = colleague(pool_set, cell, start)
+                for name in SCENARIOS:
                     outcome = simulate_pools(
-                        LiveView(account=account), pool_set.pools, window, job, pool_set.gap_seconds
+                        _live(name, shared), pool_set.pools, window, job, pool_set.gap_seconds
                     )
                     if outcome.missed:
                         raise SystemExit(f"{label} {cell}: {name} missed the deadline")
@@ -126,7 +146,7 @@ def main() -> None:
                 f"fresh ({len(values)} cells) {name:10s} gap closed "
                 f"{100 * statistics.fmean(values):.1f}%"
             )
-    print(f"cells above round-robin: alone {above['alone']}, colleague {above['colleague']}")
+    print("cells above round-robin: " + ", ".join(f"{k} {v}" for k, v in above.items()))
 
 
 if __name__ == "__main__":

@@ -28,17 +28,18 @@ window; `respot-live-view` in `bench/placement/dev.py --policy` measures it on e
 of a set (`respot-live-view-sightings-only`: returns from on-demand only on a sighting, as
 live did until 2026-11-24). `account`: what the account's other jobs saw before this one
 started (`respot.core.pool_watch` hands a job placed live up to two days of them), ahead of
-the job's own sightings; `sightings()` is what this job leaves for the next
-(`bench/placement/issue28/shared.py` measures what a colleague's two days are worth: not
-always something). Not modelled: other jobs' sightings while this one runs, the live-only
-rule for a first spot start from waiting (two changeovers of slack), and the changeover's
-length beyond d.
+the job's own sightings; `sightings()` is what this job leaves for the next. `beside`: what
+the account's other jobs see while this one runs, tick by tick (`made` is what this job
+makes, for them). `bench/placement/issue28/shared.py` measures what a colleague's
+sightings are worth, before and beside the job: not always something. Not modelled: the
+live-only rule for a first spot start from waiting (two changeovers of slack), and the
+changeover's length beyond d.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from respot.policy.model import Choice, HistoryView
@@ -125,12 +126,15 @@ class LiveView:
         ask_from_on_demand: bool = True,
         stop_first: bool = False,
         account: Sequence[Sequence[int] | None] | None = None,
+        beside: Mapping[int, Sequence[tuple[int, int]]] | None = None,
     ) -> None:
         """`account`: what the account saw of each pool before the job's first tick.
 
         One entry per pool, oldest tick first, every observed pool over the same ticks
         (None: a pool nobody observed), as `respot.core.pool_watch` hands a job placed live
         the sightings its colleagues' jobs made; None: a job alone in a new account.
+        `beside`: the sightings (pool, 0/1) other jobs of the account make at each of this
+        job's ticks, seen before this job asks (the newest of a tick wins, as live).
         """
         self.policy = policy or MultiPoolPolicy()
         self.ask_from_on_demand = ask_from_on_demand
@@ -140,6 +144,8 @@ class LiveView:
         if len(lengths) > 1:
             raise ValueError(f"account sightings cover different ticks per pool: {lengths}")
         self._offset = lengths.pop() if lengths else 0
+        self.beside = beside or {}
+        self.made: list[tuple[int, int, int]] = []  # (tick, pool, 0/1) this job's sightings
         self._returns = self._refused = self._next_return = 0
         self.restarted = False
         self._asked_from_on_demand = False
@@ -154,6 +160,7 @@ class LiveView:
             if len(before) != len(obs.pools):
                 raise ValueError(f"account sightings for {len(before)} pools, not {len(obs.pools)}")
             self._pools = [_Sightings(row, self._offset) for row in before]
+            self.made = []
             self._held = None
             self._returns = self._refused = self._next_return = 0
             self._ones = (1,) * (self._offset + obs.deadline_seconds // obs.gap_seconds + 1)
@@ -199,7 +206,7 @@ class LiveView:
         histories: tuple[HistoryView, ...],
     ) -> Placement:
         """The policy's answer once the pools it picks have been asked, in its order."""
-        sightings, tick = self._pools, obs.tick
+        tick = obs.tick
         self._asked_from_on_demand = False
         choice = Placement(Choice.NONE)
         for _ in range(len(obs.pools) + 1):  # each refusal is asked about again, once per pool
@@ -224,7 +231,7 @@ class LiveView:
             if held.choice is Choice.SPOT and held.pool == k:
                 break  # keeps the instance it runs
             up = obs.available[k]
-            sightings[k].see(tick, int(up))  # asked: launched, or refused
+            self._see(k, tick, int(up))  # asked: launched, or refused
             if up:
                 break
             available[k], observed[k] = False, True
@@ -258,9 +265,16 @@ class LiveView:
             if tick > 0:
                 pool.close()
         self._tick = tick
+        for k, value in self.beside.get(tick, ()):  # the account's other jobs, first
+            self._pools[k].see(tick, int(value))
         held = obs.held
         before = self._held
         if held.choice is Choice.SPOT and held.pool is not None:
-            self._pools[held.pool].see(tick, 1)  # a running instance: up this tick
+            self._see(held.pool, tick, 1)  # a running instance: up this tick
         elif before is not None and before.choice is Choice.SPOT and before.pool is not None:
-            self._pools[before.pool].see(tick, 0)  # it was taken: the interruption notice
+            self._see(before.pool, tick, 0)  # it was taken: the interruption notice
+
+    def _see(self, pool: int, tick: int, value: int) -> None:
+        """A sighting this job makes (what it writes to the account's records)."""
+        self._pools[pool].see(tick, value)
+        self.made.append((tick, pool, value))
