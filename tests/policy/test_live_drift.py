@@ -14,7 +14,9 @@ With `account`, the account already holds a colleague's sightings from before th
 first tick: written into the records the same way, and handed to LiveView as
 `account=` rows built here by the rule the control plane states (a tick nobody observed
 repeats the last sighting; before its first, a pool reads as that first one; a pool never
-observed is None), so the job's own sightings continue the account's on both sides.
+observed is None), so the job's own sightings continue the account's on both sides. The
+colleague also goes on sighting pools while the job runs (`beside=`), written into the
+records at those ticks before the job's own.
 """
 
 from __future__ import annotations
@@ -137,7 +139,12 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
     colleague: list[list[tuple[int, int]] | None] = (
         _colleague(seed, len(pools)) if account else [None] * len(pools)
     )
-    live = LiveView(recording, account=_account_rows(colleague) if account else None)
+    beside: dict[int, list[tuple[int, int]]] = {}
+    if account:  # the colleague's sightings while the job runs: a few pools at a few ticks
+        rng = random.Random(2000 + seed)
+        for tick in sorted(rng.sample(range(job.ticks(GAP)), 6)):
+            beside[tick] = [(rng.randrange(len(pools)), int(rng.random() < 0.5))]
+    live = LiveView(recording, account=_account_rows(colleague) if account else None, beside=beside)
     outcome = simulate_pools(live, pools, window, job, GAP)
     assert not outcome.missed
     made = [(t, live._pools.index(obj), value) for t, obj, value in SIGHTINGS]
