@@ -145,7 +145,7 @@ def _true_law(
 NAMES = ("hindsight", "oldest-home", "oldest", "true-law", "true-law-home", "true-law-home-median")
 
 
-def _fresh() -> list[tuple[str, SynthMarket, Path]]:
+def fresh_markets() -> list[tuple[str, SynthMarket, Path]]:
     """The fresh markets of `fresh/run.sh`: seeds 301-312, their pool counts and ticks."""
     return [
         (
@@ -201,7 +201,7 @@ def main() -> None:
         for count in args.pools
     ]
     fresh: dict[str, list[float]] = {name: [] for name in NAMES}
-    for label, market, saved in sets + (_fresh() if args.fresh else []):
+    for label, market, saved in sets + (fresh_markets() if args.fresh else []):
         closed = _closed(market, saved)
         for name, values in closed.items():
             print(f"{label} {name:20s} gap closed {100 * statistics.fmean(values):.1f}%")

@@ -26,22 +26,18 @@ import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from information import SETS as DEV  # this folder's scripts: the same sets, the same markets
+from pool_choice import fresh_markets
+
 from respot.policy.bench import Cell
 from respot.policy.live_view import LiveView
 from respot.policy.pools import PoolSet, load_pool_set, simulate_pools
 from respot.policy.synth import synth_market
 
 HERE = Path(__file__).resolve().parent
-TRACES = HERE.parents[1] / "traces"
 # respot.core.pool_watch.HISTORY_TICKS (2,880) ticks of the live policy tick (one minute)
 ACCOUNT_SECONDS = 2 * 86400
-DEV = {
-    "aws-2022-10-26": (sorted((TRACES / "aws-2022-10-26").glob("*_1.json")), 100),
-    "aws-2023-08-27": (sorted((TRACES / "aws-2023-08-27").glob("*_1.json")), 100),
-    "aws-2023-04-19": (sorted((TRACES / "aws-2023-04-19").glob("*.json")), 8),
-}
 SWEEP = (1, 3, 9, 18, 27)
-FRESH = range(301, 313)
 
 
 def _sets(names: Sequence[str]) -> Iterator[tuple[str, PoolSet, int, Path]]:
@@ -55,11 +51,8 @@ def _sets(names: Sequence[str]) -> Iterator[tuple[str, PoolSet, int, Path]]:
             pools = synth_market(count, pools=count).pool_set()
             yield name, pools, 8, HERE / f"results-{name}.jsonl"
         elif name == "fresh":  # as fresh/run.sh made them
-            for seed in FRESH:
-                gap = 300 if seed % 2 == 0 else 120
-                market = synth_market(seed, pools=(seed % 6) * 4 + 2, gap_seconds=gap)
-                saved = HERE / "fresh" / f"results-fresh-{seed}.jsonl"
-                yield f"fresh-{seed}", market.pool_set(), 8, saved
+            for label, market, saved in fresh_markets():
+                yield label, market.pool_set(), 8, saved
         else:
             raise SystemExit(f"unknown set {name!r}: a development set, synth-K or fresh")
 

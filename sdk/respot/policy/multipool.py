@@ -131,6 +131,18 @@ def _tail(history: Sequence[int], start: int, stop: int) -> Iterable[int]:
     return itertools.islice(history, start, stop)
 
 
+def _start_ticks(obs: PoolsObservation, *, later: int, until_done: bool) -> tuple[int, int]:
+    """(m, H): the changeover's ticks m = ceil(d / G) and the horizon H of a start `later`
+    ticks from now (`until_done`: no further than the tick that would finish the work W,
+    m G - d + (H - m) G >= W). A start with H < m makes no progress."""
+    gap, changeover = obs.gap_seconds, obs.changeover_seconds
+    steps = max(1, -(-changeover // gap))
+    horizon = obs.ticks_left - later
+    if until_done:
+        horizon = min(horizon, -(-(obs.remaining_seconds + changeover) // gap))
+    return steps, horizon
+
+
 def _expected_progress(
     obs: PoolsObservation,
     stats: RunStatistics | PooledRunStatistics,
@@ -160,10 +172,8 @@ def _expected_progress(
     the sum being P(L' > m) times the expected residual life at age + m (capped at the
     horizon H). With d <= G this is G E[min(L', H)] - d.
     """
-    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left - later
-    steps = max(1, -(-changeover // gap))
-    if until_done:  # ticks a new instance needs to finish: m G - d + (n - m) G >= W
-        horizon = min(horizon, -(-(obs.remaining_seconds + changeover) // gap))
+    gap, changeover = obs.gap_seconds, obs.changeover_seconds
+    steps, horizon = _start_ticks(obs, later=later, until_done=until_done)
     if horizon < steps:
         return 0.0
     age = 0 if new_run else stats.current_age(1) + later
@@ -186,10 +196,8 @@ def _found_progress(
     (`RunStatistics.found_lasting`), longer than a new run's when long runs are common. The
     same sum as `_expected_progress`: E = (m G - d) P(R > m - 1) + G sum_{t=m}^{H-1} P(R > t).
     """
-    gap, changeover, horizon = obs.gap_seconds, obs.changeover_seconds, obs.ticks_left
-    steps = max(1, -(-changeover // gap))
-    if until_done:  # ticks a new instance needs to finish: m G - d + (n - m) G >= W
-        horizon = min(horizon, -(-(obs.remaining_seconds + changeover) // gap))
+    gap, changeover = obs.gap_seconds, obs.changeover_seconds
+    steps, horizon = _start_ticks(obs, later=0, until_done=until_done)
     if horizon < steps:
         return 0.0
     ages = max(stats.ticks, 1)  # the ages the history can show
