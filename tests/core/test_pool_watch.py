@@ -14,6 +14,7 @@ from respot.core.events import (
 )
 from respot.core.pool_watch import (
     HISTORY_TICKS,
+    UNSEEN,
     PoolKey,
     PoolRecord,
     absolute_tick,
@@ -36,11 +37,14 @@ def fold(*seen: tuple[int, bool]) -> PoolRecord:
     return record
 
 
-def test_ticks_without_observation_repeat_the_last_and_the_newest_in_a_tick_wins() -> None:
+def test_ticks_nobody_observed_are_recorded_so_and_the_newest_in_a_tick_wins() -> None:
     record = fold((10, True), (13, False), (13, True), (15, False))
     assert record.start == 10
-    assert list(record.runs) == [(1, 5), (0, 1)]  # 10..12 repeat 1, 13 overwritten by 1
+    # 11..12 and 14: nobody looked (UNSEEN); 13 overwritten by the newer 1
+    assert list(record.runs) == [(1, 1), (UNSEEN, 2), (1, 1), (UNSEEN, 1), (0, 1)]
     assert record.value_at(13) == 1 and record.value_at(15) == 0 and record.value_at(16) is None
+    assert record.value_at(11) is None  # not a sighting
+    assert record.last == 0
 
 
 def test_a_running_instance_fills_a_tick_but_never_overwrites_one() -> None:
@@ -51,7 +55,7 @@ def test_a_running_instance_fills_a_tick_but_never_overwrites_one() -> None:
     assert observe(record, 13, True, weak=True) is None  # THEN tick 13 stays 0
     # AND a running instance still speaks for a tick nothing spoke for yet
     later = observe(record, 14, True, weak=True)
-    assert later is not None and list(later.runs) == [(1, 3), (0, 1), (1, 1)]
+    assert later is not None and list(later.runs) == [(1, 1), (UNSEEN, 2), (0, 1), (1, 1)]
     # AND a launch in the same tick (a firm sighting) still wins over the 0
     relaunched = observe(record, 13, True)
     assert relaunched is not None and relaunched.value_at(13) == 1
@@ -69,17 +73,34 @@ def test_the_history_is_bounded() -> None:
     assert record.end == 3 * HISTORY_TICKS + 1 and len(record.runs) == 2
 
 
-def test_view_aligns_pools_and_repeats_the_last_value_up_to_now() -> None:
+def test_view_reads_the_sightings_since_the_jobs_start_as_a_job_reads_its_own() -> None:
     records = {A: fold((100, True), (104, False)), B: fold((102, True))}
-    seen = view(records, [A, B], now=108)
+    seen = view(records, [A, B], now=108, since=100)
     assert [list(h) for h in seen.histories] == [
-        [1, 1, 1, 1, 0, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0, 0, 0],  # ticks nobody observed repeat the last sighting
         [1, 1, 1, 1, 1, 1, 1, 1],  # padded before its first sighting with that sighting
     ]
     assert seen.seen_now == (None, None) and seen.last == (False, True)
-    assert view(records, [A, B], now=104).seen_now == (False, None)  # B not seen at 104
-    unknown = view(records, [PoolKey("p4d.24xlarge", "us-east-1a")], now=108)
+    assert view(records, [A, B], now=104, since=100).seen_now == (False, None)  # B not at 104
+    unknown = view(records, [PoolKey("p4d.24xlarge", "us-east-1a")], now=108, since=100)
     assert unknown.seen_now == (None,) and unknown.last == (None,)
+    assert [list(h) for h in unknown.histories] == [[1] * 8]  # never observed: up throughout
+
+
+def test_a_job_is_handed_no_sighting_from_before_its_start() -> None:
+    # GIVEN the account saw A up then down long before the job, and down again since
+    records = {A: fold((10, True), (20, False), (105, False)), B: fold((50, False))}
+    seen = view(records, [A, B], now=108, since=100)
+    # THEN A reads from its first sighting since the job's start (padded before it with
+    # that sighting); B, seen only before, reads as never observed: up, no last sighting
+    assert [list(h) for h in seen.histories] == [[0] * 8, [1] * 8]
+    assert seen.last == (False, None) and seen.seen_now == (None, None)
+    # AND a sighting at the job's first tick is seen now, with no history yet
+    first = view({A: fold((10, True), (100, False))}, [A], now=100, since=100)
+    assert first.seen_now == (False,) and [list(h) for h in first.histories] == [[]]
+    # AND at most HISTORY_TICKS are handed to a job that has run longer
+    old = view(records, [A], now=100 + 2 * HISTORY_TICKS, since=100)
+    assert len(old.histories[0]) == HISTORY_TICKS
 
 
 def test_events_show_capacity_errors_interruptions_and_running_instances() -> None:

@@ -55,6 +55,12 @@ def all_down() -> dict[PoolKey, PoolRecord]:
     return {pool: history([0] * 60, end=NOW) for pool in POOLS}
 
 
+def since_start(pattern: list[int], end: int) -> dict[PoolKey, PoolRecord]:
+    """Every pool seen as `pattern` up to `end` - 1, the job having started at NOW."""
+    assert end - len(pattern) >= NOW  # a job is handed no sighting from before its start
+    return {pool: history(pattern, end=end) for pool in POOLS}
+
+
 def returns_at(minute: int, *, lost_after: int | None = None) -> Market_:
     """No spot until `minute`, then STEADY has it; `lost_after` minutes after this job's first
     spot launch there, the pool is gone for good (the market betrays the return)."""
@@ -221,32 +227,38 @@ def test_no_return_without_slack_for_the_whole_changeover_and_the_one_back() -> 
     tight, roomy = on_demand(11), on_demand(35)
 
     def up(sim: Sim) -> dict[PoolKey, PoolRecord]:
-        """Spot seen up for the last hour in one pool, up to the sim's now."""
-        records = all_down()
-        records[STEADY] = history([1] * 60, end=NOW + sim.t // TICK + 1)
+        """Since the job's start (NOW), every pool seen down, and spot seen up in one pool
+        from five minutes after the start up to the sim's now."""
+        ticks = sim.t // TICK + 1
+        records = since_start([0] * ticks, end=NOW + ticks)
+        records[STEADY] = history([0] * 5 + [1] * (ticks - 5), NOW + ticks)
         return records
 
-    # GIVEN spot seen up for the last hour in one pool
+    # GIVEN spot seen up in one pool for most of the job's time
     for sim in (tight, roomy):
         assert sim.job is not None
         base = observe(sim.job, at(sim.t), SETTINGS)
         assert base is not None
         assert (base.slack_seconds < 2 * d) is (sim is tight)
     assert tight.job is not None and roomy.job is not None
-    # THEN with less than two changeovers of slack the job stays on on-demand; with them, it goes
+    # THEN with less than two changeovers of slack the job stays on on-demand; with them, it
+    # goes (here the policy itself declines the tight return: the control plane's own guard,
+    # `switch_running`'s two changeovers, is what test_returns_are_bounded_per_job trips)
     assert PoolPlacementPolicy(up(tight)).switch_running(tight.job, at(tight.t), SETTINGS) is None
     choice = PoolPlacementPolicy(up(roomy)).switch_running(roomy.job, at(roomy.t), SETTINGS)
     assert choice is not None and choice.market is Market.SPOT
     assert PoolKey.of(choice.pools[0]) == STEADY
-    # AND never observed, it stays; with every pool seen down an hour ago and not asked
-    # since, it asks them (spot is asked before on-demand stops, so a refusal costs nothing,
+    # AND with every pool seen down at the job's start and not asked since, or never
+    # observed since the job's start (read as up throughout, as LiveView reads it), it
+    # asks them (spot is asked before on-demand stops, so a refusal costs nothing,
     # and counts against the job's bounded returns): a run found up by asking is one in
     # progress, whose survival is the renewal mean (`RunStatistics.found_survival`,
     # issue 28), not a new run's certain one
-    assert PoolPlacementPolicy({}).switch_running(roomy.job, at(roomy.t), SETTINGS) is None
-    asked = PoolPlacementPolicy(all_down()).switch_running(roomy.job, at(roomy.t), SETTINGS)
-    assert asked is not None and asked.market is Market.SPOT
-    assert "spot to be asked first" in asked.reason and "return 1 of at most" in asked.reason
+    refused = since_start([0] * 5, end=NOW + 5)  # the job's first five minutes
+    for records in (refused, {}):
+        asked = PoolPlacementPolicy(records).switch_running(roomy.job, at(roomy.t), SETTINGS)
+        assert asked is not None and asked.market is Market.SPOT
+        assert "spot to be asked first" in asked.reason and "return 1 of at most" in asked.reason
 
 
 def test_returns_are_bounded_per_job() -> None:

@@ -104,8 +104,9 @@ def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) 
     assert a_runs[-1][0] == 0 and any(v == 1 for v, _ in a_runs), a_runs
     assert b_runs[-1][0] == 1 and b_runs[-1][1] >= 2, b_runs  # its run aged tick by tick
     wait_no_live_instances(rt, handle.job_id)
-    # AND the next job, whose work outlasts what the pool seen gone was ever seen to give,
-    # asks the pool seen up first: no refusal (the fixed order asks us-east-1a first)
+    # AND the next job is handed none of that (a job learns from the account's sightings
+    # since its own start only: pool_watch.view), so it asks in the fixed order, is refused
+    # once by the pool seen gone, and trains in the other
     second = rt.run(
         counting_spec(
             "learns-from-the-first",
@@ -118,6 +119,7 @@ def test_a_job_whose_pool_goes_away_continues_in_another_pool(rt: LocalRuntime) 
     record = rt.control_plane().jobs.get(second.job_id)
     assert record is not None
     assert pools_of(record) == [f"spot g5.xlarge/{B}"], pools_of(record)
-    assert record.attempts[0].tried == [], record.attempts[0].tried
+    refusal = f"spot/g5.xlarge/{A}: InsufficientInstanceCapacity"
+    assert record.attempts[0].tried == [refusal], record.attempts[0].tried
     second.cancel()
     wait_no_live_instances(rt, second.job_id)

@@ -11,12 +11,11 @@ histories, availability and observed flags, the same decision and the same pools
 same order. A change to either side that the other does not follow fails here.
 
 With `account`, the account already holds a colleague's sightings from before the job's
-first tick: written into the records the same way, and handed to LiveView as
-`account=` rows built here by the rule the control plane states (a tick nobody observed
-repeats the last sighting; before its first, a pool reads as that first one; a pool never
-observed is None), so the job's own sightings continue the account's on both sides. The
-colleague also goes on sighting pools while the job runs (`beside=`), written into the
-records at those ticks before the job's own.
+first tick, written into the records the same way. The control plane hands a job only the
+account's sightings from its own start on (`pool_watch.view`'s `since`), so LiveView is
+given none of them and both sides must still agree: a record read from before the job's
+start fails here. The colleague also goes on sighting pools while the job runs (`beside=`),
+written into the records at those ticks before the job's own; those are handed over.
 """
 
 from __future__ import annotations
@@ -92,25 +91,6 @@ def _colleague(seed: int, pools: int) -> list[list[tuple[int, int]] | None]:
     return sightings
 
 
-def _account_rows(
-    sightings: list[list[tuple[int, int]] | None],
-) -> list[list[int] | None]:
-    """What the account hands a job, by the rule stated above, independently of pool_watch."""
-    rows: list[list[int] | None] = []
-    for seen in sightings:
-        if seen is None:
-            rows.append(None)
-            continue
-        value, at, row = seen[0][1], 0, []
-        for tick in range(BEFORE):
-            while at < len(seen) and seen[at][0] <= tick:
-                value = seen[at][1]
-                at += 1
-            row.append(value)
-        rows.append(row)
-    return rows
-
-
 @pytest.mark.parametrize("account", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
@@ -144,7 +124,7 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
         rng = random.Random(2000 + seed)
         for tick in sorted(rng.sample(range(job.ticks(GAP)), 6)):
             beside[tick] = [(rng.randrange(len(pools)), int(rng.random() < 0.5))]
-    live = LiveView(recording, account=_account_rows(colleague) if account else None, beside=beside)
+    live = LiveView(recording, beside=beside)  # the colleague's earlier sightings: not handed
     outcome = simulate_pools(live, pools, window, job, GAP)
     assert not outcome.missed
     made = [(t, live._pools.index(obj), value) for t, obj, value in SIGHTINGS]
@@ -175,7 +155,7 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
             key = keys[k]
             updated = record_sighting(records.get(key), START + t, bool(value))
             records[key] = updated or records[key]
-        seen = view(records, keys, START + tick)
+        seen = view(records, keys, START + tick, START)
         available = [s is not False for s in seen.seen_now]
         base = Observation(
             tick=first.tick,
@@ -198,7 +178,7 @@ def test_the_control_plane_sees_and_ranks_what_the_live_view_does(
         assert control.observed == first.observed, tick
         for ours, theirs in zip(control.histories, first.histories, strict=True):
             assert list(ours) == list(theirs), tick
-            assert len(theirs) == (BEFORE if account else 0) + tick  # the account's, then ours
+            assert len(theirs) == tick  # from the job's start: nothing of the account's before
         # AND it ranks the pools in the order LiveView asks them (LiveView stops at the
         # first that has spot; the control plane ranks every pool the policy would take)
         decision, ranked = _rank(base, live_pools, seen, available, NOTHING, record)

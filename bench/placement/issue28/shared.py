@@ -1,21 +1,24 @@
 """What the account's shared sightings are worth to a job: a colleague's job started before.
 
     python bench/placement/issue28/shared.py [--sets aws-2022-10-26 ... synth-9 ... fresh]
+        [--scenarios alone colleague beside since-start]
 
 The figure of record (`respot` in `respot bench placement`) is a job alone in a new account:
 it starts knowing nothing of any pool. Live, the account's sightings are shared
 (`respot.core.pool_watch`: every job's launches, refusals, running instances and
-interruptions, two days of them, `HISTORY_TICKS` one-minute ticks), so a job placed after a
-colleague's starts with what that job saw. This reruns the live policy on the windows of the
-saved results with one such colleague: a job of the same cell ran the same live policy over
-the two days before the window (fewer when the window starts earlier in the trace; none for
-the first window), and the new job is handed its sightings (`LiveView(account=...)`):
-`colleague`. In `beside`, the colleague also goes on running its window while the job runs,
-and the job sees each of its sightings at the tick it is made (`LiveView(beside=...)`; the
-colleague asks first within a tick and does not see the job's: one direction only). One
-colleague's worth, not a busy team's. Prints the mean gap closed per set against the saved
-up-round-robin and optimum, beside the job alone (the same code with no account), and the
-cells above round-robin.
+interruptions). This reruns the live policy on the windows of the saved results with one
+colleague: a job of the same cell ran the same live policy over the two days before the
+window (fewer when the window starts earlier in the trace; none for the first window).
+`colleague`: the new job is handed the colleague's sightings from those two days
+(`LiveView(account=...)`), as the control plane did until 2026-11-27 (`HISTORY_TICKS`
+one-minute ticks). `beside`: the same, and the colleague also goes on running its window
+while the job runs; the job sees each of its sightings at the tick it is made
+(`LiveView(beside=...)`; the colleague asks first within a tick and does not see the
+job's: one direction only). `since-start`: only the colleague's sightings made from the
+job's start on (`beside` without `account`), which is what the control plane hands a job
+since 2026-11-27 (`pool_watch.view`'s `since`). One colleague's worth, not a busy team's.
+Prints the mean gap closed per set against the saved up-round-robin and optimum, beside the
+job alone (the same code with no account), and the cells above round-robin.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ def _sets(names: Sequence[str]) -> Iterator[tuple[str, PoolSet, int, Path]]:
 
 Account = list[list[int] | None]
 Beside = Mapping[int, Sequence[tuple[int, int]]]
-SCENARIOS = ("alone", "colleague", "beside")
+SCENARIOS = ("alone", "colleague", "beside", "since-start")
 
 
 def colleague(pool_set: PoolSet, cell: Cell, start: int) -> tuple[Account, Beside] | None:
@@ -87,6 +90,8 @@ def _live(scenario: str, shared: tuple[Account, Beside] | None) -> LiveView:
     if shared is None or scenario == "alone":
         return LiveView()
     account, beside = shared
+    if scenario == "since-start":  # the account's sightings from the job's start on only
+        return LiveView(beside=beside)
     return LiveView(account=account, beside=beside if scenario == "beside" else None)
 
 
@@ -95,11 +100,13 @@ def main() -> None:
     parser.add_argument(
         "--sets", nargs="+", default=[*DEV, *(f"synth-{k}" for k in SWEEP), "fresh"]
     )
+    parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=SCENARIOS)
     args = parser.parse_args()
-    pooled: dict[str, list[float]] = {name: [] for name in SCENARIOS}
-    above = dict.fromkeys(SCENARIOS, 0)
+    scenarios = tuple(args.scenarios)
+    pooled: dict[str, list[float]] = {name: [] for name in scenarios}
+    above = dict.fromkeys(scenarios, 0)
     for label, pool_set, windows, saved_path in _sets(args.sets):
-        closed: dict[str, list[float]] = {name: [] for name in SCENARIOS}
+        closed: dict[str, list[float]] = {name: [] for name in scenarios}
         for line in saved_path.read_text().splitlines():
             row = json.loads(line)
             cell = Cell(48, float(row["deadline_hours"]), float(row["changeover_hours"]))
@@ -107,11 +114,11 @@ def main() -> None:
             rr, opt = base["up-round-robin"]["mean"], base["omniscient"]["mean"]
             job = cell.job
             size = job.window_ticks(pool_set.gap_seconds)
-            costs: dict[str, list[float]] = {name: [] for name in SCENARIOS}
+            costs: dict[str, list[float]] = {name: [] for name in scenarios}
             for start in pool_set.window_starts(size, windows):
                 window = pool_set.window(start, size)
                 shared = colleague(pool_set, cell, start)
-                for name in SCENARIOS:
+                for name in scenarios:
                     outcome = simulate_pools(
                         _live(name, shared), pool_set.pools, window, job, pool_set.gap_seconds
                     )

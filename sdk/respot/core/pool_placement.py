@@ -3,7 +3,8 @@
 The job's side of the observation (C, w, D, d, G, r, the tick) is the single-zone one
 (`respot.core.deadline.observe`); the pools are the spot candidates of the job (its instance
 types x the stack's subnets) and their histories are what the account observed of them
-(`respot.core.pool_watch`), read by the control plane before it decides. A pool seen this
+since the job was created (`respot.core.pool_watch.view`: its colleagues' sightings
+included, none from before its start), read by the control plane before it decides. A pool seen this
 tick (by any job) is available as seen; a pool not seen this tick counts as available when
 placing (asking is how to find out: a refusal marks it down for this tick and the next
 pool is asked), and so when deciding whether to leave on-demand (the return asks; refused
@@ -118,14 +119,18 @@ class PoolPlacementPolicy:
         self._deadline = DeadlinePolicy()
         self._fallback = SpotFirstPolicy()
 
-    def _view(self, pools: list[Placement], now: datetime, settings: ControlSettings) -> PoolsView:
+    def _view(
+        self, job: JobRecord, pools: list[Placement], now: datetime, settings: ControlSettings
+    ) -> PoolsView:
+        """The account's sightings of `pools` since the job was created (`pool_watch.view`)."""
         keys = [PoolKey.of(p) for p in pools]
-        return view(self.records, keys, absolute_tick(now, settings))
+        since = absolute_tick(job.created_at, settings)
+        return view(self.records, keys, absolute_tick(now, settings), since)
 
     def choose(self, job: JobRecord, now: datetime, settings: ControlSettings) -> MarketChoice:
         """Spot (with its pools ranked), on-demand or wait, with the reason."""
         pools = candidates(job, Market.SPOT, settings)
-        seen = self._view(pools, now, settings)
+        seen = self._view(job, pools, now, settings)
         base = observe(job, now, settings)
         if base is None or base.ticks_left <= 0 or not pools:
             choice = (
@@ -191,7 +196,7 @@ class PoolPlacementPolicy:
         base = observe(job, now, settings)
         if base is None or base.ticks_left <= 0 or not pools:
             return None
-        seen = self._view(pools, now, settings)
+        seen = self._view(job, pools, now, settings)
         # As when placing: a pool seen this tick is as seen, one nobody asked counts as
         # available (the return asks it; a refusal of every pool leaves the job training on
         # on-demand, and the next return backs off), with a run of

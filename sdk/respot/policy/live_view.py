@@ -26,14 +26,16 @@ at most `MAX_SPOT_RETURNS` returns refused or not, the backoff doubling without 
 With no other job in the account, this is what live placement of one job would do on the
 window; `respot-live-view` in `bench/placement/dev.py --policy` measures it on every window
 of a set (`respot-live-view-sightings-only`: returns from on-demand only on a sighting, as
-live did until 2026-11-24). `account`: what the account's other jobs saw before this one
-started (`respot.core.pool_watch` hands a job placed live up to two days of them), ahead of
-the job's own sightings; `sightings()` is what this job leaves for the next. `beside`: what
-the account's other jobs see while this one runs, tick by tick (`made` is what this job
-makes, for them). `bench/placement/issue28/shared.py` measures what a colleague's
-sightings are worth, before and beside the job: not always something. Not modelled: the
-live-only rule for a first spot start from waiting (two changeovers of slack), and the
-changeover's length beyond d.
+live did until 2026-11-24). `beside`: what the account's other jobs see while this one
+runs, tick by tick (`made` is what this job makes, for them); live hands a job those, and
+nothing the account saw before the job's start (`respot.core.pool_watch.view`). `account`:
+what the account's other jobs saw before this one started, ahead of the job's own
+sightings, as live handed a job (up to two days of them) until 2026-11-27; a bench-only
+option now. `sightings()` is what this job leaves for the next.
+`bench/placement/issue28/shared.py` measures what a colleague's sightings are worth,
+before and beside the job: the ones from before its start were not always worth
+something, hence the change. Not modelled: the live-only rule for a first spot start from
+waiting (two changeovers of slack), and the changeover's length beyond d.
 """
 
 from __future__ import annotations
@@ -131,8 +133,9 @@ class LiveView:
         """`account`: what the account saw of each pool before the job's first tick.
 
         One entry per pool, oldest tick first, every observed pool over the same ticks
-        (None: a pool nobody observed), as `respot.core.pool_watch` hands a job placed live
-        the sightings its colleagues' jobs made; None: a job alone in a new account.
+        (None: a pool nobody observed), as `respot.core.pool_watch` handed a job placed live
+        the sightings its colleagues' jobs made until 2026-11-27 (live hands none from
+        before a job's start now); None: a job alone in a new account, or live.
         `beside`: the sightings (pool, 0/1) other jobs of the account make at each of this
         job's ticks, seen before this job asks (the newest of a tick wins, as live).
         """
