@@ -7,8 +7,8 @@ was refused for capacity or an interruption notice came, `UNSEEN` for a tick bet
 sightings that nobody observed. Within one tick the newest observation wins, except that a
 running instance (a weak sighting) never overwrites what the tick already holds; an
 observation older than the newest recorded tick is out of order and ignored. (Records
-written before 2026-11-27 filled unobserved ticks with the last sighting; they read the
-same.)
+written before 2026-11-27 filled unobserved ticks with the last sighting; those repeats read
+as sightings until they age out of the record, `HISTORY_TICKS` later.)
 
 What a job is handed (`view`) starts at the job's own first tick (`since`, its creation):
 the account's sightings from then on, its colleagues' included, read as a job alone reads
