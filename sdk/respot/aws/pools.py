@@ -1,11 +1,11 @@
 """The pools' observed histories in the job table: one item per spot pool, shared by all jobs.
 
-Item: pk=POOL#<instance type>#<zone>  sk=POOL  version, start (absolute tick), runs (JSON
-run-length pairs of 0, 1 or `pool_watch.UNSEEN`, at most `respot.core.pool_watch.HISTORY_TICKS`
-ticks). A sighting is
-read, folded in by the pure `pool_watch.observe` and written back conditionally on the
-version read (a lost race reads again; at most `CAS_ATTEMPTS` tries, then the sighting is
-dropped with a warning: a lost observation costs the policy one tick of knowledge, never a job).
+Item: pk=POOL#<instance type>#<zone> sk=POOL version, start (absolute tick), runs (JSON
+run-length pairs of 0, 1 or `pool_watch.UNSEEN`, at most
+`respot.core.pool_watch.HISTORY_TICKS` ticks). A sighting is read, folded in by the pure
+`pool_watch.observe` and written back conditionally on the version read (a lost race reads
+again; at most `CAS_ATTEMPTS` tries, then the sighting is dropped with a warning: a lost
+observation costs the policy one tick of knowledge, never a job).
 """
 
 from __future__ import annotations

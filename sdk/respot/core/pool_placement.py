@@ -2,13 +2,13 @@
 
 The job's side of the observation (C, w, D, d, G, r, the tick) is the single-zone one
 (`respot.core.deadline.observe`); the pools are the spot candidates of the job (its instance
-types x the stack's subnets) and their histories are what the account observed of them
-since the job was created (`respot.core.pool_watch.view`: its colleagues' sightings
-included, none from before its start), read by the control plane before it decides. A pool seen this
-tick (by any job) is available as seen; a pool not seen this tick counts as available when
-placing (asking is how to find out: a refusal marks it down for this tick and the next
-pool is asked), and so when deciding whether to leave on-demand (the return asks; refused
-returns back off, `switch_running`). The policy is the benchmark's, in the benchmark's
+types x the stack's subnets) and their histories are what the account observed of them since
+the job was created (`respot.core.pool_watch.view`: its colleagues' sightings included, none
+from before its start), read by the control plane before it decides. A pool seen this tick
+(by any job) is available as seen; a pool not seen this tick counts as available when
+placing (asking is how to find out: a refusal marks it down for this tick and the next pool
+is asked), and so when deciding whether to leave on-demand (the return asks; refused returns
+back off, `switch_running`). The policy is the benchmark's, in the benchmark's
 configuration; it is told which pools were seen this tick (`PoolsObservation.observed`),
 since the age of a run nobody saw is unknown. What one job would cost this way on the
 benchmark's windows: `respot.policy.live_view`.

@@ -202,8 +202,10 @@ def view(
             histories.append(RunLengths(read))
         now_value = None if record is None else record.value_at(now)
         seen_now.append(None if now_value is None else bool(now_value))
-        newest = record is not None and bool(record.runs) and record.end - 1 >= start
-        last.append(bool(record.last) if newest and record is not None else None)
+        if record is not None and record.runs and record.end - 1 >= start:
+            last.append(bool(record.last))  # the newest sighting, made since the start
+        else:
+            last.append(None)
     return PoolsView(tuple(histories), tuple(seen_now), tuple(last))
 
 
