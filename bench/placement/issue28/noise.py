@@ -10,15 +10,18 @@ mean and its standard error (sample standard deviation / sqrt(n)). A cell counts
 round-robin when the mean difference is positive, and as *clearly* above when it is more
 than two standard errors above zero. With `--windows 32` the same cells are measured on 32
 windows each (the 8 of the report among them when 32 is a multiple of 8: start k * spare //
-n). The optimum is not needed (no gap closed here), so this is cheap.
+n). The optimum is not needed (no gap closed here), so this is cheap. The cells are those of
+each market's saved results (`fresh/results-*.jsonl`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 from pool_choice import fresh_markets  # this folder's script: the same twelve markets
 
@@ -27,7 +30,11 @@ from respot.policy.live_view import LiveView
 from respot.policy.placement_bench import make_pools_policy
 from respot.policy.pools import simulate_pools
 
-CELLS = [(52.0, 0.05), (52.0, 0.2), (70.0, 0.05), (70.0, 0.2)]
+
+def _cells(saved: Path) -> list[tuple[float, float]]:
+    """The cells (D, d) of a market's saved results, in their order."""
+    rows = [json.loads(line) for line in saved.read_text().splitlines()]
+    return [(float(row["deadline_hours"]), float(row["changeover_hours"])) for row in rows]
 
 
 def _cell(args: tuple[int, float, float, int]) -> str:
@@ -59,11 +66,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--windows", nargs="+", type=int, default=[8, 32])
     args = parser.parse_args()
+    markets = fresh_markets()
     jobs = [
         (index, deadline, changeover, windows)
         for windows in args.windows
-        for index in range(len(fresh_markets()))
-        for deadline, changeover in CELLS
+        for index, (_, _, saved) in enumerate(markets)
+        for deadline, changeover in _cells(saved)
     ]
     with ProcessPoolExecutor(max_workers=2) as pool:
         lines = list(pool.map(_cell, jobs))
