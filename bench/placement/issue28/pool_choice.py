@@ -1,9 +1,11 @@
 """How much of the many-pool gap is the pool chosen, and how much of it a run's age predicts.
 
-    python bench/placement/issue28/pool_choice.py [--pools 9 18 27] [--fresh]
+    python bench/placement/issue28/pool_choice.py [--pools 9 18 27] [--fresh] [--dev]
+
+(`--fresh --dev`: about 1 min; its output is saved as `pool_choice.txt`.)
 
 On the synthetic sweep (`respot.policy.synth`, seed = pool count, as in the README of this
-folder), three variants of up-round-robin that differ only in the pool taken when the one
+folder), variants of up-round-robin that differ only in the pool taken when the one
 held has no spot (Uniform Progress decides spot, on-demand or nothing, as in
 `up-round-robin`):
 - `hindsight`: the pool with spot whose run lasts longest from now (it reads the future,
@@ -21,9 +23,13 @@ held has no spot (Uniform Progress decides spot, on-demand or nothing, as in
   largest E[min(R, H)] to the end of the window H (an hour's ticks less outside the
   checkpoint's region, as `hindsight`), `-home` the same within the checkpoint's region
   when one of its pools has spot, `-median` the largest median of min(R, H): what the best
-  possible learned model of each pool would be worth to the choice of pool.
+  possible learned model of each pool would be worth to the choice of pool;
+- `true-law-priced`: the same law in respot's own rule of choice: the least (changeover at
+  the spot price + the transfer fee outside the checkpoint's region) per expected second
+  of work, E[min(R, H)] G - d (capped at the work left).
 Prints the mean gap closed per set against the saved up-round-robin and optimum of this
-folder (`results-synth-K.jsonl`; with `--fresh`, the twelve fresh markets of `fresh/`).
+folder (`results-synth-K.jsonl`; with `--fresh`, the twelve fresh markets of `fresh/`;
+with `--dev`, the three development sets, where no law is known: the first three only).
 Not a policy live could run: each sees every pool.
 """
 
@@ -33,18 +39,29 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from respot.policy.baselines import UniformProgressPolicy
 from respot.policy.bench import Cell
 from respot.policy.history import RunStatistics
+from respot.policy.model import SPOT_PRICE_PER_HOUR
 from respot.policy.pool_baselines import single_view, to_placement
-from respot.policy.pools import Placement, PoolsObservation, simulate_pools
+from respot.policy.pools import (
+    CHECKPOINT_GB,
+    TRANSFER_PRICE_PER_GB,
+    Placement,
+    PoolSet,
+    PoolsObservation,
+    load_pool_set,
+    simulate_pools,
+)
 from respot.policy.synth import SynthMarket, synth_market
 
 HERE = Path(__file__).resolve().parent
 WINDOWS = 8  # as the sweep of the README
+FEE = CHECKPOINT_GB * TRANSFER_PRICE_PER_GB  # one checkpoint transfer, as the benchmark charges
 
 
 class _Chooser:
@@ -142,7 +159,33 @@ def _true_law(
     return pick
 
 
-NAMES = ("hindsight", "oldest-home", "oldest", "true-law", "true-law-home", "true-law-home-median")
+def _true_law_priced(law: _TrueLaw, start: int) -> Callable[[PoolsObservation, list[int]], int]:
+    """The true law in respot's own rule: least (changeover + fee) per expected second of work."""
+
+    def pick(obs: PoolsObservation, up: list[int]) -> int:
+        spot_per_second = SPOT_PRICE_PER_HOUR / 3600
+
+        def overhead(k: int) -> float:
+            fee = obs.pools[k].region != obs.home
+            paid = obs.changeover_seconds * spot_per_second + (FEE if fee else 0.0)
+            ticks = law.lasting(k, start + obs.tick, obs.ticks_left, median=False)
+            work = max(ticks * obs.gap_seconds - obs.changeover_seconds, obs.gap_seconds)
+            return paid / min(work, max(obs.remaining_seconds, obs.gap_seconds))
+
+        return min(up, key=lambda k: (overhead(k), k))
+
+    return pick
+
+
+NAMES = (
+    "hindsight",
+    "oldest-home",
+    "oldest",
+    "true-law",
+    "true-law-home",
+    "true-law-home-median",
+    "true-law-priced",
+)
 
 
 def fresh_markets() -> list[tuple[str, SynthMarket, Path]]:
@@ -157,20 +200,22 @@ def fresh_markets() -> list[tuple[str, SynthMarket, Path]]:
     ]
 
 
-def _closed(market: SynthMarket, saved_path: Path) -> dict[str, list[float]]:
-    """Gap closed per cell of the saved results, for each pool choice of `NAMES`."""
+def _closed(
+    pool_set: PoolSet, law: _TrueLaw | None, saved_path: Path, windows: int
+) -> dict[str, list[float]]:
+    """Gap closed per cell of the saved results, for each pool choice of `NAMES` (those of
+    the true law only for a generated market, whose law is known)."""
     saved = {}
     for line in saved_path.read_text().splitlines():
         row = json.loads(line)
         saved[(float(row["deadline_hours"]), float(row["changeover_hours"]))] = row["results"]
-    pool_set = market.pool_set()
-    law = _TrueLaw(market)
     fee_ticks = 3600 // pool_set.gap_seconds
-    closed: dict[str, list[float]] = {name: [] for name in NAMES}
+    names = NAMES if law is not None else tuple(n for n in NAMES if not n.startswith("true"))
+    closed: dict[str, list[float]] = {name: [] for name in names}
     for (deadline, changeover), base in sorted(saved.items()):
         job = Cell(48, deadline, changeover).job
         size = job.window_ticks(pool_set.gap_seconds)
-        starts = pool_set.window_starts(size, WINDOWS)
+        starts = pool_set.window_starts(size, windows)
         rr, opt = base["up-round-robin"]["mean"], base["omniscient"]["mean"]
         for name, values in closed.items():
             costs = []
@@ -180,6 +225,10 @@ def _closed(market: SynthMarket, saved_path: Path) -> dict[str, list[float]]:
                     pick = _hindsight(window, fee_ticks)
                 elif name.startswith("oldest"):
                     pick = _oldest(home_first=name == "oldest-home")
+                elif law is None:
+                    raise AssertionError(name)
+                elif name == "true-law-priced":
+                    pick = _true_law_priced(law, start)
                 else:
                     home_first, median = "home" in name, name.endswith("median")
                     pick = _true_law(law, start, fee_ticks, home_first=home_first, median=median)
@@ -191,18 +240,36 @@ def _closed(market: SynthMarket, saved_path: Path) -> dict[str, list[float]]:
     return closed
 
 
+def _development_sets() -> list[tuple[str, PoolSet, None, Path, int]]:
+    """The three development sets, as `bench/placement/dev.py` reads them."""
+    sys.path.insert(0, str(HERE.parent))
+    from dev import SETS  # a sibling script, not a package
+
+    return [
+        (name, load_pool_set(SETS[name][0]), None, HERE / f"results-{name}.jsonl", SETS[name][1])
+        for name in ("aws-2022-10-26", "aws-2023-04-19", "aws-2023-08-27")
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pools", nargs="+", type=int, default=[9, 18, 27])
     parser.add_argument("--fresh", action="store_true", help="also the fresh markets of fresh/")
+    parser.add_argument("--dev", action="store_true", help="also the development sets")
     args = parser.parse_args()
     sets = [  # as `bench/placement/synth.py` made them for the sweep: seed = pool count
         (f"synth-{count}", synth_market(count, pools=count), HERE / f"results-synth-{count}.jsonl")
         for count in args.pools
     ]
+    generated = [
+        (label, market.pool_set(), _TrueLaw(market), saved, WINDOWS)
+        for label, market, saved in sets + (fresh_markets() if args.fresh else [])
+    ]
     fresh: dict[str, list[float]] = {name: [] for name in NAMES}
-    for label, market, saved in sets + (fresh_markets() if args.fresh else []):
-        closed = _closed(market, saved)
+    for label, pool_set, law, saved, windows in (
+        _development_sets() if args.dev else []
+    ) + generated:
+        closed = _closed(pool_set, law, saved, windows)
         for name, values in closed.items():
             print(f"{label} {name:20s} gap closed {100 * statistics.fmean(values):.1f}%")
             if label.startswith("fresh"):
