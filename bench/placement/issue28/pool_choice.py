@@ -46,22 +46,19 @@ from pathlib import Path
 from respot.policy.baselines import UniformProgressPolicy
 from respot.policy.bench import Cell
 from respot.policy.history import RunStatistics
-from respot.policy.model import SPOT_PRICE_PER_HOUR
 from respot.policy.pool_baselines import single_view, to_placement
 from respot.policy.pools import (
-    CHECKPOINT_GB,
-    TRANSFER_PRICE_PER_GB,
     Placement,
     PoolSet,
     PoolsObservation,
     load_pool_set,
     simulate_pools,
 )
+from respot.policy.respot_policy import SPOT_PRICE_PER_SECOND
 from respot.policy.synth import SynthMarket, synth_market
 
 HERE = Path(__file__).resolve().parent
 WINDOWS = 8  # as the sweep of the README
-FEE = CHECKPOINT_GB * TRANSFER_PRICE_PER_GB  # one checkpoint transfer, as the benchmark charges
 
 
 class _Chooser:
@@ -163,11 +160,8 @@ def _true_law_priced(law: _TrueLaw, start: int) -> Callable[[PoolsObservation, l
     """The true law in respot's own rule: least (changeover + fee) per expected second of work."""
 
     def pick(obs: PoolsObservation, up: list[int]) -> int:
-        spot_per_second = SPOT_PRICE_PER_HOUR / 3600
-
         def overhead(k: int) -> float:
-            fee = obs.pools[k].region != obs.home
-            paid = obs.changeover_seconds * spot_per_second + (FEE if fee else 0.0)
+            paid = obs.changeover_seconds * SPOT_PRICE_PER_SECOND + obs.transfer_fee(k)
             ticks = law.lasting(k, start + obs.tick, obs.ticks_left, median=False)
             work = max(ticks * obs.gap_seconds - obs.changeover_seconds, obs.gap_seconds)
             return paid / min(work, max(obs.remaining_seconds, obs.gap_seconds))
